@@ -1,0 +1,41 @@
+"""Lakeshore: a durable task queue for ML work.
+
+import dreamlake.lakeshore as dls
+
+q = dls.SyncQueue("gpu")
+inv = q.submit({"x": 1})        # a durable string id
+value = q.result(inv)
+"""
+
+from .codec import decode, encode
+from .envelope import Envelope, Thunk, thunk
+from .errors import DecodeError, DispatchError, QueueFullError
+from .plane import Dispatch, HttpDispatch, Plane
+from .queue import Job, Queue, SyncQueue
+from .topic import Topic
+from .udf import UDF, udf
+from .worker import run_worker
+
+__version__ = "0.4.0"
+
+__all__ = [
+    "UDF",
+    "DecodeError",
+    "Dispatch",
+    "DispatchError",
+    "Envelope",
+    "HttpDispatch",
+    "Job",
+    "Plane",
+    "Queue",
+    "QueueFullError",
+    "SyncQueue",
+    "Thunk",
+    "Topic",
+    "__version__",
+    "decode",
+    "encode",
+    "run_worker",
+    "thunk",
+    "udf",
+]

@@ -1,0 +1,98 @@
+"""The errors a user of Lakeshore can catch.
+
+Every error a plane raises is a `DispatchError`, so a caller can catch one type; the subclasses
+exist where a caller reacts differently (back off on a full queue, fix the name on a bad one).
+The HTTP transport maps each to a status code and back, so the same class is raised whichever
+plane the caller talks to.
+"""
+
+from __future__ import annotations
+
+
+class DispatchError(Exception):
+    """The plane refused or could not complete an operation."""
+
+    #: Stable machine-readable code, carried in the HTTP error body.
+    code = "dispatch_error"
+    #: HTTP status the control plane answers with.
+    status = 400
+
+
+class InvalidArgument(DispatchError):
+    """A caller passed a value outside what is allowed; nothing was changed."""
+
+    code = "invalid_argument"
+    status = 400
+
+
+class NotFound(DispatchError):
+    """An unknown namespace, queue, invocation or worker."""
+
+    code = "not_found"
+    status = 404
+
+
+class Conflict(DispatchError):
+    """The operation conflicts with the current state (rm with members, archive default)."""
+
+    code = "conflict"
+    status = 409
+
+
+class LeaseLost(DispatchError):
+    """A settle or post from a worker that no longer holds the job's lease."""
+
+    code = "lease_lost"
+    status = 409
+
+
+class QueueFullError(DispatchError):
+    """Admission refused the submit: the queue is at `max_depth` or over its rate limit."""
+
+    code = "queue_full"
+    status = 429
+
+
+class Unauthorized(DispatchError):
+    """No token, or a token the control plane does not know."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(DispatchError):
+    """A valid token used against a namespace outside its org."""
+
+    code = "forbidden"
+    status = 403
+
+
+class PayloadTooLarge(DispatchError):
+    """A request body above the control plane's limit."""
+
+    code = "payload_too_large"
+    status = 413
+
+
+class DecodeError(DispatchError):
+    """Bytes that are not a valid Lakeshore wire frame."""
+
+    code = "decode_error"
+    status = 400
+
+
+ERRORS_BY_CODE: dict[str, type[DispatchError]] = {
+    cls.code: cls
+    for cls in (
+        DispatchError,
+        InvalidArgument,
+        NotFound,
+        Conflict,
+        LeaseLost,
+        QueueFullError,
+        Unauthorized,
+        Forbidden,
+        PayloadTooLarge,
+        DecodeError,
+    )
+}

@@ -1,0 +1,114 @@
+"""Running one job body: the four UDF shapes, thunks, shell commands and raw payloads.
+
+One function for the in-process worker loop and the daemon's child processes, so a body behaves
+the same wherever it runs. Yields go to `emit` as they come; the return value is the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from .envelope import Envelope, Thunk
+from .errors import DispatchError
+
+Emit = Callable[[Any], None]
+Handler = Callable[[Any], Any]
+
+#: How many lines of stderr a failed shell command reports.
+STDERR_TAIL = 20
+
+
+class NoHandler(DispatchError):
+    code = "no_handler"
+
+
+def run_body(payload: Any, emit: Emit, handler: Handler | None = None) -> Any:
+    """Run what a job carries and return its result; raises what the body raises."""
+    if isinstance(payload, Thunk):
+        payload = Envelope.for_thunk(payload)
+    if isinstance(payload, Envelope):
+        if payload.kind == "exec":
+            return run_command(payload, emit)
+        if payload.kind == "raw":
+            return _call_handler(handler, payload.value, emit)
+        assert payload.fn is not None  # checked when the envelope was built
+        return drive(payload.fn(*payload.args, **payload.kwargs), emit)
+    return _call_handler(handler, payload, emit)
+
+
+def _call_handler(handler: Handler | None, value: Any, emit: Emit) -> Any:
+    if handler is None:
+        raise NoHandler(
+            "this worker has no handler for plain payloads: submit dls.thunk(...) or a @udf "
+            "call, or start the worker with a handler (lakeshore-daemon --handler module:fn)"
+        )
+    return drive(handler(value), emit)
+
+
+def drive(outcome: Any, emit: Emit) -> Any:
+    """Turn whatever a body returned into (yields -> emit, return value -> result)."""
+    if inspect.isgenerator(outcome):
+        return _drain_generator(outcome, emit)
+    if inspect.iscoroutine(outcome):
+        return asyncio.run(outcome)
+    if inspect.isasyncgen(outcome):
+        return asyncio.run(_drain_async_generator(outcome, emit))
+    return outcome
+
+
+def _drain_generator(gen: Iterator[Any], emit: Emit) -> Any:
+    while True:
+        try:
+            value = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        emit(value)
+
+
+async def _drain_async_generator(agen: AsyncIterator[Any], emit: Emit) -> None:
+    async for value in agen:
+        emit(value)
+
+
+def run_command(envelope: Envelope, emit: Emit) -> int:
+    """Run a shell command; each output line is a frame, exit 0 succeeds."""
+    assert envelope.command is not None
+    tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+    proc = subprocess.Popen(
+        envelope.command,
+        shell=True,
+        cwd=envelope.cwd,
+        env=None if envelope.env is None else {**_base_env(), **envelope.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        tail.append(line)
+        emit(line)
+    code = proc.wait()
+    if code != 0:
+        raise CommandFailed(code, list(tail))
+    return code
+
+
+class CommandFailed(DispatchError):
+    code = "command_failed"
+
+    def __init__(self, exit_code: int, tail: list[str]) -> None:
+        self.exit_code = exit_code
+        super().__init__(f"command exited with {exit_code}; last output:\n" + "\n".join(tail))
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)

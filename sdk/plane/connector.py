@@ -1,0 +1,41 @@
+"""The seam between the plane's semantics and a database engine.
+
+A connector runs named statements inside transactions and says when other processes changed
+something; that is all the store needs from an engine (procrastinate's connector, in spirit).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from .queries import Dialect
+from .wakeup import Waker
+
+Row = dict[str, Any]
+
+
+class Transaction(Protocol):
+    def all(self, query: str, **params: Any) -> list[Row]:
+        """Run a named statement; its rows (or RETURNING rows)."""
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        """Run a named statement; its first row or None."""
+
+
+class Connector(Protocol):
+    dialect: Dialect
+    waker: Waker
+
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Transaction]:
+        """A transaction that commits on exit and rolls back on an exception.
+
+        `write=True` takes the write lock up front (SQLite BEGIN IMMEDIATE), so a claim never
+        fails half-way on a lock upgrade.
+        """
+
+    def close(self) -> None: ...
+
+
+def first(rows: list[Row]) -> Row | None:
+    return rows[0] if rows else None

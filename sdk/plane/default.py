@@ -1,0 +1,45 @@
+"""The process-default plane, resolved on first use from the environment (never at import).
+
+`LAKESHORE_URL` set: an `HttpDispatch` to that control plane (with LAKESHORE_TOKEN and
+LAKESHORE_NAMESPACE). Otherwise: the box's SQLite plane at `$LAKESHORE_HOME/lakeshore.db`
+(`~/.lakeshore` by default), which every process on the box shares.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from .base import Plane
+from .dispatch import Dispatch, home
+
+_lock = threading.Lock()
+_planes: dict[tuple[str, ...], Plane] = {}
+
+
+def default_plane() -> Plane:
+    url = os.environ.get("LAKESHORE_URL")
+    namespace = os.environ.get("LAKESHORE_NAMESPACE") or "default"
+    key = (url or str(home()), namespace, os.environ.get("LAKESHORE_TOKEN") or "")
+    with _lock:
+        plane = _planes.get(key)
+        if plane is None:
+            plane = _make(url, namespace)
+            _planes[key] = plane
+        return plane
+
+
+def _make(url: str | None, namespace: str) -> Plane:
+    if url:
+        from .http import HttpDispatch
+
+        return HttpDispatch(url, token=os.environ.get("LAKESHORE_TOKEN"), namespace=namespace)
+    return Dispatch(home() / "lakeshore.db", namespace=namespace)
+
+
+def reset_default_plane() -> None:
+    """Forget cached default planes (tests that change the environment)."""
+    with _lock:
+        for plane in _planes.values():
+            plane.close()
+        _planes.clear()

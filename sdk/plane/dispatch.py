@@ -1,0 +1,219 @@
+"""`Dispatch`: a whole plane in this process, over SQLite (or Postgres), no server needed.
+
+It binds a store to one namespace and adds the blocking waits the SDK needs: a result that is not
+ready yet, a claim on an empty queue, a stream between frames. Each wait sleeps on the store's
+wake-up and re-checks; it never spins.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..types import (
+    DEFAULT_NAMESPACE,
+    Claim,
+    Frame,
+    Invocation,
+    QueueInfo,
+    SubmitRequest,
+    WorkerInfo,
+)
+from .store import SqlStore, topic_channel
+from .wakeup import SAFETY_POLL_S
+
+T = TypeVar("T")
+
+
+def open_store(target: str | os.PathLike[str], *, durable: bool = True) -> SqlStore:
+    """A store for `:memory:`, a SQLite path, or a `postgresql://` URL."""
+    text = os.fspath(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresConnector  # type: ignore[import-not-found]  # postgres extra
+
+        return SqlStore(PostgresConnector(text))
+    from .sqlite import SqliteConnector
+
+    if text.startswith("sqlite:///"):
+        text = text[len("sqlite:///") - 1 :] if text.startswith("sqlite:////") else text[10:]
+    return SqlStore(SqliteConnector(text, durable=durable))
+
+
+class Dispatch:
+    """A plane in this process: `Dispatch(":memory:")` for tests, a path to share a box.
+
+    `durable=False` trades the last commits on power loss (not on a crash) for faster writes;
+    see `sqlite.py`.
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | SqlStore = ":memory:",
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        durable: bool = True,
+    ) -> None:
+        self.store = target if isinstance(target, SqlStore) else open_store(target, durable=durable)
+        self.target = "store" if isinstance(target, SqlStore) else os.fspath(target)
+        self.namespace = namespace
+        self.store.ensure_namespace(namespace)
+
+    def __repr__(self) -> str:
+        return f"Dispatch({self.target!r}, namespace={self.namespace!r})"
+
+    def __enter__(self) -> Dispatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _wait_for(self, fetch: Callable[[], T], ready: Callable[[T], bool], wait_s: float) -> T:
+        deadline = time.monotonic() + wait_s
+        waker = self.store.waker
+        while True:
+            generation = waker.generation
+            value = fetch()
+            remaining = deadline - time.monotonic()
+            if ready(value) or remaining <= 0:
+                return value
+            waker.wait(generation, min(remaining, SAFETY_POLL_S))
+
+    # -- producers ----------------------------------------------------------------------------
+
+    def submit(self, queue: str, requests: Sequence[SubmitRequest]) -> list[str]:
+        return self.store.submit(self.namespace, queue, requests)
+
+    def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
+        def fetch() -> Invocation:
+            inv = self.store.invocation(self.namespace, inv_id)
+            if inv.state == "running" and wait_s > 0 and self.store.sweep():
+                inv = self.store.invocation(self.namespace, inv_id)
+            return inv
+
+        return self._wait_for(fetch, lambda inv: inv.terminal, wait_s)
+
+    def count(self, queue: str, state: str = "queued") -> int:
+        return self.store.count(self.namespace, queue, state)
+
+    def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
+        return self.store.cancel(self.namespace, inv_id, kill=kill)
+
+    def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
+        is_topic = channel.startswith("topic:")
+        if not is_topic:
+            self.store.invocation(self.namespace, channel)  # 404 for a foreign id
+
+        def fetch() -> tuple[list[Frame], bool]:
+            frames = self.store.frames(channel, since)
+            ended = not frames and not is_topic and self.invocation(channel).terminal
+            return frames, ended
+
+        frames, _ = self._wait_for(fetch, lambda r: bool(r[0]) or r[1], wait_s)
+        return frames
+
+    def post(
+        self, channel: str, kind: str, value: bytes | None, *, lease: str | None = None
+    ) -> int:
+        return self.store.post(channel, kind, value, lease=lease)
+
+    def topic_channel(self, queue: str, name: str) -> str:
+        return topic_channel(self.namespace, queue, name)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+    ) -> Claim | None:
+        def fetch() -> Claim | None:
+            return self.store.claim(
+                self.namespace,
+                queues,
+                worker=worker,
+                lease_s=lease_s,
+                kind=kind,
+                temperature=temperature,
+            )
+
+        return self._wait_for(fetch, lambda c: c is not None, wait_s)
+
+    def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
+        self.store.ack(inv_id, lease, result)
+
+    def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
+        return self.store.nack(inv_id, lease, error=error, retry=retry)
+
+    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
+        self.store.end(inv_id, lease, state=state, error=error)
+
+    def release(self, inv_id: str, lease: str) -> bool:
+        return self.store.release(inv_id, lease)
+
+    def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
+        return self.store.renew(leases, lease_s)
+
+    # -- queues -------------------------------------------------------------------------------
+
+    def create_queue(self, name: str, **fields: Any) -> QueueInfo:
+        return self.store.create_queue(self.namespace, name, **fields)
+
+    def queue(self, name: str) -> QueueInfo:
+        return self.store.queue(self.namespace, name)
+
+    def queues(self, *, state: str | None = None) -> list[QueueInfo]:
+        return self.store.queues(self.store.org_namespaces(self.namespace), state)
+
+    def patch_queue(self, name: str, changes: dict[str, Any]) -> QueueInfo:
+        return self.store.patch_queue(self.namespace, name, changes)
+
+    def set_queue_state(self, name: str, action: str) -> QueueInfo:
+        return self.store.set_queue_state(self.namespace, name, action)
+
+    def delete_queue(self, name: str, *, force: bool = False) -> None:
+        self.store.delete_queue(self.namespace, name, force=force)
+
+    def events(self, name: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        return self.store.events(self.namespace, name, limit=limit)
+
+    def stats(self, name: str) -> dict[str, Any]:
+        return self.store.stats(self.namespace, name)
+
+    # -- worker rows --------------------------------------------------------------------------
+
+    def register_worker(self, name: str, **fields: Any) -> WorkerInfo:
+        return self.store.register_worker(self.namespace, name, **fields)
+
+    def heartbeat(
+        self, worker_id: str, load: dict[str, Any], *, state: str = "alive"
+    ) -> WorkerInfo:
+        return self.store.heartbeat(worker_id, load, state=state)
+
+    def worker(self, ref: str) -> WorkerInfo:
+        return self.store.worker(self.namespace, ref)
+
+    def workers(self) -> list[WorkerInfo]:
+        return self.store.workers(self.namespace)
+
+    def update_worker_queues(
+        self, ref: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> WorkerInfo:
+        return self.store.update_worker_queues(self.namespace, ref, add=add, remove=remove)
+
+    def set_worker_state(self, ref: str, state: str) -> WorkerInfo:
+        return self.store.set_worker_state(self.namespace, ref, state)
+
+
+def home() -> Path:
+    return Path(os.environ.get("LAKESHORE_HOME") or Path.home() / ".lakeshore")

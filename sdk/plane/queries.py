@@ -1,0 +1,100 @@
+"""Named SQL statements from `sql/*.sql`, rendered once per dialect.
+
+The statements are the plane's semantics; a dialect only fills in its few words ({blob},
+{skip_locked}, ...) and its parameter style, so SQLite and Postgres run the same text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+_SECTION = re.compile(r"^-- (name|migration): *(\S+)\s*$", re.MULTILINE)
+_WORD = re.compile(r"\{([a-z_]+)\}")
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+@dataclass(frozen=True, eq=False)
+class Dialect:
+    """The words that differ between SQL engines, and nothing else."""
+
+    name: str
+    words: Mapping[str, str]
+    #: How a named parameter is written: ":{}" for sqlite3, "%({})s" for psycopg.
+    param_style: str
+
+    def render(self, sql: str) -> str:
+        return _WORD.sub(lambda m: self.words.get(m.group(1), m.group(0)), sql)
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    words={"blob": "BLOB", "real": "REAL", "serial": "INTEGER PRIMARY KEY", "skip_locked": ""},
+    param_style=":{}",
+)
+POSTGRES = Dialect(
+    name="postgres",
+    words={
+        "blob": "BYTEA",
+        "real": "DOUBLE PRECISION",
+        "serial": "BIGSERIAL PRIMARY KEY",
+        "skip_locked": "FOR UPDATE SKIP LOCKED",
+    },
+    param_style="%({})s",
+)
+
+
+def _sections(filename: str) -> dict[str, str]:
+    text = resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+    parts = _SECTION.split(text)
+    # parts = [preamble, kind, name, body, kind, name, body, ...]
+    return {parts[i + 1]: parts[i + 2].strip() for i in range(1, len(parts) - 2, 3)}
+
+
+@cache
+def queries(dialect: Dialect) -> dict[str, str]:
+    return {name: dialect.render(sql) for name, sql in _sections("queries.sql").items()}
+
+
+@cache
+def migrations(dialect: Dialect) -> list[tuple[int, str]]:
+    return sorted(
+        (int(version), dialect.render(sql)) for version, sql in _sections("schema.sql").items()
+    )
+
+
+def bind(dialect: Dialect, sql: str, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Expand list parameters into one placeholder each and write the dialect's style."""
+    lists = tuple(
+        (name, len(value)) for name, value in params.items() if isinstance(value, (list, tuple))
+    )
+    if not lists:
+        return _compile(dialect, sql, ()), dict(params)
+    flat = {k: v for k, v in params.items() if not isinstance(v, (list, tuple))}
+    for name, _ in lists:
+        flat.update((f"{name}__{i}", v) for i, v in enumerate(params[name]))
+    return _compile(dialect, sql, lists), flat
+
+
+@cache
+def _compile(dialect: Dialect, sql: str, lists: tuple[tuple[str, int], ...]) -> str:
+    sizes = dict(lists)
+
+    def placeholder(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in sizes:
+            return dialect.param_style.format(name)
+        names = [f"{name}__{i}" for i in range(sizes[name])]
+        return ", ".join(dialect.param_style.format(n) for n in names) or "NULL"
+
+    return _PARAM.sub(placeholder, sql)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a migration into statements; the schema has no ';' inside literals."""
+    code = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in code.split(";") if s.strip()]

@@ -1,0 +1,98 @@
+-- The plane's schema, as numbered migrations applied in order and recorded in schema_version.
+-- One text for both dialects: {blob}, {real} and {serial} are filled in by the dialect.
+-- A migration is never edited once released; a change is a new section.
+
+-- migration: 1
+CREATE TABLE IF NOT EXISTS namespaces (
+    name        TEXT PRIMARY KEY,
+    org         TEXT,
+    created_at  {real} NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS queues (
+    namespace    TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    kind         TEXT NOT NULL DEFAULT 'fifo',
+    state        TEXT NOT NULL DEFAULT 'active',
+    description  TEXT NOT NULL DEFAULT '',
+    elasticity   TEXT NOT NULL DEFAULT '{}',
+    admission    TEXT NOT NULL DEFAULT '{}',
+    created_at   {real} NOT NULL,
+    updated_at   {real} NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+
+CREATE TABLE IF NOT EXISTS invocations (
+    id                TEXT PRIMARY KEY,
+    namespace         TEXT NOT NULL,
+    queue             TEXT NOT NULL,
+    state             TEXT NOT NULL,
+    priority          {real} NOT NULL DEFAULT 0,
+    key               TEXT,
+    payload           {blob},
+    result            {blob},
+    error             TEXT,
+    attempt           INTEGER NOT NULL DEFAULT 0,
+    max_attempts      INTEGER NOT NULL DEFAULT 3,
+    timeout_s         {real},
+    kill_requested    INTEGER NOT NULL DEFAULT 0,
+    lease             TEXT,
+    lease_expires_at  {real},
+    worker            TEXT,
+    not_before        {real} NOT NULL DEFAULT 0,
+    created_at        {real} NOT NULL,
+    started_at        {real},
+    finished_at       {real}
+);
+
+-- Claims walk this index in claim order and stop at the first row; it holds only queued rows,
+-- so it stays small however long the history grows.
+CREATE INDEX IF NOT EXISTS invocations_claim
+    ON invocations (namespace, queue, priority DESC, id) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS invocations_leases
+    ON invocations (lease_expires_at) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS invocations_state
+    ON invocations (namespace, queue, state);
+CREATE UNIQUE INDEX IF NOT EXISTS invocations_key
+    ON invocations (namespace, queue, key) WHERE key IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS frames (
+    channel     TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    value       {blob},
+    created_at  {real} NOT NULL,
+    PRIMARY KEY (channel, seq)
+);
+
+CREATE TABLE IF NOT EXISTS workers (
+    id            TEXT PRIMARY KEY,
+    namespace     TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    queues        TEXT NOT NULL DEFAULT '[]',
+    host          TEXT,
+    pid           INTEGER,
+    info          TEXT NOT NULL DEFAULT '{}',
+    load          TEXT NOT NULL DEFAULT '{}',
+    state         TEXT NOT NULL DEFAULT 'alive',
+    created_at    {real} NOT NULL,
+    heartbeat_at  {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS workers_name ON workers (namespace, name);
+
+CREATE TABLE IF NOT EXISTS queue_events (
+    id          {serial},
+    namespace   TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    at          {real} NOT NULL,
+    kind        TEXT NOT NULL,
+    detail      TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS queue_events_queue ON queue_events (namespace, queue, id);
+
+CREATE TABLE IF NOT EXISTS tokens (
+    hash        TEXT PRIMARY KEY,
+    namespace   TEXT NOT NULL,
+    label       TEXT NOT NULL DEFAULT '',
+    created_at  {real} NOT NULL
+);

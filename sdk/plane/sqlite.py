@@ -1,0 +1,97 @@
+"""The SQLite connector: the embedded plane, shared safely by every process on one box.
+
+WAL lets readers run beside the single writer; every write transaction starts with
+BEGIN IMMEDIATE so two processes claiming at once queue on the lock instead of failing on a
+read-to-write upgrade. Commits are durable by default (synchronous=FULL): a submit that returned
+an id survives a power cut. `durable=False` (synchronous=NORMAL) keeps the database consistent
+but may lose the last commits on power loss, not on a process crash; it roughly halves the cost
+of a small commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .connector import Row
+from .queries import SQLITE, bind, migrations, queries, split_statements
+from .wakeup import CrossProcessWaker, Waker
+
+#: How long a writer waits for another process's transaction before giving up.
+BUSY_TIMEOUT_MS = 30_000
+
+
+class SqliteTransaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._queries = queries(SQLITE)
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        sql, flat = bind(SQLITE, self._queries[query], params)
+        cur = self._conn.execute(sql, flat)
+        return [dict(r) for r in cur.fetchall()] if cur.description else []
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        sql, flat = bind(SQLITE, self._queries[query], params)
+        cur = self._conn.execute(sql, flat)
+        if not cur.description:
+            return None
+        row = cur.fetchone()
+        cur.fetchall()  # drain RETURNING so the statement completes before COMMIT
+        return dict(row) if row is not None else None
+
+
+class SqliteConnector:
+    dialect = SQLITE
+
+    def __init__(self, path: str | Path, *, durable: bool = True) -> None:
+        self.path = str(path)
+        self.memory = self.path == ":memory:"
+        self.waker = Waker()
+        self._lock = threading.RLock()
+        if not self.memory:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not self.memory:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        self._migrate()
+        if not self.memory:
+            self.waker.relay_through(CrossProcessWaker(Path(self.path + ".wake")))
+
+    def _migrate(self) -> None:
+        with self.transaction() as _:
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)"
+            )
+            done = {r[0] for r in self._conn.execute("SELECT version FROM schema_version")}
+            for version, sql in migrations(SQLITE):
+                if version in done:
+                    continue
+                for statement in split_statements(sql):
+                    self._conn.execute(statement)
+                self._conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[SqliteTransaction]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield SqliteTransaction(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.waker.close()
+        with self._lock:
+            self._conn.close()

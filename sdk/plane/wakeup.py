@@ -1,0 +1,205 @@
+"""Wake-ups: how a waiting claim, result or stream learns that something changed.
+
+Nobody sleeps in a poll loop where a wake-up exists. A `Waker` is a generation counter: a waiter
+reads the generation, checks the store, and if nothing is there waits for the generation to move.
+Writers bump it after they commit. Waiters may be threads (the SDK) or asyncio tasks (the server,
+where a held long-poll must cost no thread).
+
+Across processes on one box (the embedded SQLite plane) the bump travels as a one-byte datagram
+on a Unix socket: each process that waits binds one socket and drops a marker file naming it in
+`<db>.wake/`; a writer sends a byte to every marker it finds. A dead process's marker is removed by
+the first writer whose send is refused. Postgres feeds the same `Waker` from LISTEN/NOTIFY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+#: A waiter re-checks the store at least this often even when no wake-up arrives: the safety
+#: net for a lost datagram, never the mechanism.
+SAFETY_POLL_S = 1.0
+_ABSTRACT_SOCKETS: bool = sys.platform == "linux"
+
+
+class Waker:
+    """A generation counter that sync and async waiters can block on."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+        self._relays: list[CrossProcessWaker] = []
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def notify(self, *, local_only: bool = False) -> None:
+        """Wake every waiter in this process, and (unless local_only) in the others."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+            waiters = list(self._async_waiters)
+        for loop, fut in waiters:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(_resolve, fut)
+        if not local_only:
+            for relay in self._relays:
+                relay.send()
+
+    def wait(self, generation: int, timeout: float) -> bool:
+        """Block until the generation moves past `generation`; False on timeout."""
+        for relay in self._relays:
+            relay.listen(self)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._generation == generation:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    async def wait_async(self, generation: int, timeout: float) -> bool:
+        for relay in self._relays:
+            relay.listen(self)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        entry = (loop, fut)
+        with self._cond:
+            if self._generation != generation:
+                return True
+            self._async_waiters.add(entry)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            with self._cond:
+                self._async_waiters.discard(entry)
+
+    def relay_through(self, relay: CrossProcessWaker) -> None:
+        self._relays.append(relay)
+
+    def close(self) -> None:
+        for relay in self._relays:
+            relay.close()
+        self._relays.clear()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class CrossProcessWaker:
+    """Datagram wake-ups between the processes that share one SQLite file."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._send_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._send_sock.setblocking(False)
+        self._lock = threading.Lock()
+        self._peers: list[tuple[str, str]] = []  # (marker file, address)
+        self._peers_mtime = -1
+        self._own: str | None = None
+        self._own_marker: Path | None = None
+        self._recv_sock: socket.socket | None = None
+        self._closed = False
+
+    # -- the writer side ---------------------------------------------------------------------
+
+    def send(self) -> None:
+        for marker, address in self._current_peers():
+            if address == self._own:
+                continue
+            try:
+                self._send_sock.sendto(b"!", address)
+            except BlockingIOError:
+                pass  # its buffer is full of wake-ups already: it will wake
+            except (ConnectionRefusedError, FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(marker)  # nobody listens there any more
+            except OSError:
+                pass  # one bad peer never fails a commit; the safety poll covers it
+
+    def _current_peers(self) -> list[tuple[str, str]]:
+        try:
+            mtime = os.stat(self._dir).st_mtime_ns
+        except FileNotFoundError:
+            return []
+        if mtime != self._peers_mtime:
+            with self._lock:
+                peers = []
+                with contextlib.suppress(FileNotFoundError):
+                    for entry in os.scandir(self._dir):
+                        if entry.name.endswith(".peer"):
+                            peers.append((entry.path, _address(self._dir, entry.name[:-5])))
+                self._peers, self._peers_mtime = peers, mtime
+        return self._peers
+
+    # -- the waiter side ---------------------------------------------------------------------
+
+    def listen(self, waker: Waker) -> None:
+        """Start receiving wake-ups for this process (once, on its first wait)."""
+        if self._recv_sock is not None or self._closed:
+            return
+        with self._lock:
+            if self._has_listener():
+                return
+            name = f"{os.getpid()}-{secrets.token_hex(4)}"
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            address = _address(self._dir, name)
+            sock.bind(address)
+            marker = self._dir / f"{name}.peer"
+            marker.touch()
+            self._own, self._own_marker, self._recv_sock = address, marker, sock
+        thread = threading.Thread(
+            target=self._receive, args=(sock, waker), name="lakeshore-wake", daemon=True
+        )
+        thread.start()
+
+    def _has_listener(self) -> bool:
+        return self._recv_sock is not None
+
+    def _receive(self, sock: socket.socket, waker: Waker) -> None:
+        while True:
+            try:
+                data = sock.recv(64)
+            except OSError:
+                return
+            if not data:
+                return  # shut down by close()
+            waker.notify(local_only=True)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._own_marker is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._own_marker.unlink()
+        if self._recv_sock is not None:
+            with contextlib.suppress(OSError):
+                self._recv_sock.shutdown(socket.SHUT_RDWR)
+            self._recv_sock.close()
+            if not _ABSTRACT_SOCKETS and self._own:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._own)
+        self._send_sock.close()
+
+
+def _address(directory: Path, name: str) -> str:
+    """Linux has abstract sockets: no path-length limit and nothing to clean up."""
+    if _ABSTRACT_SOCKETS:
+        digest = str(os.stat(directory).st_ino)
+        return f"\0lakeshore-{digest}-{name}"
+    return str(directory / f"{name}.sock")

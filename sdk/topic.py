@@ -1,0 +1,108 @@
+"""Topics and streams: reading a frame journal from a cursor.
+
+An invocation's stream and a topic are the same journal; only the channel name differs. The
+cursor is the seq of the last frame seen, so a reader that reconnects with it loses nothing and
+repeats nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ulid import ULID
+
+from . import codec
+from .errors import DispatchError
+from .plane.base import Plane
+from .types import Frame, check_name
+
+TOPIC_TIMEOUT_S = 5.0
+
+
+def iter_frames(
+    plane: Plane, channel: str, *, since: int = -1, timeout: float = 30.0
+) -> Iterator[Any]:
+    """Decoded VALUE frames after `since`; END stops, ERROR raises, silence raises TimeoutError."""
+    cursor = since
+    while True:
+        frames = plane.frames(channel, since=cursor, wait_s=timeout)
+        if not frames:
+            if not channel.startswith("topic:") and _ended_without_frames(plane, channel, cursor):
+                return
+            raise TimeoutError(f"no frame on '{channel}' after seq {cursor} for {timeout}s")
+        for frame in frames:
+            cursor = frame.seq
+            value = _value(frame)
+            if value is not _END:
+                yield value
+            else:
+                return
+
+
+_END = object()
+
+
+def _value(frame: Frame) -> Any:
+    if frame.kind == "VALUE":
+        return codec.decode(frame.value) if frame.value is not None else None
+    if frame.kind == "ERROR":
+        message = codec.decode(frame.value) if frame.value is not None else "job failed"
+        raise DispatchError(str(message))
+    return _END
+
+
+def _ended_without_frames(plane: Plane, inv_id: str, cursor: int) -> bool:
+    """A terminal invocation whose journal has nothing more: end or raise from the row.
+
+    This is also how a trimmed journal degrades: to the terminal result, never to wrong state.
+    """
+    inv = plane.invocation(inv_id)
+    if not inv.terminal:
+        return False
+    if plane.frames(inv_id, since=cursor):
+        raise DispatchError(f"journal of {inv_id} changed while reading; retry from {cursor}")
+    if inv.state == "succeeded":
+        return True
+    raise DispatchError(
+        f"invocation {inv_id} {inv.state}" + (f": {inv.error}" if inv.error else "")
+    )
+
+
+class Topic:
+    """Pub/sub over the journal: post values, listen or stream from a cursor."""
+
+    def __init__(self, plane: Plane, queue: str, name: str | None = None) -> None:
+        self.name = check_name(name or f"topic-{str(ULID()).lower()}", "topic")
+        self.queue = queue
+        self._plane = plane
+        self.channel = plane.topic_channel(queue, self.name)
+        #: seq of the last frame `listen` returned; pass it as `since` to resume elsewhere.
+        self.cursor = -1
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, queue={self.queue!r})"
+
+    def post(self, value: Any = None, *, final: bool = False) -> int:
+        """Append a value (or the END frame that closes the topic); returns its seq."""
+        return self._plane.post(self.channel, "END" if final else "VALUE", codec.encode(value))
+
+    def listen(self, since: int | None = -1, timeout: float = TOPIC_TIMEOUT_S) -> Any:
+        """The next value after `since` (None: after the last one listened to); None on timeout."""
+        cursor = self.cursor if since is None else since
+        deadline = time.monotonic() + timeout
+        while True:
+            frames = self._plane.frames(
+                self.channel, since=cursor, wait_s=max(0.0, deadline - time.monotonic())
+            )
+            if not frames:
+                return None
+            frame = frames[0]
+            self.cursor = frame.seq
+            value = _value(frame)
+            return None if value is _END else value
+
+    def stream(self, since: int = -1, timeout: float = TOPIC_TIMEOUT_S) -> Iterator[Any]:
+        """Values until END; `timeout` seconds of silence raises TimeoutError."""
+        yield from iter_frames(self._plane, self.channel, since=since, timeout=timeout)

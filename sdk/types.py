@@ -1,0 +1,151 @@
+"""The vocabulary shared by every plane, the SDK, the server and the daemon.
+
+Records are plain dataclasses of wire-level values (payloads stay encoded bytes), so the control
+plane can move them without ever decoding a payload, and the HTTP transport can turn them into
+msgpack maps field by field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .errors import InvalidArgument
+
+State = Literal["queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout"]
+LIVE_STATES: tuple[State, ...] = ("queued", "running")
+TERMINAL_STATES: tuple[State, ...] = ("succeeded", "failed", "cancelled", "killed", "timeout")
+STATES: tuple[State, ...] = LIVE_STATES + TERMINAL_STATES
+
+Kind = Literal["fifo", "filo", "boltzmann"]
+KIND_ALIASES: dict[str, Kind] = {
+    "fifo": "fifo",
+    "priority": "fifo",
+    "filo": "filo",
+    "boltzmann": "boltzmann",
+}
+
+QueueState = Literal["active", "draining", "archived"]
+QUEUE_STATES: tuple[QueueState, ...] = ("active", "draining", "archived")
+
+FrameKind = Literal["VALUE", "ERROR", "END"]
+
+DEFAULT_QUEUE = "default"
+DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
+DEFAULT_NAMESPACE = "default"
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_NAME_LENGTH = 128
+
+
+def normalize_kind(kind: str) -> Kind:
+    """Resolve a kind name or alias; the message is the one the SDK page documents."""
+    try:
+        return KIND_ALIASES[kind]
+    except (KeyError, TypeError):
+        raise InvalidArgument(f"unknown queue kind '{kind}'; use fifo|filo|boltzmann") from None
+
+
+def check_state(state: str) -> str:
+    if state not in STATES:
+        raise InvalidArgument(f"unknown state '{state}'; use {'|'.join(STATES)}")
+    return state
+
+
+def check_name(name: object, what: str = "queue") -> str:
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not NAME_PATTERN.match(name):
+        raise InvalidArgument(
+            f"invalid {what} name {name!r}: names match ^[a-z0-9][a-z0-9-]*$ "
+            f"(lowercase letters, digits and '-', at most {MAX_NAME_LENGTH} characters)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One invocation to enqueue; `payload` is already encoded by the producer's codec."""
+
+    payload: bytes
+    key: str | None = None
+    priority: float = 0.0
+    max_attempts: int = 3
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The row behind an invocation id: the truth that `result` and `count` read."""
+
+    id: str
+    namespace: str
+    queue: str
+    state: State
+    priority: float
+    key: str | None
+    attempt: int
+    max_attempts: int
+    timeout_s: float | None
+    kill_requested: bool
+    worker: str | None
+    error: str | None
+    result: bytes | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job handed to one worker; `lease` fences every settle and post of this attempt."""
+
+    id: str
+    namespace: str
+    queue: str
+    payload: bytes
+    attempt: int
+    lease: str
+    lease_expires_at: float
+    timeout_s: float | None
+    priority: float = 0.0
+
+
+@dataclass(frozen=True)
+class Frame:
+    seq: int
+    kind: FrameKind
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    namespace: str
+    name: str
+    kind: str  # as created: fifo, priority, filo or boltzmann
+    state: QueueState
+    description: str
+    elasticity: dict[str, Any] = field(default_factory=dict)
+    admission: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    namespace: str
+    name: str
+    queues: list[str]
+    host: str | None = None
+    pid: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)
+    state: str = "alive"
+    created_at: float = 0.0
+    heartbeat_at: float = 0.0
