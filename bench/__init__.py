@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: every figure is measured beside a peer in the same run."""
