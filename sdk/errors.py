@@ -52,6 +52,15 @@ class QueueFullError(DispatchError):
     code = "queue_full"
     status = 429
 
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, block: bool = False
+    ) -> None:
+        super().__init__(message)
+        #: When trying again may succeed (the HTTP Retry-After header).
+        self.retry_after_s = retry_after_s
+        #: The queue says on_full: block, so a submit may wait for room instead of failing.
+        self.block = block
+
 
 class Unauthorized(DispatchError):
     """No token, or a token the control plane does not know."""

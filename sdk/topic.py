@@ -24,21 +24,36 @@ TOPIC_TIMEOUT_S = 5.0
 def iter_frames(
     plane: Plane, channel: str, *, since: int = -1, timeout: float = 30.0
 ) -> Iterator[Any]:
-    """Decoded VALUE frames after `since`; END stops, ERROR raises, silence raises TimeoutError."""
+    """Decoded VALUE frames after `since`; END stops, ERROR raises, silence raises TimeoutError.
+
+    An invocation's journal needs no END frame: once the row is terminal and no frame is left
+    after the cursor, the stream ends as the row did (returns on success, raises otherwise).
+    This is also how a trimmed journal degrades: to the terminal result, never to wrong state.
+    """
     cursor = since
+    is_topic = channel.startswith("topic:")
     while True:
         frames = plane.frames(channel, since=cursor, wait_s=timeout)
+        if not frames and not is_topic:
+            inv = plane.invocation(channel)
+            if inv.terminal:
+                # Frames posted just before the row ended are still ours: read once more.
+                frames = plane.frames(channel, since=cursor)
+                if not frames:
+                    if inv.state == "succeeded":
+                        return
+                    raise DispatchError(
+                        f"invocation {channel} {inv.state}"
+                        + (f": {inv.error}" if inv.error else "")
+                    )
         if not frames:
-            if not channel.startswith("topic:") and _ended_without_frames(plane, channel, cursor):
-                return
             raise TimeoutError(f"no frame on '{channel}' after seq {cursor} for {timeout}s")
         for frame in frames:
             cursor = frame.seq
             value = _value(frame)
-            if value is not _END:
-                yield value
-            else:
+            if value is _END:
                 return
+            yield value
 
 
 _END = object()
@@ -51,23 +66,6 @@ def _value(frame: Frame) -> Any:
         message = codec.decode(frame.value) if frame.value is not None else "job failed"
         raise DispatchError(str(message))
     return _END
-
-
-def _ended_without_frames(plane: Plane, inv_id: str, cursor: int) -> bool:
-    """A terminal invocation whose journal has nothing more: end or raise from the row.
-
-    This is also how a trimmed journal degrades: to the terminal result, never to wrong state.
-    """
-    inv = plane.invocation(inv_id)
-    if not inv.terminal:
-        return False
-    if plane.frames(inv_id, since=cursor):
-        raise DispatchError(f"journal of {inv_id} changed while reading; retry from {cursor}")
-    if inv.state == "succeeded":
-        return True
-    raise DispatchError(
-        f"invocation {inv_id} {inv.state}" + (f": {inv.error}" if inv.error else "")
-    )
 
 
 class Topic:

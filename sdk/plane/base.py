@@ -17,7 +17,11 @@ class Plane(Protocol):
     namespace: str
 
     # producers
-    def submit(self, queue: str, requests: Sequence[SubmitRequest]) -> list[str]: ...
+    def submit(
+        self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
+    ) -> list[str]:
+        """Enqueue; a queue with `on_full: block` makes this wait up to wait_s for room."""
+
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         """The invocation row; with wait_s, first wait up to that long for a terminal state."""
 

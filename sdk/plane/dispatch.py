@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..errors import QueueFullError
 from ..types import (
     DEFAULT_NAMESPACE,
     Claim,
@@ -32,7 +33,7 @@ def open_store(target: str | os.PathLike[str], *, durable: bool = True) -> SqlSt
     """A store for `:memory:`, a SQLite path, or a `postgresql://` URL."""
     text = os.fspath(target)
     if text.startswith(("postgresql://", "postgres://")):
-        from .postgres import PostgresConnector  # type: ignore[import-not-found]  # postgres extra
+        from .postgres import PostgresConnector  # the postgres extra
 
         return SqlStore(PostgresConnector(text))
     from .sqlite import SqliteConnector
@@ -76,6 +77,8 @@ class Dispatch:
     def _wait_for(self, fetch: Callable[[], T], ready: Callable[[T], bool], wait_s: float) -> T:
         deadline = time.monotonic() + wait_s
         waker = self.store.waker
+        if wait_s > 0:
+            waker.listen()  # before the first fetch, so no wake-up falls between the two
         while True:
             generation = waker.generation
             value = fetch()
@@ -86,8 +89,23 @@ class Dispatch:
 
     # -- producers ----------------------------------------------------------------------------
 
-    def submit(self, queue: str, requests: Sequence[SubmitRequest]) -> list[str]:
-        return self.store.submit(self.namespace, queue, requests)
+    def submit(
+        self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
+    ) -> list[str]:
+        """Enqueue; on a queue that blocks when full, wait up to wait_s for room."""
+        deadline = time.monotonic() + wait_s
+        waker = self.store.waker
+        while True:
+            generation = waker.generation
+            try:
+                return self.store.submit(self.namespace, queue, requests)
+            except QueueFullError as full:
+                remaining = deadline - time.monotonic()
+                if not full.block or remaining <= 0:
+                    raise
+                # Room comes from a claim (a wake-up) or, under a rate limit, from time.
+                retry = full.retry_after_s or SAFETY_POLL_S
+                waker.wait(generation, min(remaining, retry, SAFETY_POLL_S))
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def fetch() -> Invocation:

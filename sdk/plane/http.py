@@ -1,18 +1,393 @@
-"""`HttpDispatch`: the plane as seen through a `lakeshore server` (placeholder until it lands)."""
+"""`HttpDispatch`: the plane as seen through a `lakeshore server`.
+
+Every `Plane` method is one request over one keep-alive `httpx.Client` (so a submit is one round
+trip), bodies are msgpack, and the records and error classes are the ones the embedded plane
+returns and raises: callers never ask which plane they hold. Waits are long-polls: the server
+holds the request on its wake-up for up to its cap, and a longer wait simply asks again. This
+module imports only httpx and msgpack, so a producer never pulls in the server stack.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
 
-from ..errors import DispatchError
+import httpx
+import msgpack
+
+from ..errors import ERRORS_BY_CODE, DispatchError, InvalidArgument, QueueFullError
+from ..types import (
+    DEFAULT_NAMESPACE,
+    Claim,
+    Frame,
+    Invocation,
+    QueueInfo,
+    SubmitRequest,
+    WorkerInfo,
+)
+
+MSGPACK = "application/msgpack"
+#: The server holds a long-poll at most this long; a longer wait is split into several.
+SERVER_WAIT_CAP_S = 60.0
+#: Extra client time on top of a long-poll's wait, for the round trip and a busy server.
+WAIT_MARGIN_S = 10.0
+#: Timeout of a request that does not wait.
+REQUEST_TIMEOUT_S = 30.0
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _record(cls: type[R], data: dict[str, Any]) -> R:
+    """A record from a response map; fields a newer server adds are ignored."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _token_from_home() -> str | None:
+    home = Path(os.environ.get("LAKESHORE_HOME") or Path.home() / ".lakeshore")
+    try:
+        return (home / "token").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
 
 
 class HttpDispatch:
-    def __init__(self, url: str, *, token: str | None = None, namespace: str | None = None) -> None:
-        raise DispatchError(
-            "HttpDispatch is not available yet in this build: unset LAKESHORE_URL to use the "
-            "embedded SQLite plane"
+    """A plane behind `lakeshore server`: `HttpDispatch("http://127.0.0.1:8765")`.
+
+    `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
+    server's first start); `namespace` defaults to LAKESHORE_NAMESPACE, then `default`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        namespace: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        base = url or os.environ.get("LAKESHORE_URL")
+        if not base:
+            raise InvalidArgument("HttpDispatch needs a URL (or LAKESHORE_URL)")
+        self.url = base.rstrip("/")
+        self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
+        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home()
+        headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self._timeout_s = timeout_s
+        self._prefix = f"/v1/namespaces/{_segment(self.namespace)}"
+        self._client = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
 
-    def __getattr__(self, name: str) -> Any:  # pragma: no cover - never constructed
-        raise AttributeError(name)
+    def __repr__(self) -> str:
+        return f"HttpDispatch({self.url!r}, namespace={self.namespace!r})"
+
+    def __enter__(self) -> HttpDispatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- transport ----------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        params: dict[str, Any] | None = None,
+        wait_s: float = 0.0,
+        namespaced: bool = True,
+    ) -> Any:
+        url = (self._prefix + path) if namespaced else path
+        content = msgpack.packb(body, use_bin_type=True) if body is not None else None
+        headers = {"content-type": MSGPACK} if content is not None else None
+        try:
+            response = self._client.request(
+                method,
+                url,
+                content=content,
+                headers=headers,
+                params=params,
+                timeout=wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s,
+            )
+        except httpx.HTTPError as exc:
+            raise DispatchError(f"cannot reach the control plane at {self.url}: {exc}") from exc
+        if response.status_code == 204:
+            return None
+        data = self._decode(response)
+        if response.status_code >= 400:
+            raise self._error(response.status_code, data)
+        return data
+
+    @staticmethod
+    def _decode(response: httpx.Response) -> Any:
+        try:
+            if "json" in response.headers.get("content-type", ""):
+                return response.json()
+            return msgpack.unpackb(response.content, raw=False)
+        except Exception:
+            if response.status_code >= 400:
+                return None
+            raise DispatchError(
+                f"undecodable response from the control plane (HTTP {response.status_code})"
+            ) from None
+
+    @staticmethod
+    def _error(status: int, data: Any) -> DispatchError:
+        err = data.get("error") if isinstance(data, dict) else None
+        if not isinstance(err, dict):
+            return DispatchError(f"control plane answered HTTP {status}")
+        message = str(err.get("message", f"HTTP {status}"))
+        cls = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError)
+        if cls is QueueFullError:
+            retry = err.get("retry_after_s")
+            return QueueFullError(
+                message,
+                retry_after_s=float(retry) if isinstance(retry, (int, float)) else None,
+                block=bool(err.get("block")),
+            )
+        return cls(message)
+
+    def _long_poll(self, wait_s: float, once: Callable[[float], T], done: Callable[[T], bool]) -> T:
+        """Split a wait longer than the server's cap into several requests."""
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            value = once(min(remaining, SERVER_WAIT_CAP_S))
+            if done(value) or deadline - time.monotonic() <= 0:
+                return value
+
+    # -- producers ----------------------------------------------------------------------------
+
+    def submit(
+        self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
+    ) -> list[str]:
+        """One request; on a full `on_full: block` queue the server waits up to wait_s for room."""
+        items = [
+            {
+                "payload": r.payload,
+                "key": r.key,
+                "priority": r.priority,
+                "max_attempts": r.max_attempts,
+                "timeout_s": r.timeout_s,
+            }
+            for r in requests
+        ]
+        path = f"/queues/{_segment(queue)}/invocations"
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            wait = min(max(0.0, deadline - time.monotonic()), SERVER_WAIT_CAP_S)
+            try:
+                data = self._request(
+                    "POST",
+                    path,
+                    {"items": items},
+                    params={"wait": wait} if wait > 0 else None,
+                    wait_s=wait,
+                )
+                return list(data["ids"])
+            except QueueFullError as full:
+                if not full.block or deadline - time.monotonic() <= 0:
+                    raise
+
+    def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
+        def once(wait: float) -> Invocation:
+            data = self._request(
+                "GET",
+                f"/invocations/{_segment(inv_id)}",
+                params={"wait": wait} if wait > 0 else None,
+                wait_s=wait,
+            )
+            return _record(Invocation, data)
+
+        return self._long_poll(wait_s, once, lambda inv: inv.terminal)
+
+    def count(self, queue: str, state: str = "queued") -> int:
+        data = self._request("GET", f"/queues/{_segment(queue)}/count", params={"state": state})
+        return int(data["count"])
+
+    def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
+        data = self._request("POST", f"/invocations/{_segment(inv_id)}/cancel", {"kill": kill})
+        return bool(data["cancelled"])
+
+    def _frames_path(self, channel: str) -> str:
+        """A topic channel names its own namespace; an invocation's is this plane's."""
+        if channel.startswith("topic:"):
+            ns, _, rest = channel[len("topic:") :].partition("/")
+            queue, _, name = rest.partition("/")
+            if not (ns and queue and name):
+                raise InvalidArgument(f"malformed topic channel {channel!r}")
+            return f"/v1/namespaces/{_segment(ns)}/topics/{_segment(queue)}/{_segment(name)}/frames"
+        return f"{self._prefix}/invocations/{_segment(channel)}/frames"
+
+    def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
+        path = self._frames_path(channel)
+
+        def once(wait: float) -> tuple[list[Frame], bool]:
+            params: dict[str, Any] = {"since": since}
+            if wait > 0:
+                params["wait"] = wait
+            data = self._request("GET", path, params=params, wait_s=wait, namespaced=False)
+            frames = [_record(Frame, f) for f in data["frames"]]
+            return frames, bool(data.get("ended"))
+
+        # `ended`: the invocation finished with nothing after `since`; waiting more is pointless.
+        frames, _ = self._long_poll(wait_s, once, lambda r: bool(r[0]) or r[1])
+        return frames
+
+    def post(
+        self, channel: str, kind: str, value: bytes | None, *, lease: str | None = None
+    ) -> int:
+        body = {"kind": kind, "value": value, "lease": lease}
+        data = self._request("POST", self._frames_path(channel), body, namespaced=False)
+        return int(data["seq"])
+
+    def topic_channel(self, queue: str, name: str) -> str:
+        return f"topic:{self.namespace}/{queue}/{name}"
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+    ) -> Claim | None:
+        def once(wait: float) -> Claim | None:
+            body = {
+                "queues": list(queues),
+                "worker": worker,
+                "lease_s": lease_s,
+                "kind": kind,
+                "temperature": temperature,
+                "wait": wait,
+            }
+            data = self._request("POST", "/claims", body, wait_s=wait)
+            claim = data["claim"]
+            return _record(Claim, claim) if claim is not None else None
+
+        return self._long_poll(wait_s, once, lambda c: c is not None)
+
+    def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
+        self._request(
+            "POST", f"/invocations/{_segment(inv_id)}/ack", {"lease": lease, "result": result}
+        )
+
+    def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
+        data = self._request(
+            "POST",
+            f"/invocations/{_segment(inv_id)}/nack",
+            {"lease": lease, "error": error, "retry": retry},
+        )
+        return str(data["state"])
+
+    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
+        self._request(
+            "POST",
+            f"/invocations/{_segment(inv_id)}/end",
+            {"lease": lease, "state": state, "error": error},
+        )
+
+    def release(self, inv_id: str, lease: str) -> bool:
+        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", {"lease": lease})
+        return bool(data["released"])
+
+    def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
+        if not leases:
+            return {}
+        data = self._request("POST", "/leases/renew", {"leases": list(leases), "lease_s": lease_s})
+        return {str(k): bool(v) for k, v in data["leases"].items()}
+
+    # -- queues -------------------------------------------------------------------------------
+
+    def create_queue(self, name: str, **fields: Any) -> QueueInfo:
+        return _record(QueueInfo, self._request("POST", "/queues", {"name": name, **fields}))
+
+    def queue(self, name: str) -> QueueInfo:
+        return _record(QueueInfo, self._request("GET", f"/queues/{_segment(name)}"))
+
+    def queues(self, *, state: str | None = None) -> list[QueueInfo]:
+        data = self._request("GET", "/queues", params={"state": state} if state else None)
+        return [_record(QueueInfo, q) for q in data["queues"]]
+
+    def patch_queue(self, name: str, changes: dict[str, Any]) -> QueueInfo:
+        data = self._request(
+            "PATCH", f"/queues/{_segment(name)}", dict(changes), params={"elasticity": "merge"}
+        )
+        return _record(QueueInfo, data)
+
+    def set_queue_state(self, name: str, action: str) -> QueueInfo:
+        if action not in ("archive", "unarchive", "drain"):
+            raise InvalidArgument(f"unknown queue action '{action}'; use archive|unarchive|drain")
+        return _record(QueueInfo, self._request("POST", f"/queues/{_segment(name)}/{action}"))
+
+    def delete_queue(self, name: str, *, force: bool = False) -> None:
+        self._request(
+            "DELETE", f"/queues/{_segment(name)}", params={"force": "true"} if force else None
+        )
+
+    def events(self, name: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        data = self._request(
+            "GET", f"/queues/{_segment(name)}/events", params={"verbose": "true", "limit": limit}
+        )
+        return list(data["events"])
+
+    def stats(self, name: str) -> dict[str, Any]:
+        return dict(self._request("GET", f"/queues/{_segment(name)}/stats"))
+
+    # -- worker rows --------------------------------------------------------------------------
+
+    def register_worker(self, name: str, **fields: Any) -> WorkerInfo:
+        body = {"name": name, **fields}
+        if "queues" in body:
+            body["queues"] = list(body["queues"])
+        return _record(WorkerInfo, self._request("POST", "/workers", body))
+
+    def heartbeat(
+        self, worker_id: str, load: dict[str, Any], *, state: str = "alive"
+    ) -> WorkerInfo:
+        data = self._request(
+            "POST", f"/workers/{_segment(worker_id)}/heartbeat", {"load": load, "state": state}
+        )
+        return _record(WorkerInfo, data)
+
+    def worker(self, ref: str) -> WorkerInfo:
+        return _record(WorkerInfo, self._request("GET", f"/workers/{_segment(ref)}"))
+
+    def workers(self) -> list[WorkerInfo]:
+        data = self._request("GET", "/workers")
+        return [_record(WorkerInfo, w) for w in data["workers"]]
+
+    def update_worker_queues(
+        self, ref: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> WorkerInfo:
+        data = self._request(
+            "POST", f"/workers/{_segment(ref)}/queues", {"add": list(add), "remove": list(remove)}
+        )
+        return _record(WorkerInfo, data)
+
+    def set_worker_state(self, ref: str, state: str) -> WorkerInfo:
+        data = self._request("POST", f"/workers/{_segment(ref)}/state", {"state": state})
+        return _record(WorkerInfo, data)

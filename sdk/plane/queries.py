@@ -33,7 +33,16 @@ class Dialect:
 
 SQLITE = Dialect(
     name="sqlite",
-    words={"blob": "BLOB", "real": "REAL", "serial": "INTEGER PRIMARY KEY", "skip_locked": ""},
+    words={
+        "blob": "BLOB",
+        "real": "REAL",
+        "serial": "INTEGER PRIMARY KEY",
+        "skip_locked": "",
+        "for_update": "",
+        # A line that starts with {postgres_only} is a comment here: storage tuning (fillfactor,
+        # autovacuum) that SQLite has no equivalent of.
+        "postgres_only": "--",
+    },
     param_style=":{}",
 )
 POSTGRES = Dialect(
@@ -43,6 +52,8 @@ POSTGRES = Dialect(
         "real": "DOUBLE PRECISION",
         "serial": "BIGSERIAL PRIMARY KEY",
         "skip_locked": "FOR UPDATE SKIP LOCKED",
+        "for_update": "FOR UPDATE",
+        "postgres_only": "",
     },
     param_style="%({})s",
 )
@@ -58,6 +69,16 @@ def _sections(filename: str) -> dict[str, str]:
 @cache
 def queries(dialect: Dialect) -> dict[str, str]:
     return {name: dialect.render(sql) for name, sql in _sections("queries.sql").items()}
+
+
+@cache
+def engine_queries(dialect: Dialect) -> dict[str, str]:
+    """Statements only one engine runs (`sql/<dialect>.sql`): Postgres's locks and NOTIFY.
+
+    They are plumbing around the shared statements, never semantics: the store does not know
+    they exist.
+    """
+    return {name: dialect.render(sql) for name, sql in _sections(f"{dialect.name}.sql").items()}
 
 
 @cache

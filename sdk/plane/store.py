@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 from ulid import ULID
 
-from ..errors import Conflict, InvalidArgument, LeaseLost, NotFound, QueueFullError
+from ..errors import Conflict, InvalidArgument, LeaseLost, NotFound
 from ..types import (
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_DESCRIPTION,
@@ -35,6 +35,7 @@ from ..types import (
     check_state,
     normalize_kind,
 )
+from .admission import admit, deadline_for
 from .connector import Connector, Row, Transaction
 
 #: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
@@ -94,7 +95,8 @@ class SqlStore:
         ids: list[str] = []
         with self.connector.transaction() as tx:
             info = self._queue_for_submit(tx, ns, queue, now)
-            self._admit(tx, info, len(requests))
+            admit(tx, info, requests, now)
+            deadline_at = deadline_for(info, now)
             for req in requests:
                 row = tx.one(
                     "insert_invocation",
@@ -107,6 +109,7 @@ class SqlStore:
                     max_attempts=req.max_attempts,
                     timeout_s=req.timeout_s,
                     now=now,
+                    deadline_at=deadline_at,
                 )
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
@@ -128,17 +131,6 @@ class SqlStore:
                 + (" (unarchive it to reopen)" if info.state == "archived" else "")
             )
         return info
-
-    def _admit(self, tx: Transaction, info: QueueInfo, n: int) -> None:
-        max_depth = info.admission.get("max_depth")
-        if max_depth is None:
-            return
-        depth = tx.one("count_state", ns=info.namespace, queue=info.name, state="queued")
-        queued = depth["n"] if depth else 0
-        if queued + n > int(max_depth):
-            raise QueueFullError(
-                f"queue '{info.name}' is full: {queued} queued, max_depth {max_depth}"
-            )
 
     def invocation(self, ns: str, inv_id: str) -> Invocation:
         with self.connector.transaction(write=False) as tx:
@@ -196,7 +188,7 @@ class SqlStore:
             expired = self._sweep(tx, now)
             resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
             row = self._claim_row(tx, resolved, temperature, params)
-        if expired:
+        if expired or row:  # a claim makes room that a blocked submit may be waiting for
             self.waker.notify()
         return _claim(row) if row else None
 
@@ -228,18 +220,19 @@ class SqlStore:
         return moved
 
     def _sweep(self, tx: Transaction, now: float) -> int:
+        timed_out = tx.all("expire_deadlines", now=now)
         requeued = tx.all("requeue_expired", now=now)
         ended = tx.all("end_expired", now=now)
-        for row in ended:
-            self._append(tx, row["id"], "END", None, now)
-        return len(requeued) + len(ended)
+        for row in ended:  # an ERROR frame, so a stream raises as result() does
+            self._append(tx, row["id"], "ERROR", msgpack.packb(row["error"]), now)
+        return len(timed_out) + len(requeued) + len(ended)
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
         now = time.time()
         with self.connector.transaction() as tx:
-            if tx.one("settle_success", id=inv_id, lease=lease, result=result, now=now):
-                self._close_journal(tx, inv_id, now)
-            else:
+            # No END frame: a reader that finds no more frames and a succeeded row has reached
+            # the end, which saves a write on every job that never streamed.
+            if not tx.one("settle_success", id=inv_id, lease=lease, result=result, now=now):
                 self._refuse_settle(tx, inv_id, lease, "succeeded", "ack")
                 return
         self.waker.notify()
@@ -355,11 +348,6 @@ class SqlStore:
         row = tx.one("append_frame", channel=channel, kind=kind, value=value, now=now)
         assert row is not None
         return int(row["seq"])
-
-    def _close_journal(self, tx: Transaction, channel: str, now: float) -> None:
-        last = tx.one("last_frame", channel=channel)
-        if last is None or last["kind"] not in ("END", "ERROR"):
-            self._append(tx, channel, "END", None, now)
 
     def frames(self, channel: str, since: int = -1, limit: int = FRAME_PAGE) -> list[Frame]:
         with self.connector.transaction(write=False) as tx:

@@ -42,8 +42,9 @@ WHERE namespace = :ns AND queue = :queue ORDER BY id DESC LIMIT :limit;
 
 -- name: insert_invocation
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
-    timeout_s, created_at)
-VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now)
+    timeout_s, created_at, deadline_at)
+VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
+    :deadline_at)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -65,6 +66,7 @@ WHERE namespace = :ns AND state IN ('queued', 'running') GROUP BY queue, state;
 -- name: priority_levels
 SELECT priority, count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
+  AND (deadline_at IS NULL OR deadline_at >= :now)
   AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
 GROUP BY priority;
 
@@ -75,6 +77,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id = (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
+      AND (deadline_at IS NULL OR deadline_at >= :now)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
@@ -86,6 +89,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id = (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
+      AND (deadline_at IS NULL OR deadline_at >= :now)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
@@ -103,9 +107,13 @@ WHERE id = (
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
 
 -- name: requeue_expired
+-- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
+-- instead of queueing behind, or deadlocking with, each other.
 UPDATE invocations SET state = 'queued', lease = NULL, worker = NULL, not_before = 0
-WHERE state = 'running' AND lease_expires_at < :now AND attempt < max_attempts
-  AND kill_requested = 0
+WHERE id IN (
+    SELECT id FROM invocations
+    WHERE state = 'running' AND lease_expires_at < :now AND attempt < max_attempts
+      AND kill_requested = 0 {skip_locked})
 RETURNING id;
 
 -- name: end_expired
@@ -114,13 +122,14 @@ SET state = CASE WHEN kill_requested = 1 THEN 'killed' ELSE 'failed' END,
     error = 'lease expired on attempt ' || attempt || ' of ' || max_attempts
         || ' (the worker stopped heartbeating)',
     finished_at = :now
-WHERE state = 'running' AND lease_expires_at < :now
-RETURNING id;
+WHERE id IN (
+    SELECT id FROM invocations WHERE state = 'running' AND lease_expires_at < :now {skip_locked})
+RETURNING id, error;
 
--- name: cutoff_queued
+-- name: expire_deadlines
 UPDATE invocations SET state = 'timeout', finished_at = :now,
     error = 'not started within the queue''s deadline_cutoff_s'
-WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND created_at < :cutoff
+WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at < :now
 RETURNING id;
 
 -- name: settle_success
@@ -147,7 +156,9 @@ WHERE id = :id AND lease = :lease AND state = 'running'
 RETURNING id;
 
 -- name: lease_of
-SELECT state, lease, lease_expires_at FROM invocations WHERE id = :id;
+-- Read where a write follows (post, nack, a refused settle): {for_update} holds the row on
+-- Postgres so a sweep cannot re-dispatch the job between this check and the write.
+SELECT state, lease, lease_expires_at FROM invocations WHERE id = :id {for_update};
 
 -- name: renew_leases
 UPDATE invocations SET lease_expires_at = :expires
@@ -241,3 +252,15 @@ UPDATE namespaces SET org = :org WHERE name = :ns;
 
 -- name: auth_list_namespaces
 SELECT name, org, created_at FROM namespaces ORDER BY name;
+
+-- name: key_exists
+SELECT 1 AS found FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :key;
+
+-- name: get_bucket
+SELECT tokens, updated_at FROM rate_buckets WHERE namespace = :ns AND queue = :queue
+{for_update};
+
+-- name: put_bucket
+INSERT INTO rate_buckets (namespace, queue, tokens, updated_at)
+VALUES (:ns, :queue, :tokens, :now)
+ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now;

@@ -96,3 +96,33 @@ CREATE TABLE IF NOT EXISTS tokens (
     label       TEXT NOT NULL DEFAULT '',
     created_at  {real} NOT NULL
 );
+
+-- migration: 2
+-- Admission: a job's start deadline is fixed at submit from the queue's deadline_cutoff_s, so
+-- claims and the sweep compare one column instead of reading every queue's policy.
+ALTER TABLE invocations ADD COLUMN deadline_at {real};
+CREATE INDEX IF NOT EXISTS invocations_deadline
+    ON invocations (deadline_at) WHERE state = 'queued' AND deadline_at IS NOT NULL;
+
+-- The token bucket behind admission.rate_limit, in the store so every replica shares it.
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    namespace   TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    tokens      {real} NOT NULL,
+    updated_at  {real} NOT NULL,
+    PRIMARY KEY (namespace, queue)
+);
+
+-- migration: 3
+-- Postgres storage for a churning queue (SQLite renders these lines as comments); the reasons
+-- are in docs/postgres.md. invocations: each row is rewritten 3+ times (claim, renewals, settle)
+-- and its claim index points at the few queued rows, so vacuum early and cheaply (1% dead, not
+-- the default 20%), and leave 20% of each page free so a row's next version lands on its page.
+-- frames: insert-mostly, trimmed by retention. workers: a heartbeat touches no indexed column,
+-- so with free page space every heartbeat is a HOT update that writes no index.
+{postgres_only} ALTER TABLE invocations SET (fillfactor = 80,
+{postgres_only}     autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+{postgres_only}     autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_limit = 2000);
+{postgres_only} ALTER TABLE frames SET (autovacuum_vacuum_scale_factor = 0.02,
+{postgres_only}     autovacuum_vacuum_insert_scale_factor = 0.05);
+{postgres_only} ALTER TABLE workers SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.05);

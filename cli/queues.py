@@ -1,0 +1,319 @@
+"""`lakeshore queues`: the Queues page's verbs, against the embedded plane or a server.
+
+The verbs are exactly the page's, irregular ones included (`ls`, `rm`). Every command takes
+`--url/--token/--namespace` (see `context.py`), so the same line works on this box's SQLite
+plane and on a control plane; `--json` prints machine-readable output for scripts, otherwise a
+rich table for people.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..plane.base import Plane
+from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
+from .context import open_plane, plane_options
+
+KINDS = ("fifo", "priority", "filo", "boltzmann")
+ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
+
+
+@contextmanager
+def _plane(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
+    plane = open_plane(url, token, namespace)
+    try:
+        yield plane
+    finally:
+        plane.close()
+
+
+def _json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(_plain(value), indent=2, sort_keys=True, default=str))
+
+
+def _when(ts: Any) -> str:
+    return datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S") if ts else ""
+
+
+def _brief(policy: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in policy.items()) if policy else "-"
+
+
+def _members(plane: Plane, name: str) -> list[WorkerInfo]:
+    """Who pulls from `name`: its name in Worker.queues, or the empty list for default."""
+    return [
+        w
+        for w in plane.workers()
+        if w.state != "gone" and (name in w.queues or (name == DEFAULT_QUEUE and not w.queues))
+    ]
+
+
+def _print_queue(info: Any, console: Console) -> None:
+    table = Table(show_header=False, box=None)
+    for key in ("namespace", "name", "kind", "state", "description"):
+        table.add_row(key, str(getattr(info, key)))
+    table.add_row("elasticity", _brief(info.elasticity))
+    table.add_row("admission", _brief(info.admission))
+    table.add_row("created", _when(info.created_at))
+    table.add_row("updated", _when(info.updated_at))
+    console.print(table)
+
+
+@click.group("queues")
+def queues() -> None:
+    """Queues: named pipes of pending work that daemons subscribe to."""
+
+
+@queues.command("ls")
+@click.option("--state", type=click.Choice(QUEUE_STATES), default=None, help="Only this state.")
+@_json_option
+@plane_options
+def ls(
+    state: str | None, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """List the queues of the namespace's org (the default queue appears on first use)."""
+    with _plane(url, token, namespace) as plane:
+        rows = plane.queues(state=state)
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table("namespace", "name", "kind", "state", "elasticity", "description")
+    for q in rows:
+        table.add_row(
+            q.namespace, q.name, q.kind, q.state, q.elasticity.get("kind", "none"), q.description
+        )
+    Console().print(table)
+
+
+@queues.command("add")
+@click.argument("name")
+@click.option("--kind", type=click.Choice(KINDS), default="fifo", show_default=True)
+@click.option(
+    "--elasticity",
+    "elasticity_kind",
+    type=click.Choice(ELASTICITY),
+    default=None,
+    help="Scaling policy kind; fixed / elastic / fully_elastic also need --max.",
+)
+@click.option(
+    "--min", "min_workers", type=click.IntRange(0), default=None, help="elasticity.min (workers)."
+)
+@click.option(
+    "--max", "max_workers", type=click.IntRange(0), default=None, help="elasticity.max (workers)."
+)
+@click.option("--description", default="", help="Free text.")
+@click.option("--max-depth", type=click.IntRange(1), default=None, help="admission.max_depth.")
+@click.option(
+    "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
+)
+@_json_option
+@plane_options
+def add(
+    name: str,
+    kind: str,
+    elasticity_kind: str | None,
+    min_workers: int | None,
+    max_workers: int | None,
+    description: str,
+    max_depth: int | None,
+    on_full: str | None,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Create queue NAME."""
+    elasticity: dict[str, Any] = {"kind": elasticity_kind or "none"}
+    for key, value in (("min", min_workers), ("max", max_workers)):
+        if value is not None:
+            elasticity[key] = value
+    if elasticity["kind"] in ("fixed", "elastic", "fully_elastic") and "max" not in elasticity:
+        raise click.UsageError(f"--elasticity {elasticity['kind']} needs --max N")
+    admission = _admission(max_depth, on_full)
+    with _plane(url, token, namespace) as plane:
+        info = plane.create_queue(
+            name, kind=kind, description=description, elasticity=elasticity, admission=admission
+        )
+    if as_json:
+        _emit_json(info)
+    else:
+        click.echo(f"created queue {info.name} ({info.kind}) in {info.namespace}")
+
+
+def _admission(max_depth: int | None, on_full: str | None) -> dict[str, Any]:
+    admission: dict[str, Any] = {}
+    if max_depth is not None:
+        admission["max_depth"] = max_depth
+    if on_full is not None:
+        admission["on_full"] = on_full
+    return admission
+
+
+@queues.command("show")
+@click.argument("name")
+@_json_option
+@plane_options
+def show(
+    name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """The full queue row and the workers pulling from it now."""
+    with _plane(url, token, namespace) as plane:
+        info = plane.queue(name)
+        members = _members(plane, name)
+    if as_json:
+        _emit_json({**asdict(info), "members": [asdict(m) for m in members]})
+        return
+    console = Console()
+    _print_queue(info, console)
+    table = Table("member", "id", "host", "state", "queues", title="members")
+    for w in members:
+        table.add_row(w.name, w.id, w.host or "", w.state, ", ".join(w.queues) or "(default)")
+    console.print(table if members else "members: none")
+
+
+@queues.command("patch")
+@click.argument("name")
+@click.option("--max-depth", type=click.IntRange(1), default=None, help="admission.max_depth.")
+@click.option(
+    "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
+)
+@click.option("--description", default=None, help="Free text.")
+@click.option("--kind", "kind", default=None, hidden=True)
+@click.option("--elasticity", "elasticity", default=None, hidden=True)
+@_json_option
+@plane_options
+def patch(
+    name: str,
+    max_depth: int | None,
+    on_full: str | None,
+    description: str | None,
+    kind: str | None,
+    elasticity: str | None,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Change a queue in place (not its kind or elasticity kind)."""
+    if kind is not None or elasticity is not None:
+        raise click.UsageError(
+            "patch cannot change --kind or --elasticity: PATCH the queue's elasticity object "
+            "over HTTP, or recreate the queue"
+        )
+    changes: dict[str, Any] = {}
+    admission = _admission(max_depth, on_full)
+    if admission:
+        changes["admission"] = admission
+    if description is not None:
+        changes["description"] = description
+    if not changes:
+        raise click.UsageError("nothing to patch: pass --max-depth, --on-full or --description")
+    with _plane(url, token, namespace) as plane:
+        info = plane.patch_queue(name, changes)
+    if as_json:
+        _emit_json(info)
+    else:
+        _print_queue(info, Console())
+
+
+def _lifecycle(action: str, help_text: str) -> None:
+    @queues.command(action, help=help_text)
+    @click.argument("name")
+    @_json_option
+    @plane_options
+    def command(
+        name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+    ) -> None:
+        with _plane(url, token, namespace) as plane:
+            info = plane.set_queue_state(name, action)
+        if as_json:
+            _emit_json(info)
+        else:
+            click.echo(f"queue {info.name}: {info.state}")
+
+
+_lifecycle("archive", "Soft-delete NAME: keep the row, refuse submits and claims.")
+_lifecycle("unarchive", "Back to active (reverses archive and drain).")
+_lifecycle("drain", "Stop admitting submits to NAME; in-flight work finishes.")
+
+
+@queues.command("rm")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Scrub NAME out of every worker's queues first.")
+@plane_options
+def rm(name: str, force: bool, url: str | None, token: str | None, namespace: str | None) -> None:
+    """Hard-delete NAME; refused while workers are members unless --force."""
+    with _plane(url, token, namespace) as plane:
+        plane.delete_queue(name, force=force)
+    click.echo(f"deleted queue {name}")
+
+
+@queues.command("events")
+@click.argument("name")
+@click.option("--verbose", "-v", is_flag=True, help="Include each event's detail.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@_json_option
+@plane_options
+def events(
+    name: str,
+    verbose: bool,
+    limit: int,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """What happened to NAME, newest first (created, patched, drained, scaled, ...)."""
+    with _plane(url, token, namespace) as plane:
+        rows = plane.events(name, limit=limit)
+    if not verbose:
+        rows = [{k: v for k, v in r.items() if k != "detail"} for r in rows]
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table("at", "event", *(["detail"] if verbose else []))
+    for r in rows:
+        extra = [json.dumps(r.get("detail", {}), sort_keys=True)] if verbose else []
+        table.add_row(_when(r["at"]), str(r["kind"]), *extra)
+    Console().print(table)
+
+
+@queues.command("stats")
+@click.argument("name")
+@_json_option
+@plane_options
+def stats(
+    name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """daemon_count / utilization / pending for NAME."""
+    with _plane(url, token, namespace) as plane:
+        figures = plane.stats(name)
+    if as_json:
+        _emit_json(figures)
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in figures.items():
+        shown = f"{value:.0%}" if key == "utilization" else str(value)
+        table.add_row(key, shown)
+    Console().print(table)

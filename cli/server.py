@@ -1,0 +1,80 @@
+"""`lakeshore server`: the control plane over HTTP, on the same store as the embedded plane.
+
+The first start on a store with no token creates namespace `default` and an admin token,
+written to `$LAKESHORE_HOME/token` (0600) and printed once; later starts print nothing secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..plane.store import SqlStore
+
+
+def store_option(fn: Any) -> Any:
+    """`--store` for the commands that act on a store directly (server, tokens, namespaces).
+
+    They run on the control host and open the database the server serves, not a URL, because
+    they are how the first tokens come to exist.
+    """
+    return click.option(
+        "--store",
+        envvar="LAKESHORE_STORE",
+        default=None,
+        help="SQLite path or postgresql:// URL (default: $LAKESHORE_HOME/lakeshore.db).",
+    )(fn)
+
+
+def open_cli_store(store: str | None) -> SqlStore:
+    from ..plane.dispatch import home, open_store
+
+    return open_store(store or home() / "lakeshore.db")
+
+
+@click.command("server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@store_option
+@click.option(
+    "--max-body-mb",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+    help="Largest request body accepted (413 above it).",
+)
+@click.option(
+    "--log-level",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+def server(host: str, port: int, store: str | None, max_body_mb: int, log_level: str) -> None:
+    """Run the control plane (Starlette + uvicorn; needs the `server` extra)."""
+    try:
+        import uvicorn
+
+        from ..server.app import create_app
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(
+            f"the server needs the 'server' extra ({exc.name} is missing): "
+            "pip install 'dreamlake-lakeshore[server]'"
+        ) from None
+    from ..plane.auth import bootstrap
+    from ..plane.dispatch import home
+
+    sql = open_cli_store(store)
+    token = bootstrap(sql, home())
+    if token is not None:
+        click.echo(f"admin token (shown once, also in {home() / 'token'}): {token}", err=True)
+    app = create_app(sql, max_body=max_body_mb * 1024 * 1024)
+    click.echo(f"lakeshore server on http://{host}:{port}", err=True)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=3,
+        access_log=log_level in ("info", "debug"),
+    )

@@ -1,0 +1,53 @@
+"""`lakeshore tokens`: mint and list bearer tokens, on the store directly (control host only)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .server import open_cli_store, store_option
+
+
+@click.group("tokens")
+def tokens() -> None:
+    """Bearer tokens for the control plane (stored hashed; shown once)."""
+
+
+@tokens.command("create")
+@click.option("--namespace", "-n", required=True, help="Namespace the token is scoped to.")
+@click.option("--org", default=None, help="Put the namespace in this org (siblings share tokens).")
+@click.option("--label", default="", help="A note to tell tokens apart.")
+@store_option
+def create(namespace: str, org: str | None, label: str, store: str | None) -> None:
+    """Create a token for NAMESPACE (created if missing) and print it once."""
+    from ..plane.auth import create_token
+
+    sql = open_cli_store(store)
+    try:
+        click.echo(create_token(sql, namespace, label=label, org=org))
+    finally:
+        sql.close()
+
+
+@tokens.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+@store_option
+def ls(as_json: bool, store: str | None) -> None:
+    """List tokens (digest prefix, namespace, label); the secrets themselves are not stored."""
+    from ..plane.auth import list_tokens
+
+    sql = open_cli_store(store)
+    try:
+        rows = list_tokens(sql)
+    finally:
+        sql.close()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("digest", "namespace", "label", "created_at")
+    for r in rows:
+        table.add_row(str(r["hash"]), str(r["namespace"]), str(r["label"]), str(r["created_at"]))
+    Console().print(table)

@@ -1,0 +1,122 @@
+"""The ASGI control plane: `create_app(store)` over the same `SqlStore` as the embedded plane.
+
+No middleware stack: every route goes through one wrapper (`endpoint.py`), which keeps a local
+round trip short. The lifespan runs the lease sweeper, so an attempt whose worker vanished is
+requeued (or ended) within about a second even when nobody is claiming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .. import __version__, codec
+from ..errors import DispatchError, NotFound
+from ..plane.store import SqlStore
+from . import routes_invocations, routes_queues, routes_workers
+from .auth import Grants
+from .endpoint import Api, Call, ServerState
+from .longpoll import MAX_WAIT_S
+from .openapi import document
+from .wire import MAX_BODY_BYTES, MethodNotAllowed, error_response, wants_json
+
+log = logging.getLogger("lakeshore.server")
+
+#: How often expired leases are swept when nothing else triggers a sweep.
+SWEEP_INTERVAL_S = 1.0
+
+
+async def hello(call: Call) -> dict[str, Any]:
+    state: ServerState = call.request.app.state.lakeshore
+    return {
+        "server": "lakeshore",
+        "version": __version__,
+        "api": "v1",
+        "codec_version": codec.CODEC_VERSION,
+        "pickle_protocol": codec.PICKLE_PROTOCOL,
+        "max_body_bytes": state.max_body,
+        "max_wait_s": MAX_WAIT_S,
+        "bytes_in_json": "base64",
+    }
+
+
+def all_apis() -> list[Api]:
+    return [
+        Api(
+            "GET",
+            "/v1/hello",
+            hello,
+            "Versions, codec version and pickle protocol",
+            namespaced=False,
+            auth=False,
+            response="Hello",
+        ),
+        *routes_queues.ROUTES,
+        *routes_invocations.ROUTES,
+        *routes_workers.ROUTES,
+    ]
+
+
+async def _sweeper(store: SqlStore, interval_s: float) -> None:
+    """Requeue expired leases on a timer (a timer, not a wait: nothing signals expiry)."""
+    while True:
+        try:
+            await run_in_threadpool(store.sweep)
+        except Exception:  # a failed sweep is retried next tick; never kill the loop
+            log.exception("lease sweep failed")
+        await asyncio.sleep(interval_s)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and wrong methods answer in the same error shape as everything else."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    err: DispatchError
+    if status == 405:
+        err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+    else:
+        err = NotFound(f"no route {request.method} {request.url.path}")
+    return error_response(err, as_json=wants_json(request))
+
+
+def create_app(
+    store: SqlStore,
+    *,
+    max_body: int = MAX_BODY_BYTES,
+    sweep_interval_s: float = SWEEP_INTERVAL_S,
+    close_store: bool = True,
+) -> Starlette:
+    apis = all_apis()
+    openapi = JSONResponse(document(apis))
+
+    async def openapi_json(request: Request) -> Response:
+        return openapi  # always JSON: it is read by tools and people, not by the SDK
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_sweeper(store, sweep_interval_s))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            if close_store:
+                store.close()
+
+    app = Starlette(
+        routes=[*(api.route() for api in apis), Route("/openapi.json", openapi_json)],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
+    )
+    app.state.lakeshore = ServerState(store=store, max_body=max_body, grants=Grants())
+    return app

@@ -1,0 +1,120 @@
+"""One wrapper around every route: auth, body limits, decoding, error mapping, encoding.
+
+Handlers receive a `Call` (the store, the namespace, checked accessors for body and query) and
+return plain data; they never build responses or catch errors. Every `DispatchError` becomes its
+status and `{error: {code, message}}`; anything else is a bug of ours, logged, and answered 500
+in the same shape. Each route is also declared as an `Api` record so that the OpenAPI document
+is generated from the same table the router is, and cannot drift from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import DispatchError
+from ..plane.store import SqlStore
+from .auth import Grants, authenticate
+from .wire import Fields, Query, decode_body, error_response, read_body, respond, wants_json
+
+log = logging.getLogger("lakeshore.server")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+NS_PREFIX = "/v1/namespaces/{ns}"
+
+
+@dataclass
+class ServerState:
+    """What every request needs from the app; lives on `app.state.lakeshore`."""
+
+    store: SqlStore
+    max_body: int
+    grants: Grants
+
+
+class InternalError(DispatchError):
+    code = "internal"
+    status = 500
+
+
+@dataclass
+class Call:
+    """One request as a handler sees it."""
+
+    request: Request
+    store: SqlStore
+    ns: str
+    body: Fields
+    query: Query
+
+    def param(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking store call in a worker thread."""
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Api:
+    """A route: how it is served and how the OpenAPI document describes it."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    status: int = 200
+    namespaced: bool = True
+    auth: bool = True
+    #: OpenAPI component names for the request body and the response (None: no body).
+    body: str | None = None
+    response: str | None = None
+    query: tuple[str, ...] = ()
+
+    @property
+    def full_path(self) -> str:
+        return NS_PREFIX + self.path if self.namespaced else self.path
+
+    def route(self) -> Route:
+        return Route(
+            self.full_path.replace("{channel}", "{channel:path}"),
+            _endpoint(self),
+            methods=[self.method],
+            name=f"{self.method} {self.full_path}",
+        )
+
+
+def _endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        as_json = wants_json(request)
+        try:
+            state: ServerState = request.app.state.lakeshore
+            ns = request.path_params.get("ns")
+            if api.auth:
+                await authenticate(request, state.store, ns, state.grants)
+            raw = await read_body(request, state.max_body)
+            body = decode_body(raw, request.headers.get("content-type", ""))
+            call = Call(request, state.store, ns or "", Fields(body), Query(request))
+            data = await api.handler(call)
+        except DispatchError as exc:
+            return error_response(exc, as_json=as_json)
+        except Exception as exc:
+            log.exception("unexpected error on %s %s", request.method, request.url.path)
+            return error_response(
+                InternalError(f"internal error: {type(exc).__name__}"), as_json=as_json
+            )
+        return respond(data, status=api.status if data is not None else 204, as_json=as_json)
+
+    return endpoint

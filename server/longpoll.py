@@ -1,0 +1,69 @@
+"""Long-polls: hold a request until the store has what it asks for, without holding a thread.
+
+Each check is a blocking store read, so it runs in a worker thread; between checks the request
+awaits the store's `Waker` (bumped by every commit, in this process or, for SQLite, in the
+others), so a thousand idle claims cost a thousand futures, not a thousand threads. A generation
+read before the check closes the race with a commit landing between the check and the wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..errors import QueueFullError
+from ..plane.store import SqlStore
+from ..plane.wakeup import SAFETY_POLL_S
+
+#: The longest a single request is held; clients asking for more simply ask again.
+MAX_WAIT_S = 60.0
+
+T = TypeVar("T")
+
+
+async def wait_until(
+    store: SqlStore,
+    fetch: Callable[[], T],
+    ready: Callable[[T], bool],
+    wait_s: float,
+    request: Request | None = None,
+) -> T:
+    """`fetch()` until `ready`, up to `wait_s` (capped); the last value either way.
+
+    With `request`, a caller that hung up ends the wait early: nothing would read the answer.
+    """
+    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    waker = store.waker
+    while True:
+        generation = waker.generation
+        value = await run_in_threadpool(fetch)
+        remaining = deadline - time.monotonic()
+        if ready(value) or remaining <= 0:
+            return value
+        await waker.wait_async(generation, min(remaining, SAFETY_POLL_S))
+        if request is not None and await request.is_disconnected():
+            return value
+
+
+async def admit(store: SqlStore, submit: Callable[[], T], wait_s: float) -> T:
+    """Run `submit`; while a blocking queue is full, wait for room up to `wait_s` (capped).
+
+    Room appears when a claim commits (a wake-up) or, under a rate limit, as time passes (the
+    refusal says when), so the wait is on the waker bounded by the refusal's retry hint.
+    """
+    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    waker = store.waker
+    while True:
+        generation = waker.generation
+        try:
+            return await run_in_threadpool(submit)
+        except QueueFullError as full:
+            remaining = deadline - time.monotonic()
+            if not full.block or remaining <= 0:
+                raise
+            hint = full.retry_after_s or SAFETY_POLL_S
+            await waker.wait_async(generation, min(remaining, hint, SAFETY_POLL_S))

@@ -1,0 +1,288 @@
+"""The OpenAPI document, built from the same `Api` table the router serves.
+
+Paths, methods, status codes and query parameters come from the route records, so they cannot
+drift from what is served; the schemas below are written by hand. Bytes fields are
+`format: byte`: msgpack bin on the wire, base64 strings in JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+from .endpoint import Api
+
+BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
+NUM = {"type": "number"}
+INT = {"type": "integer"}
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+OBJ = {"type": "object", "additionalProperties": True}
+STRS = {"type": "array", "items": STR}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {
+            "error": _obj(
+                {"code": STR, "message": STR, "block": BOOL, "retry_after_s": NUM},
+                ("code", "message"),
+            )
+        },
+        ("error",),
+    ),
+    "Hello": _obj(
+        {
+            "server": STR,
+            "version": STR,
+            "api": STR,
+            "codec_version": INT,
+            "pickle_protocol": INT,
+            "max_body_bytes": INT,
+            "max_wait_s": NUM,
+            "bytes_in_json": STR,
+        }
+    ),
+    "QueueCreate": _obj(
+        {"name": STR, "kind": STR, "description": STR, "elasticity": OBJ, "admission": OBJ},
+        ("name",),
+    ),
+    "QueuePatch": _obj({"description": STR, "admission": OBJ, "elasticity": OBJ, "kind": STR}),
+    "QueueInfo": _obj(
+        {
+            "namespace": STR,
+            "name": STR,
+            "kind": STR,
+            "state": STR,
+            "description": STR,
+            "elasticity": OBJ,
+            "admission": OBJ,
+            "created_at": NUM,
+            "updated_at": NUM,
+        }
+    ),
+    "QueueShow": {
+        "allOf": [
+            _ref("QueueInfo"),
+            _obj({"members": {"type": "array", "items": _ref("WorkerInfo")}}),
+        ]
+    },
+    "QueueList": _obj({"queues": {"type": "array", "items": _ref("QueueInfo")}}),
+    "EventList": _obj(
+        {
+            "events": {
+                "type": "array",
+                "items": _obj({"id": INT, "at": NUM, "kind": STR, "detail": OBJ}),
+            }
+        }
+    ),
+    "QueueStats": _obj(
+        {
+            "queue": STR,
+            "namespace": STR,
+            "daemon_count": INT,
+            "slots": INT,
+            "running": INT,
+            "pending": INT,
+            "utilization": NUM,
+        }
+    ),
+    "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
+    "SubmitItem": _obj(
+        {"payload": BYTES, "key": STR, "priority": NUM, "max_attempts": INT, "timeout_s": NUM},
+        ("payload",),
+    ),
+    "SubmitBatch": {
+        "oneOf": [
+            _obj({"items": {"type": "array", "items": _ref("SubmitItem")}}, ("items",)),
+            _ref("SubmitItem"),
+        ]
+    },
+    "IdList": _obj({"ids": STRS}),
+    "Count": _obj({"count": INT}),
+    "Invocation": _obj(
+        {
+            "id": STR,
+            "namespace": STR,
+            "queue": STR,
+            "state": STR,
+            "priority": NUM,
+            "key": STR,
+            "attempt": INT,
+            "max_attempts": INT,
+            "timeout_s": NUM,
+            "kill_requested": BOOL,
+            "worker": STR,
+            "error": STR,
+            "result": _nullable(BYTES),
+            "created_at": NUM,
+            "started_at": NUM,
+            "finished_at": NUM,
+        }
+    ),
+    "Cancel": _obj({"kill": BOOL}),
+    "Cancelled": _obj({"cancelled": BOOL}),
+    "ClaimRequest": _obj(
+        {
+            "queues": STRS,
+            "worker": STR,
+            "lease_s": NUM,
+            "kind": STR,
+            "temperature": NUM,
+            "wait": NUM,
+        },
+        ("worker",),
+    ),
+    "Claim": _obj(
+        {
+            "id": STR,
+            "namespace": STR,
+            "queue": STR,
+            "payload": BYTES,
+            "attempt": INT,
+            "lease": STR,
+            "lease_expires_at": NUM,
+            "timeout_s": NUM,
+            "priority": NUM,
+        }
+    ),
+    "ClaimResult": _obj({"claim": _nullable(_ref("Claim"))}),
+    "Ack": _obj({"lease": STR, "result": _nullable(BYTES)}, ("lease",)),
+    "Nack": _obj({"lease": STR, "error": STR, "retry": BOOL}, ("lease",)),
+    "NackResult": _obj({"state": STR}),
+    "End": _obj(
+        {"lease": STR, "state": {"enum": ["killed", "timeout", "failed"]}, "error": STR},
+        ("lease", "state"),
+    ),
+    "Release": _obj({"lease": STR}, ("lease",)),
+    "Released": _obj({"released": BOOL}),
+    "Renew": _obj({"leases": STRS, "lease_s": NUM}),
+    "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
+    "Frame": _obj(
+        {"seq": INT, "kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES)}
+    ),
+    "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
+    "PostFrame": _obj(
+        {"kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES), "lease": STR},
+        ("kind",),
+    ),
+    "Seq": _obj({"seq": INT}),
+    "WorkerRegister": _obj(
+        {"name": STR, "queues": STRS, "host": STR, "pid": INT, "info": OBJ}, ("name",)
+    ),
+    "WorkerInfo": _obj(
+        {
+            "id": STR,
+            "namespace": STR,
+            "name": STR,
+            "queues": STRS,
+            "host": STR,
+            "pid": INT,
+            "info": OBJ,
+            "load": OBJ,
+            "state": STR,
+            "created_at": NUM,
+            "heartbeat_at": NUM,
+        }
+    ),
+    "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
+    "Heartbeat": _obj({"load": OBJ, "state": STR}),
+    "WorkerState": _obj({"state": {"enum": ["alive", "draining", "gone"]}}, ("state",)),
+}
+
+QUERY_TYPES = {
+    "state": STR,
+    "elasticity": {"enum": ["merge"]},
+    "force": BOOL,
+    "verbose": BOOL,
+    "limit": INT,
+    "wait": NUM,
+    "since": INT,
+}
+
+ERRORS = {
+    "400": "bad input (malformed body, wrong type, missing field)",
+    "401": "missing or unknown token",
+    "403": "token scoped to a namespace outside this org",
+    "404": "unknown namespace, queue, invocation or worker",
+    "409": "conflict (exists, has members, default queue, lost lease)",
+    "413": "body above the size limit",
+    "415": "Content-Type neither msgpack nor JSON",
+    "429": "admission refused (queue full)",
+}
+
+MEDIA = ("application/msgpack", "application/json")
+
+
+def _content(schema: dict[str, Any]) -> dict[str, Any]:
+    return {media: {"schema": schema} for media in MEDIA}
+
+
+def _operation(api: Api) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": name.split(":")[0], "in": "path", "required": True, "schema": STR}
+        for name in _path_params(api.full_path)
+    ]
+    params += [
+        {"name": q, "in": "query", "required": False, "schema": QUERY_TYPES[q]} for q in api.query
+    ]
+    ok: dict[str, Any] = {"description": "OK"}
+    if api.response:
+        ok["content"] = _content(_ref(api.response))
+    responses: dict[str, Any] = {str(api.status): ok}
+    for code, text in ERRORS.items():
+        if api.auth or code not in ("401", "403"):
+            responses[code] = {"description": text, "content": _content(_ref("Error"))}
+    op: dict[str, Any] = {
+        "summary": api.summary,
+        "operationId": api.handler.__name__ + "_" + api.method.lower(),
+        "parameters": params,
+        "responses": responses,
+    }
+    if api.body:
+        op["requestBody"] = {"required": False, "content": _content(_ref(api.body))}
+    if not api.auth:
+        op["security"] = []
+    return op
+
+
+def _path_params(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
+
+
+def document(apis: list[Api]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for api in apis:
+        paths.setdefault(api.full_path, {})[api.method.lower()] = _operation(api)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Lakeshore control plane",
+            "version": __version__,
+            "description": "Bodies are application/msgpack by default; application/json is "
+            "accepted and returned when asked (Content-Type / Accept). Bytes fields (payload, "
+            "result, value) are msgpack bin, or base64 strings in JSON. Errors are "
+            "{error: {code, message}}.",
+        },
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+    }

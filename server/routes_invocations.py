@@ -1,0 +1,334 @@
+"""Producer and worker routes: submit, read, cancel, count, claim, settle, leases, frames.
+
+Waits (`?wait=` on reads, `wait` in a claim body) are long-polls held on the store's wake-up,
+capped at `longpoll.MAX_WAIT_S`. Settles carry the attempt's lease, which the store checks; the
+handlers also check that the invocation belongs to the namespace in the path, so a token never
+reaches another namespace's rows even with a leaked id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..plane.store import SqlStore, topic_channel
+from ..types import Claim, Frame, Invocation, SubmitRequest, check_name
+from .endpoint import Api, Call
+from .longpoll import admit, wait_until
+
+ITEM_FIELDS = ("payload", "key", "priority", "max_attempts", "timeout_s")
+MAX_LEASE_S = 7 * 24 * 3600.0
+
+
+async def submit(call: Call) -> dict[str, Any]:
+    """One request for one or many invocations: `{items: [...]}`, or a single item's fields.
+
+    `?wait=S`: on a queue whose admission says `on_full: block`, wait up to S for room.
+    """
+    b = call.body
+    items = b.items("items") if "items" in b.data else [b]
+    if "items" in b.data:
+        b.only("items")
+    requests = []
+    for item in items:
+        item.only(*ITEM_FIELDS)
+        requests.append(
+            SubmitRequest(
+                payload=item.req_blob("payload"),
+                key=item.text("key"),
+                priority=item.number("priority", 0.0) or 0.0,
+                max_attempts=item.integer("max_attempts", 3),
+                timeout_s=item.number("timeout_s"),
+            )
+        )
+    wait_s = call.query.number("wait", 0.0)
+    queue = call.param("queue")
+    ids = await admit(call.store, lambda: call.store.submit(call.ns, queue, requests), wait_s)
+    return {"ids": ids}
+
+
+async def count(call: Call) -> dict[str, int]:
+    state = call.query.text("state") or "queued"
+    return {"count": await call.run(call.store.count, call.ns, call.param("queue"), state)}
+
+
+async def get_invocation(call: Call) -> Invocation:
+    wait_s = call.query.number("wait", 0.0)
+    inv_id = call.param("id")
+    return await wait_until(
+        call.store,
+        lambda: call.store.invocation(call.ns, inv_id),
+        lambda inv: inv.terminal,
+        wait_s,
+        call.request,
+    )
+
+
+async def cancel(call: Call) -> dict[str, bool]:
+    call.body.only("kill")
+    kill = call.body.boolean("kill")
+    done = await call.run(call.store.cancel, call.ns, call.param("id"), kill=kill)
+    return {"cancelled": done}
+
+
+async def claim(call: Call) -> dict[str, Claim | None]:
+    b = call.body
+    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait")
+    queues = b.str_list("queues")
+    worker = b.req_text("worker")
+    lease_s = b.number("lease_s", 60.0) or 0.0
+    if not 0 < lease_s <= MAX_LEASE_S:
+        raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
+    kind = b.text("kind")
+    temperature = b.number("temperature", 1.0) or 0.0
+    if temperature < 0:
+        raise InvalidArgument("field 'temperature' must be >= 0")
+    wait_s = b.number("wait", 0.0) or 0.0
+
+    def fetch() -> Claim | None:
+        return call.store.claim(
+            call.ns, queues, worker=worker, lease_s=lease_s, kind=kind, temperature=temperature
+        )
+
+    got = await wait_until(call.store, fetch, lambda c: c is not None, wait_s, call.request)
+    if got is not None and await call.request.is_disconnected():
+        # Nobody will read this claim: give it back now rather than after the lease runs out.
+        await call.run(call.store.release, got.id, got.lease)
+        return {"claim": None}
+    return {"claim": got}
+
+
+def _owned(store: SqlStore, ns: str, inv_id: str) -> None:
+    store.invocation(ns, inv_id)  # NotFound for an id of another namespace
+
+
+async def ack(call: Call) -> None:
+    b = call.body
+    b.only("lease", "result")
+    lease, result = b.req_text("lease"), b.blob("result")
+
+    def run() -> None:
+        _owned(call.store, call.ns, call.param("id"))
+        call.store.ack(call.param("id"), lease, result)
+
+    await call.run(run)
+
+
+async def nack(call: Call) -> dict[str, str]:
+    b = call.body
+    b.only("lease", "error", "retry")
+    lease, error, retry = b.req_text("lease"), b.text("error") or "", b.boolean("retry", True)
+
+    def run() -> str:
+        _owned(call.store, call.ns, call.param("id"))
+        return call.store.nack(call.param("id"), lease, error=error, retry=retry)
+
+    return {"state": await call.run(run)}
+
+
+async def end(call: Call) -> None:
+    b = call.body
+    b.only("lease", "state", "error")
+    lease, state, error = b.req_text("lease"), b.req_text("state"), b.text("error") or ""
+
+    def run() -> None:
+        _owned(call.store, call.ns, call.param("id"))
+        call.store.end(call.param("id"), lease, state=state, error=error)
+
+    await call.run(run)
+
+
+async def release(call: Call) -> dict[str, bool]:
+    b = call.body
+    b.only("lease")
+    lease = b.req_text("lease")
+
+    def run() -> bool:
+        _owned(call.store, call.ns, call.param("id"))
+        return call.store.release(call.param("id"), lease)
+
+    return {"released": await call.run(run)}
+
+
+async def renew(call: Call) -> dict[str, dict[str, bool]]:
+    b = call.body
+    b.only("leases", "lease_s")
+    leases = b.str_list("leases")
+    lease_s = b.number("lease_s", 60.0) or 0.0
+    if not 0 < lease_s <= MAX_LEASE_S:
+        raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
+    return {"leases": await call.run(call.store.renew, leases, lease_s)}
+
+
+# -- frames: an invocation's journal, or a topic's ---------------------------------------------
+
+
+def _topic(call: Call) -> str:
+    queue = check_name(call.param("queue"))
+    return topic_channel(call.ns, queue, check_name(call.param("topic"), "topic"))
+
+
+async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str, Any]:
+    """`ended` says the invocation is terminal with no frame after `since`: stop waiting."""
+    since = call.query.integer("since", -1)
+    wait_s = call.query.number("wait", 0.0)
+
+    def fetch() -> tuple[list[Frame], bool]:
+        inv = call.store.invocation(call.ns, inv_id) if inv_id is not None else None
+        frames = call.store.frames(channel, since)
+        return frames, inv is not None and inv.terminal and not frames
+
+    frames, ended = await wait_until(
+        call.store, fetch, lambda r: bool(r[0]) or r[1], wait_s, call.request
+    )
+    return {"frames": frames, "ended": ended}
+
+
+async def _post_frame(call: Call, channel: str, inv_id: str | None) -> dict[str, int]:
+    b = call.body
+    b.only("kind", "value", "lease")
+    kind, value, lease = b.req_text("kind"), b.blob("value"), b.text("lease")
+
+    def run() -> int:
+        if inv_id is not None:
+            _owned(call.store, call.ns, inv_id)
+        return call.store.post(channel, kind, value, lease=lease)
+
+    return {"seq": await call.run(run)}
+
+
+async def invocation_frames(call: Call) -> dict[str, Any]:
+    return await _read_frames(call, call.param("id"), call.param("id"))
+
+
+async def post_invocation_frame(call: Call) -> dict[str, int]:
+    return await _post_frame(call, call.param("id"), call.param("id"))
+
+
+async def topic_frames(call: Call) -> dict[str, Any]:
+    return await _read_frames(call, _topic(call), None)
+
+
+async def post_topic_frame(call: Call) -> dict[str, int]:
+    return await _post_frame(call, _topic(call), None)
+
+
+ROUTES = [
+    Api(
+        "POST",
+        "/queues/{queue}/invocations",
+        submit,
+        "Submit one or a batch in one transaction; a known key returns its existing id; "
+        "?wait=S waits for room on a full on_full=block queue (else 429)",
+        status=201,
+        body="SubmitBatch",
+        response="IdList",
+        query=("wait",),
+    ),
+    Api(
+        "GET",
+        "/queues/{queue}/count",
+        count,
+        "How many invocations are in a state",
+        response="Count",
+        query=("state",),
+    ),
+    Api(
+        "GET",
+        "/invocations/{id}",
+        get_invocation,
+        "The invocation row; ?wait=S long-polls until it is terminal (capped at 60 s)",
+        response="Invocation",
+        query=("wait",),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/cancel",
+        cancel,
+        "Cancel a queued one; kill=true also asks the worker to end a running one",
+        body="Cancel",
+        response="Cancelled",
+    ),
+    Api(
+        "POST",
+        "/claims",
+        claim,
+        "Claim the next job; 'wait' long-polls (capped at 60 s)",
+        body="ClaimRequest",
+        response="ClaimResult",
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/ack",
+        ack,
+        "Settle as succeeded with the result bytes",
+        status=204,
+        body="Ack",
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/nack",
+        nack,
+        "Fail this attempt; retry requeues with backoff",
+        body="Nack",
+        response="NackResult",
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/end",
+        end,
+        "End an attempt as killed, timeout or failed",
+        status=204,
+        body="End",
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/release",
+        release,
+        "Give a claimed job back unrun",
+        body="Release",
+        response="Released",
+    ),
+    Api(
+        "POST",
+        "/leases/renew",
+        renew,
+        "Extend leases; returns {id: kill_requested}",
+        body="Renew",
+        response="Renewed",
+    ),
+    Api(
+        "GET",
+        "/invocations/{id}/frames",
+        invocation_frames,
+        "Frames after ?since; ?wait long-polls for one or for the end",
+        response="FrameList",
+        query=("since", "wait"),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/frames",
+        post_invocation_frame,
+        "Append a frame to a running invocation's journal (needs its lease)",
+        status=201,
+        body="PostFrame",
+        response="Seq",
+    ),
+    Api(
+        "GET",
+        "/topics/{queue}/{topic}/frames",
+        topic_frames,
+        "Frames of a topic after ?since; ?wait long-polls",
+        response="FrameList",
+        query=("since", "wait"),
+    ),
+    Api(
+        "POST",
+        "/topics/{queue}/{topic}/frames",
+        post_topic_frame,
+        "Append a frame to a topic",
+        status=201,
+        body="PostFrame",
+        response="Seq",
+    ),
+]

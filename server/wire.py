@@ -1,0 +1,311 @@
+"""Request and response bodies: msgpack by default, JSON when asked, errors in one shape.
+
+Everything a client sends is checked here before it reaches the store, so a malformed body,
+a wrong type or a missing field is a 400 that names the field, never a 500. Payload bytes
+(`payload`, `result`, `value`) ride as msgpack bin, or as base64 strings in JSON, since JSON has
+no bytes. The server never decodes those bytes beyond that transport layer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+import msgpack
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import DispatchError, InvalidArgument, PayloadTooLarge, QueueFullError
+
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+#: Request bodies above this are refused with 413 (a big payload belongs in storage).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Fields whose values are opaque bytes: base64 strings when the body is JSON.
+BYTES_FIELDS = frozenset({"payload", "result", "value"})
+
+
+class UnsupportedMediaType(DispatchError):
+    code = "unsupported_media_type"
+    status = 415
+
+
+class MethodNotAllowed(DispatchError):
+    code = "method_not_allowed"
+    status = 405
+
+
+def wants_json(request: Request) -> bool:
+    """JSON when the Accept header asks for it, or the request itself was JSON; else msgpack."""
+    accept = request.headers.get("accept", "")
+    if "msgpack" in accept:
+        return False
+    if "json" in accept:
+        return True
+    return _is_json(request.headers.get("content-type", ""))
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type.split(";")[0].strip().lower().endswith("json")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused with 413 as soon as it passes `limit` (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_body(raw: bytes, content_type: str) -> dict[str, Any]:
+    """A request body as a map; an empty body is an empty map."""
+    if not raw:
+        return {}
+    media = content_type.split(";")[0].strip().lower()
+    if _is_json(media):
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidArgument(f"malformed JSON body: {exc}") from None
+        if isinstance(data, dict):
+            return _unbase64(data, "")
+    elif media in ("", MSGPACK, "application/x-msgpack", "application/vnd.msgpack"):
+        try:
+            data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises many types for bad input: all are the client's
+            raise InvalidArgument(f"malformed msgpack body: {type(exc).__name__}: {exc}") from None
+    else:
+        raise UnsupportedMediaType(
+            f"unsupported Content-Type '{media}': send application/msgpack or application/json"
+        )
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"the body must be a map/object, got {type(data).__name__}")
+    return data
+
+
+def _unbase64(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """Turn the base64 strings of known bytes fields back into bytes, recursively."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{path}{key}"
+        if key in BYTES_FIELDS and isinstance(value, str):
+            try:
+                out[key] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidArgument(f"field '{where}' must be base64 in JSON") from None
+        elif isinstance(value, dict):
+            out[key] = _unbase64(value, f"{where}.")
+        elif isinstance(value, list):
+            out[key] = [
+                _unbase64(v, f"{where}[{i}].") if isinstance(v, dict) else v
+                for i, v in enumerate(value)
+            ]
+        else:
+            out[key] = value
+    return out
+
+
+def to_wire(value: Any) -> Any:
+    """Records (dataclasses) as maps; everything else as is."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, list):
+        return [to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_wire(v) for k, v in value.items()}
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def respond(data: Any, *, status: int = 200, as_json: bool = False) -> Response:
+    if status == 204:
+        return Response(status_code=204)
+    body = to_wire(data)
+    if as_json:
+        text = json.dumps(body, default=_json_default, separators=(",", ":"))
+        return Response(text.encode("utf-8"), status_code=status, media_type=JSON)
+    return Response(msgpack.packb(body, use_bin_type=True), status_code=status, media_type=MSGPACK)
+
+
+def error_response(exc: DispatchError, *, as_json: bool) -> Response:
+    """`{error: {code, message}}`; a full queue adds `retry_after_s` / `block` and Retry-After."""
+    status = exc.status if 400 <= exc.status < 600 else 400
+    error: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+    if isinstance(exc, QueueFullError):
+        error["block"] = exc.block
+        error["retry_after_s"] = exc.retry_after_s
+    response = respond({"error": error}, status=status, as_json=as_json)
+    if isinstance(exc, QueueFullError) and exc.retry_after_s is not None:
+        response.headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_s)))
+    return response
+
+
+# -- typed access to body fields and query parameters, with messages naming the field ---------
+
+
+class Fields:
+    """A decoded map whose getters check types and name the offending field on a 400."""
+
+    def __init__(self, data: Mapping[str, Any], path: str = "") -> None:
+        self.data = data
+        self.path = path
+
+    def _name(self, key: str) -> str:
+        return f"{self.path}{key}"
+
+    def _get(self, key: str, required: bool) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise InvalidArgument(f"missing field '{self._name(key)}'")
+            return None
+        return self.data[key]
+
+    def text(self, key: str, *, required: bool = False) -> str | None:
+        value = self._get(key, required)
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a string")
+        return value
+
+    def req_text(self, key: str) -> str:
+        value = self._get(key, True)
+        if not isinstance(value, str):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a string")
+        return value
+
+    def number(self, key: str, default: float | None = None) -> float | None:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a number")
+        if not math.isfinite(value):
+            raise InvalidArgument(f"field '{self._name(key)}' must be finite")
+        return float(value)
+
+    def integer(self, key: str, default: int) -> int:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgument(f"field '{self._name(key)}' must be an integer")
+        return value
+
+    def boolean(self, key: str, default: bool = False) -> bool:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"field '{self._name(key)}' must be true or false")
+        return value
+
+    def blob(self, key: str, *, required: bool = False) -> bytes | None:
+        value = self._get(key, required)
+        if value is not None and not isinstance(value, (bytes, bytearray)):
+            raise InvalidArgument(
+                f"field '{self._name(key)}' must be bytes (msgpack bin, or base64 in JSON)"
+            )
+        return bytes(value) if value is not None else None
+
+    def req_blob(self, key: str) -> bytes:
+        value = self.blob(key, required=True)
+        if value is None:  # unreachable: required=True raised; keeps the type exact
+            raise InvalidArgument(f"missing field '{self._name(key)}'")
+        return value
+
+    def str_list(self, key: str) -> list[str]:
+        value = self._get(key, False)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a list of strings")
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any] | None:
+        value = self._get(key, False)
+        if value is not None and not (
+            isinstance(value, dict) and all(isinstance(k, str) for k in value)
+        ):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a map/object")
+        return value
+
+    def items(self, key: str) -> list[Fields]:
+        value = self._get(key, True)
+        if not isinstance(value, list):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a list")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise InvalidArgument(f"field '{self._name(key)}[{i}]' must be a map/object")
+            out.append(Fields(item, f"{self._name(key)}[{i}]."))
+        return out
+
+    def only(self, *allowed: str) -> None:
+        """Refuse unknown fields: a typo should fail loudly, not be ignored."""
+        unknown = sorted(set(self.data) - set(allowed))
+        if unknown:
+            raise InvalidArgument(
+                f"unknown field(s) {', '.join(repr(self._name(k)) for k in unknown)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+
+
+class Query:
+    """Query-string parameters, checked like body fields."""
+
+    def __init__(self, request: Request) -> None:
+        self.params = request.query_params
+
+    def text(self, key: str) -> str | None:
+        return self.params.get(key)
+
+    def number(
+        self, key: str, default: float, *, low: float = 0.0, high: float = math.inf
+    ) -> float:
+        raw = self.params.get(key)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidArgument(
+                f"query parameter '{key}' must be a number, got {raw!r}"
+            ) from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise InvalidArgument(f"query parameter '{key}' must be between {low} and {high}")
+        return value
+
+    def integer(self, key: str, default: int) -> int:
+        raw = self.params.get(key)
+        if raw is None or raw == "":
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise InvalidArgument(
+                f"query parameter '{key}' must be an integer, got {raw!r}"
+            ) from None
+
+    def boolean(self, key: str) -> bool:
+        raw = (self.params.get(key) or "false").lower()
+        if raw in ("true", "1", "yes"):
+            return True
+        if raw in ("false", "0", "no", ""):
+            return False
+        raise InvalidArgument(f"query parameter '{key}' must be true or false, got {raw!r}")
