@@ -34,5 +34,5 @@ def open_plane(url: str | None, token: str | None, namespace: str | None) -> Pla
 
     ns = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
     if url:
-        return HttpDispatch(url, token=token, namespace=ns)  # type: ignore[no-any-return]
+        return HttpDispatch(url, token=token, namespace=ns)
     return Dispatch(home() / "lakeshore.db", namespace=ns)

@@ -7,11 +7,24 @@ inv = q.submit({"x": 1})        # a durable string id
 value = q.result(inv)
 """
 
+from . import context
 from .codec import decode, encode
 from .envelope import Envelope, Thunk, thunk
 from .errors import DecodeError, DispatchError, QueueFullError
 from .plane import Dispatch, HttpDispatch, Plane
-from .queue import Job, Queue, SyncQueue
+from .queue import (
+    BoltzmannQueue,
+    FILOQueue,
+    Job,
+    Pool,
+    PriorityQueue,
+    Queue,
+    SyncBoltzmannQueue,
+    SyncFILOQueue,
+    SyncPriorityQueue,
+    SyncQueue,
+    UnknownQueueWarning,
+)
 from .topic import Topic
 from .udf import UDF, udf
 from .worker import run_worker
@@ -20,19 +33,28 @@ __version__ = "0.4.0"
 
 __all__ = [
     "UDF",
+    "BoltzmannQueue",
     "DecodeError",
     "Dispatch",
     "DispatchError",
     "Envelope",
+    "FILOQueue",
     "HttpDispatch",
     "Job",
     "Plane",
+    "Pool",
+    "PriorityQueue",
     "Queue",
     "QueueFullError",
+    "SyncBoltzmannQueue",
+    "SyncFILOQueue",
+    "SyncPriorityQueue",
     "SyncQueue",
     "Thunk",
     "Topic",
+    "UnknownQueueWarning",
     "__version__",
+    "context",
     "decode",
     "encode",
     "run_worker",

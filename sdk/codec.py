@@ -37,7 +37,8 @@ dropped) and decode as a writable tensor (one copy). An image keeps mode, size a
 ``info`` and EXIF do not ride.
 
 The Envelope map always has ``kind`` (``"thunk"``, ``"udf"``, ``"exec"``, ``"raw"``) and, when
-set, ``name``, ``command``, ``cwd``, ``env``, ``value`` and ``timeout_s``. A thunk or udf adds
+set, ``name``, ``command``, ``cwd``, ``env``, ``value``, ``timeout_s`` and ``run`` (the producer's
+run id, see `dls.context`). A thunk or udf adds
 ``pickle``: the cloudpickle bytes of ``(fn, args, kwargs)``. An exec or raw envelope is therefore
 plain msgpack that any language can build, and a reader can see a udf's ``kind`` and ``name``
 without unpickling anything.
@@ -228,7 +229,7 @@ def _encode_thunk(obj: Thunk[Any]) -> msgpack.ExtType:
 
 def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
     wire: dict[str, Any] = {"kind": obj.kind}
-    for key in ("name", "command", "cwd", "env", "value", "timeout_s"):
+    for key in _ENVELOPE_KEYS:
         value = getattr(obj, key)
         if value is not None:
             wire[key] = value
@@ -491,7 +492,7 @@ def _decode_thunk(data: bytes, allow_pickle: bool) -> Thunk[Any]:
     return value
 
 
-_ENVELOPE_KEYS: Final = ("name", "command", "cwd", "env", "value", "timeout_s")
+_ENVELOPE_KEYS: Final = ("name", "command", "cwd", "env", "value", "timeout_s", "run")
 
 
 def _decode_envelope(data: bytes, allow_pickle: bool) -> Envelope:

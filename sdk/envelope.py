@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, get_args
 
+from .context import check_run_id
 from .errors import InvalidArgument
 
 __all__ = ["Envelope", "EnvelopeKind", "Thunk", "thunk"]
@@ -77,6 +78,9 @@ class Envelope:
     value: Any = None
     #: Per-job limit on run time; None leaves the queue's own limit in force.
     timeout_s: float | None = None
+    #: The run (`dls.context.run`) the producer was in; the worker restores it around the body,
+    #: so what the body submits inherits it.
+    run: str | None = None
 
     def __post_init__(self) -> None:
         # Checked here, not only in the constructors, because decode builds envelopes from bytes
@@ -101,6 +105,8 @@ class Envelope:
             _check_env(self.env)
         if self.timeout_s is not None:
             _check_timeout(self.timeout_s)
+        if self.run is not None:
+            check_run_id(self.run)
 
     @classmethod
     def for_thunk(cls, t: Thunk[Any], *, timeout_s: float | None = None) -> Envelope:

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+from . import context
 from .envelope import Envelope, Thunk
 from .errors import DispatchError
 
@@ -28,17 +29,22 @@ class NoHandler(DispatchError):
 
 
 def run_body(payload: Any, emit: Emit, handler: Handler | None = None) -> Any:
-    """Run what a job carries and return its result; raises what the body raises."""
-    if isinstance(payload, Thunk):
-        payload = Envelope.for_thunk(payload)
-    if isinstance(payload, Envelope):
-        if payload.kind == "exec":
-            return run_command(payload, emit)
-        if payload.kind == "raw":
-            return _call_handler(handler, payload.value, emit)
-        assert payload.fn is not None  # checked when the envelope was built
-        return drive(payload.fn(*payload.args, **payload.kwargs), emit)
-    return _call_handler(handler, payload, emit)
+    """Run what a job carries and return its result; raises what the body raises.
+
+    The body runs under the run its envelope carries (`dls.context`), so what it submits
+    inherits its parent's run; a payload without one runs outside any run.
+    """
+    with context.run(payload.run if isinstance(payload, Envelope) else None):
+        if isinstance(payload, Thunk):
+            payload = Envelope.for_thunk(payload)
+        if isinstance(payload, Envelope):
+            if payload.kind == "exec":
+                return run_command(payload, emit)
+            if payload.kind == "raw":
+                return _call_handler(handler, payload.value, emit)
+            assert payload.fn is not None  # checked when the envelope was built
+            return drive(payload.fn(*payload.args, **payload.kwargs), emit)
+        return _call_handler(handler, payload, emit)
 
 
 def _call_handler(handler: Handler | None, value: Any, emit: Emit) -> Any:

@@ -2,24 +2,41 @@
 
 A queue object is only a name bound to a plane and a claim order: it holds no state of the
 queue itself, so any number of them, in any process, see the same rows.
+
+The typed subclasses fix a kind and take only that kind's arguments: `PriorityQueue`
+(`priority_field`), `BoltzmannQueue` (`temperature`, `anneal`), `FILOQueue`, each with its
+blocking twin (`SyncPriorityQueue`, ...). Constructing any of them never calls the plane; what
+the first submit checks or writes on the queue row is `queue_rows.RowSpec`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import difflib
+import inspect
 import os
 import socket
+import threading
+import time
 import traceback
-from collections.abc import AsyncIterator, Iterator, Sequence
+import warnings
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn, TypeVar, cast
 
 from . import codec
+from .anneal import Anneal, AnnealState, check_temperature
+from .context import current_run, run_queue_name
 from .envelope import Envelope, Thunk
 from .errors import DispatchError, InvalidArgument
 from .plane.base import Plane
 from .plane.default import default_plane
+from .plane.store import check_elasticity
+from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
+from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
 from .topic import Topic, iter_frames
 from .types import STATES, Claim, Invocation, SubmitRequest, check_name, normalize_kind
 
@@ -58,12 +75,16 @@ def encode_submit(
     priority: float,
     max_attempts: int,
     timeout_s: float | None,
+    run: str | None = None,
 ) -> SubmitRequest:
     if envelope is not None and payload is not None:
         raise InvalidArgument("pass a payload or an envelope, not both")
     body: Any = envelope if envelope is not None else payload
     if isinstance(body, Thunk):
         body = Envelope.for_thunk(body)
+    run = run or current_run()
+    if isinstance(body, Envelope) and body.run is None and run is not None:
+        body = replace(body, run=run)  # the job carries its run to the worker
     return SubmitRequest(
         payload=codec.encode(body),
         key=key,
@@ -73,8 +94,96 @@ def encode_submit(
     )
 
 
+_SQ = TypeVar("_SQ", bound="SyncQueue")
+_AQ = TypeVar("_AQ", bound="Queue")
+
+#: Derived handles (`bind`, `for_run`) one queue keeps; the oldest is dropped past this.
+DERIVED_CACHE = 256
+
+#: The arguments only some kinds take: the kinds, and the classes that take them.
+KIND_ARGUMENTS: dict[str, tuple[str, str]] = {
+    "temperature": ("boltzmann", "BoltzmannQueue / SyncBoltzmannQueue, or kind='boltzmann'"),
+    "anneal": ("boltzmann", "BoltzmannQueue / SyncBoltzmannQueue"),
+    "priority_field": (
+        "priority and boltzmann",
+        "PriorityQueue / SyncPriorityQueue, BoltzmannQueue / SyncBoltzmannQueue",
+    ),
+}
+
+
+def misplaced_argument(arg: str, cls: type, name: str, kind: str) -> InvalidArgument:
+    kinds, classes = KIND_ARGUMENTS[arg]
+    return InvalidArgument(
+        f"{arg}= is an argument of {kinds} queues ({classes}); "
+        f"{cls.__name__} {name!r} is a {kind} queue"
+    )
+
+
+def refuse_arguments(cls: type, name: str, kind: str, unknown: Mapping[str, object]) -> None:
+    """Raise InvalidArgument for the first argument `cls` does not take, naming who takes it."""
+    if not unknown:
+        return
+    arg = sorted(unknown)[0]
+    if arg in KIND_ARGUMENTS:
+        raise misplaced_argument(arg, cls, name, kind)
+    takes = [
+        p.name
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    close = difflib.get_close_matches(arg, takes, n=1)
+    raise InvalidArgument(
+        f"{cls.__name__} got an unknown argument {arg}="
+        + (f"; did you mean {close[0]}=?" if close else f"; it takes {', '.join(takes)}")
+    )
+
+
+def wire_name(name: object) -> str:
+    """A queue name as the plane knows it: one leading '/' (an absolute name) is stripped."""
+    if isinstance(name, str) and name.startswith("/"):
+        name = name[1:]
+    return check_name(name)
+
+
+def check_priority_field(field: object) -> str | None:
+    if field is not None and (not isinstance(field, str) or not field):
+        raise InvalidArgument(f"priority_field must be a non-empty str, got {field!r}")
+    return field
+
+
+_ABSENT: Any = object()
+
+
+def payload_field(body: Any, field: str) -> Any:
+    """`field` of a dict payload, or of a udf / thunk call's arguments; `_ABSENT` if none."""
+    if isinstance(body, Thunk):
+        body = Envelope.for_thunk(body)
+    if isinstance(body, Envelope):
+        if body.kind == "raw":
+            return payload_field(body.value, field)
+        if body.fn is None:
+            return _ABSENT
+        try:
+            bound = inspect.signature(body.fn).bind_partial(*body.args, **body.kwargs).arguments
+        except (TypeError, ValueError):
+            bound = dict(body.kwargs)
+        if field in bound:
+            return bound[field]
+        first = body.args[0] if body.args else None
+        return first.get(field, _ABSENT) if isinstance(first, dict) else _ABSENT
+    if isinstance(body, Mapping):
+        return body.get(field, _ABSENT)
+    return _ABSENT
+
+
 class SyncQueue:
-    """A named channel on a plane, with blocking verbs."""
+    """A named channel on a plane, with blocking verbs.
+
+    `kind` picks the claim order this handle asks for. `temperature` is a boltzmann argument:
+    any other value than its default 1.0 on another kind raises (it would do nothing).
+    `elasticity` is stored on the queue row at first use. A leading '/' is stripped:
+    `SyncQueue("/shared").name == "shared"`.
+    """
 
     def __init__(
         self,
@@ -83,14 +192,153 @@ class SyncQueue:
         dispatch: Plane | None = None,
         kind: str = "fifo",
         temperature: float = 1.0,
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
     ) -> None:
-        self.name = check_name(name)
+        refuse_arguments(type(self), name, kind, unknown)
+        if check_temperature(temperature) != 1.0 and normalize_kind(kind) != "boltzmann":
+            raise misplaced_argument("temperature", type(self), name, kind)
+        self._configure(
+            name, dispatch=dispatch, kind=kind, temperature=temperature, elasticity=elasticity
+        )
+
+    def _configure(
+        self,
+        name: str,
+        *,
+        dispatch: Plane | None,
+        kind: str,
+        temperature: float = 1.0,
+        elasticity: Mapping[str, Any] | None = None,
+        priority_field: str | None = None,
+        anneal: Mapping[str, Any] | None = None,
+        declare: bool = False,
+    ) -> None:
+        self.name = wire_name(name)
         self.kind = normalize_kind(kind)
-        if not isinstance(temperature, (int, float)) or temperature < 0:
-            raise InvalidArgument(f"temperature must be a number >= 0, got {temperature!r}")
-        self.temperature = float(temperature)
+        self.temperature = check_temperature(temperature)
+        self.priority_field = check_priority_field(priority_field)
+        self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
+        self.elasticity = check_elasticity(dict(elasticity)) if elasticity is not None else None
         self._dispatch = dispatch
         self._held: dict[str, str] = {}  # invocation id -> lease, for post()
+        #: The run of a run queue (`for_run`): its jobs carry it, whatever run is current.
+        self.run_id: str | None = None
+        self._row = RowSpec(
+            self.name,
+            kind if kind == "priority" else self.kind,
+            elasticity=self.elasticity,
+            declare=declare or self.elasticity is not None,
+        )
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._lock = threading.Lock()
+        self._ready_at: float | None = None  # when first use last prepared the row
+        self._derived: OrderedDict[tuple[str, int | str], tuple[object, SyncQueue]] = OrderedDict()
+        self._annealing = AnnealState(self.anneal, self.temperature) if self.anneal else None
+
+    @classmethod
+    def named(cls: type[_SQ], name: str, **kw: Any) -> _SQ:
+        """Like the constructor, and lazy too; at first use it also ensures the queue row.
+
+        The plain constructor trusts the plane (the first submit creates a missing queue as
+        fifo). A named handle creates the row with its kind and elasticity when it is missing,
+        and raises `InvalidArgument` at first use when the row's kind disagrees with it.
+        """
+        q = cls(name, **kw)
+        q._row = replace(q._row, declare=True, validate=True)
+        return q
+
+    def bind(self: _SQ, dispatch: Plane) -> _SQ:
+        """This queue, same class and settings, on another plane (cached per plane)."""
+        if dispatch is self._dispatch:
+            return self
+        return self._derive(("plane", id(dispatch)), dispatch, lambda: self._clone(dispatch))
+
+    def for_run(self: _SQ, run_id: str | None = None) -> _SQ:
+        """This queue's per-run queue (`<name>-run-<slug>`), for `run_id` or the current run.
+
+        Outside any run it is this queue itself. The run queue's row is created on first use
+        with this queue's kind and elasticity, and marked for `lakeshore queues prune`.
+        """
+        run = run_id if run_id is not None else current_run()
+        if run is None:
+            return self
+        return self._derive(("run", run), None, lambda: self._run_clone(run))
+
+    def _derive(self, key: tuple[str, int | str], owner: object, make: Callable[[], _SQ]) -> _SQ:
+        """A derived handle, cached so that its first-use checks run once, not per submit."""
+        with self._lock:
+            hit = self._derived.get(key)
+            if hit is not None and hit[0] is owner:  # the cache holds `owner`: no id reuse
+                self._derived.move_to_end(key)
+                return cast(_SQ, hit[1])
+        made = make()
+        with self._lock:
+            self._derived[key] = (owner, made)
+            while len(self._derived) > DERIVED_CACHE:
+                self._derived.popitem(last=False)
+        return made
+
+    def _clone(self: _SQ, dispatch: Plane | None) -> _SQ:
+        other = copy.copy(self)
+        other._dispatch = dispatch
+        other._held = {}
+        other._reset_state()
+        return other
+
+    def _run_clone(self: _SQ, run: str) -> _SQ:
+        other = self._clone(self._dispatch)
+        other.name = run_queue_name(self.name, run)
+        other.run_id = run
+        other._row = replace(
+            self._row,
+            name=other.name,
+            description=f"{RUN_QUEUE_MARK} of '{self.name}' for run '{run[:200]}'",
+            declare=True,
+            missing="create",
+            touch_s=RUN_QUEUE_TOUCH_S,
+        )
+        return other
+
+    def _first_use(self, *, submitting: bool) -> None:
+        """Check or write the queue row as this handle's `RowSpec` says, once (see queue_rows)."""
+        row = self._row
+        ready = self._ready_at
+        if ready is not None and (row.touch_s is None or time.monotonic() - ready < row.touch_s):
+            return
+        if not row.needed(submitting=submitting):
+            return
+        with self._lock:
+            if self._ready_at is not ready:
+                return  # another thread did it meanwhile
+            prepare_row(self.dispatch, row, submitting=submitting, touch=ready is not None)
+            self._ready_at = time.monotonic()
+
+    def priority_of(self, body: Any, priority: float | None = None) -> float:
+        """The priority a submit uses: `priority` when given, else the payload's priority field.
+
+        With a `priority_field`, a dict payload holding that field gives the priority; so does
+        a udf call whose argument of that name is bound, or whose first argument is such a dict.
+        """
+        if priority is not None:
+            return priority
+        if self.priority_field is None:
+            return 0.0
+        value = payload_field(body, self.priority_field)
+        if value is _ABSENT:
+            return 0.0
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidArgument(
+                f"the payload's priority field '{self.priority_field}' must be a number, "
+                f"got {value!r}"
+            )
+        return float(value)
+
+    def current_temperature(self) -> float:
+        """The temperature the next claim asks for (the anneal schedule applied)."""
+        return self._annealing.peek() if self._annealing else self.temperature
 
     @property
     def dispatch(self) -> Plane:
@@ -100,7 +348,20 @@ class SyncQueue:
         return self._dispatch
 
     def __repr__(self) -> str:
-        return f"SyncQueue({self.name!r}, kind={self.kind!r})"
+        extra = "".join(f", {k}={v!r}" for k, v in self._repr_extra().items())
+        return f"{type(self).__name__}({self.name!r}, kind={self.kind!r}{extra})"
+
+    def _repr_extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.temperature != 1.0 or self.anneal is not None:
+            extra["temperature"] = self.temperature
+        if self.anneal is not None:
+            extra["anneal"] = self.anneal.as_dict()
+        if self.priority_field is not None:
+            extra["priority_field"] = self.priority_field
+        if self.elasticity is not None:
+            extra["elasticity"] = self.elasticity
+        return extra
 
     # -- producer verbs -----------------------------------------------------------------------
 
@@ -110,19 +371,33 @@ class SyncQueue:
         *,
         envelope: Envelope | None = None,
         key: str | None = None,
-        priority: float = 0.0,
+        priority: float | None = None,
         max_attempts: int = 3,
         timeout_s: float | None = None,
+        block_s: float = 30.0,
     ) -> str:
-        """Enqueue; returns the durable invocation id. The same `key` returns the same id."""
-        req = encode_submit(payload, envelope, key, priority, max_attempts, timeout_s)
-        return self.dispatch.submit(self.name, [req])[0]
+        """Enqueue; returns the durable invocation id. The same `key` returns the same id.
+
+        `timeout_s` bounds the job's run; `block_s` bounds how long a submit waits for room on a
+        queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
+        it from the payload's `priority_field`; otherwise it is 0.
+        """
+        self._first_use(submitting=True)
+        priority = self.priority_of(envelope if envelope is not None else payload, priority)
+        req = encode_submit(payload, envelope, key, priority, max_attempts, timeout_s, self.run_id)
+        return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
     def submit_many(
-        self, payloads: Sequence[Any], *, priority: float = 0.0, max_attempts: int = 3
+        self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
     ) -> list[str]:
         """Enqueue many in one transaction (one round trip over HTTP)."""
-        reqs = [encode_submit(p, None, None, priority, max_attempts, None) for p in payloads]
+        self._first_use(submitting=True)
+        reqs = [
+            encode_submit(
+                p, None, None, self.priority_of(p, priority), max_attempts, None, self.run_id
+            )
+            for p in payloads
+        ]
         return self.dispatch.submit(self.name, reqs)
 
     def result(self, inv_id: str, *, timeout: float = 30.0) -> Any:
@@ -156,15 +431,30 @@ class SyncQueue:
 
     def claim(self, *, wait: float = 0.0, lease_s: float = DEFAULT_LEASE_S) -> Job | None:
         """Claim one job in this queue's kind order, or None when the queue is empty."""
+        claim = self.claim_raw(wait=wait, lease_s=lease_s)
+        return self._job(claim) if claim else None
+
+    def claim_raw(
+        self, *, wait: float = 0.0, lease_s: float = DEFAULT_LEASE_S, worker: str | None = None
+    ) -> Claim | None:
+        """The wire claim (payload still encoded), for loops that settle through the plane.
+
+        The claim asks for this queue's kind and current temperature; a claimed job advances
+        the anneal schedule.
+        """
+        self._first_use(submitting=False)
+        annealing = self._annealing
         claim = self.dispatch.claim(
             [self.name],
-            worker=worker_identity(),
+            worker=worker or worker_identity(),
             lease_s=lease_s,
             kind=self.kind,
-            temperature=self.temperature,
+            temperature=annealing.current() if annealing else self.temperature,
             wait_s=wait,
         )
-        return self._job(claim) if claim else None
+        if claim is not None and annealing is not None:
+            annealing.claimed()
+        return claim
 
     def _job(self, claim: Claim) -> Job:
         self._held[claim.id] = claim.lease
@@ -217,15 +507,40 @@ class SyncQueue:
 class Queue:
     """The async surface: every blocking call runs in a worker thread."""
 
+    sync: SyncQueue
+
     def __init__(self, name: str, **kw: Any) -> None:
         self.sync = SyncQueue(name, **kw)
+
+    @classmethod
+    def named(cls: type[_AQ], name: str, **kw: Any) -> _AQ:
+        """Lazy like the constructor; first use also ensures the row (see `SyncQueue.named`)."""
+        q = cls(name, **kw)
+        q.sync._row = replace(q.sync._row, declare=True, validate=True)
+        return q
+
+    def bind(self: _AQ, dispatch: Plane) -> _AQ:
+        """This queue on another plane (see `SyncQueue.bind`)."""
+        return self._wrap(self.sync.bind(dispatch))
+
+    def for_run(self: _AQ, run_id: str | None = None) -> _AQ:
+        """This queue's per-run queue (see `SyncQueue.for_run`)."""
+        return self._wrap(self.sync.for_run(run_id))
+
+    def _wrap(self: _AQ, sync: SyncQueue) -> _AQ:
+        if sync is self.sync:
+            return self
+        other = copy.copy(self)
+        other.sync = sync
+        return other
 
     @property
     def name(self) -> str:
         return self.sync.name
 
     def __repr__(self) -> str:
-        return f"Queue({self.name!r}, kind={self.sync.kind!r})"
+        text = repr(self.sync)
+        return type(self).__name__ + text[text.index("(") :]
 
     async def submit(self, payload: Any = None, **kw: Any) -> str:
         return await asyncio.to_thread(self.sync.submit, payload, **kw)
@@ -268,3 +583,172 @@ class Queue:
 
     def topic(self, name: str | None = None) -> Topic:
         return self.sync.topic(name)
+
+
+# -- typed queues -------------------------------------------------------------------------------
+#
+# Each fixes its kind and takes only that kind's arguments; the row is ensured with that kind at
+# first use, so a daemon that claims in the row's order agrees with the handle. The blocking
+# classes are `Sync<Kind>Queue`, as `SyncQueue` sits beside `Queue`: the short names stay with
+# the async classes, and each pair sorts together in an import list.
+
+
+class SyncPriorityQueue(SyncQueue):
+    """Priority order (highest first, then oldest); the priority can come from the payload.
+
+    When `submit` is given no `priority` and the payload is a dict holding `priority_field`,
+    that value is the priority (a udf call: the argument of that name, or a first-argument dict).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        dispatch: Plane | None = None,
+        priority_field: str = "priority",
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
+    ) -> None:
+        refuse_arguments(type(self), name, "priority", unknown)
+        self._configure(
+            name,
+            dispatch=dispatch,
+            kind="priority",
+            priority_field=priority_field,
+            elasticity=elasticity,
+            declare=True,
+        )
+
+
+class SyncBoltzmannQueue(SyncPriorityQueue):
+    """A priority queue sampled stochastically: P(job) ∝ exp(priority / T).
+
+    `anneal` lowers T as this handle claims or as time passes; see `dreamlake.lakeshore.anneal`:
+    {"every_claims": 100, "factor": 0.9, "min": 0.05} or {"half_life_s": 600, "min": 0.05}.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        temperature: float = 1.0,
+        anneal: Mapping[str, Any] | None = None,
+        dispatch: Plane | None = None,
+        priority_field: str = "priority",
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
+    ) -> None:
+        refuse_arguments(type(self), name, "boltzmann", unknown)
+        self._configure(
+            name,
+            dispatch=dispatch,
+            kind="boltzmann",
+            temperature=temperature,
+            anneal=anneal,
+            priority_field=priority_field,
+            elasticity=elasticity,
+            declare=True,
+        )
+
+
+class SyncFILOQueue(SyncQueue):
+    """Newest first (within a priority): only the latest request matters."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        dispatch: Plane | None = None,
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
+    ) -> None:
+        refuse_arguments(type(self), name, "filo", unknown)
+        self._configure(name, dispatch=dispatch, kind="filo", elasticity=elasticity, declare=True)
+
+
+class PriorityQueue(Queue):
+    """The async `SyncPriorityQueue`."""
+
+    sync: SyncPriorityQueue
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        dispatch: Plane | None = None,
+        priority_field: str = "priority",
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
+    ) -> None:
+        refuse_arguments(type(self), name, "priority", unknown)
+        self.sync = SyncPriorityQueue(
+            name, dispatch=dispatch, priority_field=priority_field, elasticity=elasticity
+        )
+
+
+class BoltzmannQueue(PriorityQueue):
+    """The async `SyncBoltzmannQueue`."""
+
+    sync: SyncBoltzmannQueue
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        temperature: float = 1.0,
+        anneal: Mapping[str, Any] | None = None,
+        dispatch: Plane | None = None,
+        priority_field: str = "priority",
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
+    ) -> None:
+        refuse_arguments(type(self), name, "boltzmann", unknown)
+        self.sync = SyncBoltzmannQueue(
+            name,
+            temperature=temperature,
+            anneal=anneal,
+            dispatch=dispatch,
+            priority_field=priority_field,
+            elasticity=elasticity,
+        )
+
+
+class FILOQueue(Queue):
+    """The async `SyncFILOQueue`."""
+
+    sync: SyncFILOQueue
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        dispatch: Plane | None = None,
+        elasticity: Mapping[str, Any] | None = None,
+        **unknown: NoReturn,
+    ) -> None:
+        refuse_arguments(type(self), name, "filo", unknown)
+        self.sync = SyncFILOQueue(name, dispatch=dispatch, elasticity=elasticity)
+
+
+class Pool(Queue):
+    """Deprecated: a fixed-size pool is `Queue(name, elasticity={"kind": "fixed", "max": size})`.
+
+    Kept as that, with a DeprecationWarning; the elasticity is written to the queue row at first
+    use, like any `elasticity=`.
+    """
+
+    def __init__(self, name: str, size: int, **kw: Any) -> None:
+        warnings.warn(
+            "Pool is deprecated: use Queue(name, elasticity={'kind': 'fixed', 'max': size})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidArgument(f"Pool size must be an integer >= 1, got {size!r}")
+        if "elasticity" in kw:
+            raise InvalidArgument(
+                "Pool sets its elasticity from size; for another policy use "
+                "Queue(name, elasticity=...)"
+            )
+        self.size = size
+        super().__init__(name, elasticity={"kind": "fixed", "max": size}, **kw)

@@ -2,29 +2,86 @@
 
 `f.submit(...)` takes the function's own arguments; the options of the submit are underscored
 (`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`) so they never collide with them.
+
+`queue=` is a queue object or a queue name. With a name, the decorator builds the queue and picks
+its class from the other arguments: `priority_field=` -> PriorityQueue, `temperature=` or
+`anneal=` -> BoltzmannQueue, `kind=` names one outright; anything else is an error.
+`scope="run"` submits to the queue's per-run queue while a run is current (`dls.context`).
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
-from collections.abc import Callable
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
 from .envelope import Envelope
+from .errors import InvalidArgument
 from .plane.base import Plane
-from .queue import Queue, SyncQueue
+from .queue import (
+    Queue,
+    SyncBoltzmannQueue,
+    SyncFILOQueue,
+    SyncPriorityQueue,
+    SyncQueue,
+)
+from .types import normalize_kind
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _OPTIONS = ("_key", "_priority", "_dispatch", "_timeout_s", "_max_attempts")
+#: What `@udf` passes on to the queue it builds from a name.
+QUEUE_OPTIONS = ("priority_field", "temperature", "anneal", "elasticity", "kind")
+SCOPES = ("run",)
+
+_BY_KIND: dict[str, type[SyncQueue]] = {
+    "fifo": SyncQueue,
+    "priority": SyncPriorityQueue,
+    "filo": SyncFILOQueue,
+    "boltzmann": SyncBoltzmannQueue,
+}
+
+
+def queue_from_name(name: str, options: Mapping[str, Any]) -> SyncQueue:
+    """The queue `@udf(queue=name, **options)` means; the class follows from the options."""
+    kind = options.get("kind")
+    if kind is not None:
+        cls = _BY_KIND["priority" if kind == "priority" else normalize_kind(kind)]
+    elif "temperature" in options or "anneal" in options:
+        cls = SyncBoltzmannQueue
+    elif "priority_field" in options:
+        cls = SyncPriorityQueue
+    else:
+        cls = SyncQueue
+    rest = {k: v for k, v in options.items() if k != "kind" or cls is SyncQueue}
+    q = cls(name, **rest)
+    q._row = replace(q._row, missing="strict-env")  # typo safety: LAKESHORE_STRICT_QUEUES=1
+    return q
+
+
+def check_scope(scope: object) -> str | None:
+    if scope is not None and scope not in SCOPES:
+        raise InvalidArgument(f"unknown udf scope {scope!r}; use scope='run' or leave it out")
+    return scope
 
 
 class UDF(Generic[P, R]):
-    def __init__(self, fn: Callable[P, R], queue: SyncQueue | Queue | str) -> None:
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        queue: SyncQueue | Queue | str,
+        *,
+        scope: str | None = None,
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
-        self._queue = queue.sync if isinstance(queue, Queue) else queue
+        if isinstance(queue, Queue):
+            queue = queue.sync
+        self._queue = queue if isinstance(queue, SyncQueue) else queue_from_name(queue, {})
+        self.scope = check_scope(scope)
         self.name = f"{fn.__module__}:{fn.__qualname__}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -34,13 +91,15 @@ class UDF(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<udf {self.name} on {self.queue_for(None).name!r}>"
 
+    @property
+    def queue(self) -> SyncQueue:
+        """The queue this udf is bound to (before any run scope)."""
+        return self._queue
+
     def queue_for(self, dispatch: Plane | None) -> SyncQueue:
-        q = self._queue
-        if isinstance(q, str):
-            return SyncQueue(q, dispatch=dispatch)
-        if dispatch is not None and dispatch is not q.dispatch:
-            return SyncQueue(q.name, dispatch=dispatch, kind=q.kind, temperature=q.temperature)
-        return q
+        """Where a submit goes: the bound queue, on `dispatch` if given, in the current run."""
+        q = self._queue if dispatch is None else self._queue.bind(dispatch)
+        return q.for_run() if self.scope == "run" else q
 
     def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
         return Envelope.for_udf(self.fn, args, kwargs, self.name)
@@ -52,7 +111,7 @@ class UDF(Generic[P, R]):
         return queue.submit(
             envelope=self.envelope(*args, **kwargs),
             key=opts.get("_key"),  # type: ignore[arg-type]
-            priority=opts.get("_priority", 0.0),  # type: ignore[arg-type]
+            priority=opts.get("_priority"),  # type: ignore[arg-type]
             max_attempts=opts.get("_max_attempts", 3),  # type: ignore[arg-type]
             timeout_s=opts.get("_timeout_s"),  # type: ignore[arg-type]
         )
@@ -67,17 +126,60 @@ class UDF(Generic[P, R]):
 
 
 @overload
-def udf(fn: Callable[P, R], *, queue: SyncQueue | Queue | str = ...) -> UDF[P, R]: ...
+def udf(
+    fn: Callable[P, R],
+    *,
+    queue: SyncQueue | Queue | str = ...,
+    scope: str | None = ...,
+    priority_field: str = ...,
+    temperature: float = ...,
+    anneal: Mapping[str, Any] = ...,
+    elasticity: Mapping[str, Any] = ...,
+    kind: str = ...,
+    **unknown: NoReturn,
+) -> UDF[P, R]: ...
 @overload
 def udf(
-    fn: None = None, *, queue: SyncQueue | Queue | str = ...
+    fn: None = None,
+    *,
+    queue: SyncQueue | Queue | str = ...,
+    scope: str | None = ...,
+    priority_field: str = ...,
+    temperature: float = ...,
+    anneal: Mapping[str, Any] = ...,
+    elasticity: Mapping[str, Any] = ...,
+    kind: str = ...,
+    **unknown: NoReturn,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]: ...
 def udf(
-    fn: Callable[P, R] | None = None, *, queue: SyncQueue | Queue | str = "default"
+    fn: Callable[P, R] | None = None,
+    *,
+    queue: SyncQueue | Queue | str = "default",
+    scope: str | None = None,
+    **options: Any,
 ) -> UDF[P, R] | Callable[[Callable[P, R]], UDF[P, R]]:
-    """Bind a function to a queue: `@udf(queue=q)` or `@udf(queue="tutorial")`."""
+    """Bind a function to a queue: `@udf(queue=q)` or `@udf(queue="tutorial", ...)`.
+
+    With a name, `priority_field=`, `temperature=`, `anneal=`, `elasticity=` and `kind=` build
+    the queue (PriorityQueue for priority_field, BoltzmannQueue for temperature or anneal).
+    """
+    unknown = sorted(set(options) - set(QUEUE_OPTIONS))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], [*QUEUE_OPTIONS, "queue", "scope"], n=1)
+        raise InvalidArgument(
+            f"@udf got an unknown argument {unknown[0]}="
+            + (f"; did you mean {close[0]}=?" if close else "")
+            + f" (it takes queue=, scope= and, with a queue name, {'=, '.join(QUEUE_OPTIONS)}=)"
+        )
+    check_scope(scope)
+    if options and not isinstance(queue, str):
+        raise InvalidArgument(
+            f"@udf got {', '.join(f'{k}=' for k in sorted(options))} with a queue object: "
+            "those belong to the queue, e.g. PriorityQueue('urgent', priority_field='p')"
+        )
+    bound = queue_from_name(queue, options) if isinstance(queue, str) else queue
 
     def wrap(f: Callable[P, R]) -> UDF[P, R]:
-        return UDF(f, queue)
+        return UDF(f, bound, scope=scope)
 
     return wrap(fn) if fn is not None else wrap

@@ -40,6 +40,9 @@ def run_worker(
 
     `queues=None` serves every queue of the plane (or the one queue passed in place of a plane).
     """
+    # A queue handle claims for itself, so its temperature and anneal schedule apply.
+    handle = plane.sync if isinstance(plane, Queue) else plane
+    own = handle if isinstance(handle, SyncQueue) and queues is None and kind is None else None
     plane, queues, kind = _resolve(plane, queues, kind)
     stop = stop or threading.Event()
     worker = worker_identity()
@@ -51,7 +54,10 @@ def run_worker(
             else [q.name for q in plane.queues() if q.namespace == plane.namespace]
         )
         wait = 0.0 if (once or burst) else CLAIM_WAIT_S
-        claim = plane.claim(names, worker=worker, lease_s=lease_s, kind=kind, wait_s=wait)
+        if own is not None:
+            claim = own.claim_raw(wait=wait, lease_s=lease_s, worker=worker)
+        else:
+            claim = plane.claim(names, worker=worker, lease_s=lease_s, kind=kind, wait_s=wait)
         if claim is None:
             if once or burst:
                 break

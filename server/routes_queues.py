@@ -60,9 +60,9 @@ async def patch_queue(call: Call) -> QueueInfo:
     that both planes behave alike.
     """
     b = call.body
-    b.only(*PATCH_FIELDS)
     name = call.param("name")
-    changes: dict[str, Any] = {}
+    # Unknown fields go through to the store, whose refusal is the same on every plane.
+    changes: dict[str, Any] = {k: v for k, v in b.data.items() if k not in PATCH_FIELDS}
     if "description" in b.data:
         changes["description"] = b.text("description")
     for key in ("admission", "elasticity"):

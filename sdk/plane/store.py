@@ -241,32 +241,31 @@ class SqlStore:
         """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""
         now = time.time()
         with self.connector.transaction() as tx:
-            fenced = tx.one("lease_of", id=inv_id)
-            if fenced is None:
+            held = tx.one("lease_of", id=inv_id)
+            if held is None:
                 raise NotFound(f"unknown invocation '{inv_id}'")
+            state = "failed"
             if retry:
-                attempt = tx.one("get_invocation_attempt", id=inv_id)
-                n = attempt["attempt"] if attempt else 1
-                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(0, n - 1))
-                if tx.one(
+                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(0, held["attempt"] - 1))
+                retried = tx.one(
                     "settle_retry",
                     id=inv_id,
                     lease=lease,
                     error=error,
                     now=now,
                     not_before=now + delay,
+                )
+                state = "queued" if retried else "failed"
+            if state == "failed":
+                if tx.one(
+                    "settle_terminal", id=inv_id, lease=lease, state="failed", error=error, now=now
                 ):
-                    self.waker.notify()
-                    return "queued"
-            if tx.one(
-                "settle_terminal", id=inv_id, lease=lease, state="failed", error=error, now=now
-            ):
-                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
-            else:
-                self._refuse_settle(tx, inv_id, lease, "failed", "nack")
-                return "failed"
-        self.waker.notify()
-        return "failed"
+                    self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+                else:
+                    self._refuse_settle(tx, inv_id, lease, "failed", "nack")
+                    return "failed"
+        self.waker.notify()  # after the commit, so a woken reader sees the new state
+        return state
 
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
         """End an attempt as killed or timeout (the daemon terminated it)."""
@@ -298,10 +297,15 @@ class SqlStore:
             raise NotFound(f"unknown invocation '{inv_id}'")
         if row["lease"] == lease and row["state"] == state:
             return  # the same settle again (its first response was lost): idempotent
+        if row["lease"] is None:  # the sweep took it back: requeue clears the lease
+            raise LeaseLost(
+                f"{verb} refused: the lease on invocation '{inv_id}' expired and the job was "
+                f"requeued for another attempt (state {row['state']})"
+            )
         if row["lease"] != lease:
             raise LeaseLost(
                 f"{verb} refused: invocation '{inv_id}' is no longer held by this worker "
-                f"(it was re-dispatched; state {row['state']})"
+                f"(its lease expired and it was re-dispatched; state {row['state']})"
             )
         raise LeaseLost(
             f"{verb} refused: invocation '{inv_id}' is {row['state']}"

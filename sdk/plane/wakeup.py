@@ -22,11 +22,22 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 #: A waiter re-checks the store at least this often even when no wake-up arrives: the safety
 #: net for a lost datagram, never the mechanism.
 SAFETY_POLL_S = 1.0
 _ABSTRACT_SOCKETS: bool = sys.platform == "linux"
+
+
+class Relay(Protocol):
+    """Carries wake-ups to other processes: `CrossProcessWaker` here, LISTEN/NOTIFY in postgres."""
+
+    def send(self) -> None: ...
+
+    def listen(self, waker: Waker) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Waker:
@@ -36,7 +47,7 @@ class Waker:
         self._cond = threading.Condition()
         self._generation = 0
         self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
-        self._relays: list[CrossProcessWaker] = []
+        self._relays: list[Relay] = []
 
     @property
     def generation(self) -> int:
@@ -55,10 +66,18 @@ class Waker:
             for relay in self._relays:
                 relay.send()
 
-    def wait(self, generation: int, timeout: float) -> bool:
-        """Block until the generation moves past `generation`; False on timeout."""
+    def listen(self) -> None:
+        """Start receiving other processes' wake-ups (idempotent).
+
+        A waiter calls this before it first reads the store: a wake-up sent between that read
+        and its first wait would otherwise go to nobody, and the wait would last a safety poll.
+        """
         for relay in self._relays:
             relay.listen(self)
+
+    def wait(self, generation: int, timeout: float) -> bool:
+        """Block until the generation moves past `generation`; False on timeout."""
+        self.listen()
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._generation == generation:
@@ -69,8 +88,7 @@ class Waker:
         return True
 
     async def wait_async(self, generation: int, timeout: float) -> bool:
-        for relay in self._relays:
-            relay.listen(self)
+        self.listen()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         entry = (loop, fut)
@@ -87,7 +105,7 @@ class Waker:
             with self._cond:
                 self._async_waiters.discard(entry)
 
-    def relay_through(self, relay: CrossProcessWaker) -> None:
+    def relay_through(self, relay: Relay) -> None:
         self._relays.append(relay)
 
     def close(self) -> None:

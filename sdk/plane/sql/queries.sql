@@ -158,7 +158,7 @@ RETURNING id;
 -- name: lease_of
 -- Read where a write follows (post, nack, a refused settle): {for_update} holds the row on
 -- Postgres so a sweep cannot re-dispatch the job between this check and the write.
-SELECT state, lease, lease_expires_at FROM invocations WHERE id = :id {for_update};
+SELECT state, lease, lease_expires_at, attempt FROM invocations WHERE id = :id {for_update};
 
 -- name: renew_leases
 UPDATE invocations SET lease_expires_at = :expires
@@ -198,8 +198,9 @@ VALUES (:id, :ns, :name, :queues, :host, :pid, :info, '{}', 'alive', :now, :now)
 UPDATE workers SET state = 'gone' WHERE namespace = :ns AND name = :name AND state != 'gone';
 
 -- name: heartbeat_worker
+-- An operator's drain (or a retirement) outlives the daemon's own report of being alive.
 UPDATE workers SET heartbeat_at = :now, load = :load,
-    state = CASE WHEN state = 'gone' THEN 'gone' ELSE :state END
+    state = CASE WHEN state IN ('gone', 'draining') THEN state ELSE :state END
 WHERE id = :id
 RETURNING queues, state;
 
@@ -225,9 +226,6 @@ RETURNING id;
 -- name: queue_running_workers
 SELECT worker, count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = 'running' GROUP BY worker;
-
--- name: get_invocation_attempt
-SELECT attempt FROM invocations WHERE id = :id;
 
 -- name: get_worker_by_id
 SELECT * FROM workers WHERE id = :id;

@@ -1,0 +1,205 @@
+"""`lakeshore daemon`: see and steer the worker daemons through their worker rows.
+
+The daemons read their own rows, so every verb here is a write to the plane, never a message to a
+process: `update` changes membership (picked up at the daemon's next poll, no restart) and `drain`
+sets the row's state (the daemon sees it at its next heartbeat, finishes its jobs and exits).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..plane.base import Plane
+from ..types import WorkerInfo
+from .context import open_plane, plane_options
+
+
+@click.group("daemon")
+def daemon() -> None:
+    """Worker daemons: list, show, change membership, drain."""
+
+
+def _plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
+    return open_plane(url, token, namespace)
+
+
+def _queues(row: WorkerInfo) -> str:
+    return ",".join(row.queues) or "default"
+
+
+def _age(ts: float) -> str:
+    seconds = max(0.0, time.time() - ts)
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def _slots(row: WorkerInfo) -> tuple[int, int]:
+    total = int(row.info.get("concurrency", len(row.load.get("slots", [])) or 1))
+    return int(row.load.get("busy", 0)), total
+
+
+def worker_json(row: WorkerInfo) -> dict[str, Any]:
+    busy, total = _slots(row)
+    return {
+        "id": row.id,
+        "name": row.name,
+        "namespace": row.namespace,
+        "state": row.state,
+        "queues": row.queues,
+        "host": row.host,
+        "pid": row.pid,
+        "slots": total,
+        "busy": busy,
+        "gpus": row.info.get("gpus", []),
+        "labels": row.info.get("labels", {}),
+        "version": row.info.get("version"),
+        "heartbeat_at": row.heartbeat_at,
+        "created_at": row.created_at,
+        "info": row.info,
+        "load": row.load,
+    }
+
+
+@daemon.command("list")
+@plane_options
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+def list_(url: str | None, token: str | None, namespace: str | None, as_json: bool) -> None:
+    """Live worker daemons of the namespace (rows marked gone are left out)."""
+    plane = _plane(url, token, namespace)
+    try:
+        rows = plane.workers()
+    finally:
+        plane.close()
+    if as_json:
+        click.echo(json.dumps([worker_json(r) for r in rows], indent=2))
+        return
+    table = Table("name", "state", "queues", "host", "slots", "gpus", "heartbeat")
+    for r in rows:
+        busy, total = _slots(r)
+        table.add_row(
+            r.name,
+            r.state,
+            _queues(r),
+            f"{r.host or '?'}:{r.pid or '?'}",
+            f"{busy}/{total}",
+            str(len(r.info.get("gpus", []))),
+            _age(r.heartbeat_at),
+        )
+    Console().print(table)
+
+
+@daemon.command("show")
+@click.argument("name")
+@plane_options
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+def show(
+    name: str, url: str | None, token: str | None, namespace: str | None, as_json: bool
+) -> None:
+    """One daemon: queues, host, GPUs, slots and the jobs running in them."""
+    plane = _plane(url, token, namespace)
+    try:
+        row = plane.worker(name)
+    finally:
+        plane.close()
+    if as_json:
+        click.echo(json.dumps(worker_json(row), indent=2))
+        return
+    busy, total = _slots(row)
+    load = row.load
+    lines = [
+        f"name:       {row.name}  ({row.id})",
+        f"state:      {row.state}",
+        f"queues:     {_queues(row)}",
+        f"host:       {row.host}  pid {row.pid}  version {row.info.get('version', '?')}",
+        f"cpus:       {row.info.get('cpus', '?')}  memory {row.info.get('memory_mb', '?')} MiB",
+        f"heartbeat:  {_age(row.heartbeat_at)}"
+        + (f"  cpu {load['cpu_percent']}%  mem {load['memory_percent']}%" if load else ""),
+        f"slots:      {busy}/{total} busy",
+    ]
+    labels = row.info.get("labels") or {}
+    if labels:
+        lines.append("labels:     " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    gpus = row.info.get("gpus") or []
+    lines.append(f"gpus:       {len(gpus) or 'none'}")
+    for gpu in gpus:
+        lines.append(f"  [{gpu['index']}] {gpu['name']}  {gpu['memory_mb']} MiB  {gpu['uuid']}")
+    click.echo("\n".join(lines))
+    slots = load.get("slots") or []
+    if slots:
+        table = Table("slot", "state", "invocation", "queue", "attempt", "running", "gpus", "pid")
+        for s in slots:
+            since = s.get("since")
+            table.add_row(
+                str(s["index"]),
+                s["state"],
+                s.get("invocation") or "-",
+                s.get("queue") or "-",
+                str(s.get("attempt") or "-"),
+                f"{time.time() - since:.0f}s" if since else "-",
+                ",".join(str(g) for g in s.get("gpus", [])) or "-",
+                str(s.get("pid") or "-"),
+            )
+        Console().print(table)
+
+
+@daemon.command("update")
+@click.argument("name")
+@click.option("--add-queue", "add", multiple=True, metavar="QUEUE", help="Serve this queue too.")
+@click.option("--remove-queue", "remove", multiple=True, metavar="QUEUE", help="Stop serving it.")
+@plane_options
+def update(
+    name: str,
+    add: tuple[str, ...],
+    remove: tuple[str, ...],
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Change a daemon's queues; it picks them up at its next poll, without a restart."""
+    if not add and not remove:
+        raise click.UsageError("nothing to change: pass --add-queue and/or --remove-queue")
+    plane = _plane(url, token, namespace)
+    try:
+        row = plane.update_worker_queues(name, add=add, remove=remove)
+    finally:
+        plane.close()
+    click.echo(f"{row.name}: queues {_queues(row)}")
+
+
+@daemon.command("drain")
+@click.argument("name")
+@plane_options
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to this long for the daemon to finish and leave.",
+)
+def drain(
+    name: str, url: str | None, token: str | None, namespace: str | None, wait_s: float | None
+) -> None:
+    """Ask a daemon to stop claiming, finish its jobs and exit (seen at its next heartbeat)."""
+    plane = _plane(url, token, namespace)
+    try:
+        row = plane.set_worker_state(name, "draining")
+        click.echo(f"{row.name}: draining")
+        if wait_s is not None:
+            deadline = time.monotonic() + wait_s
+            while plane.worker(row.id).state != "gone":
+                if time.monotonic() > deadline:
+                    raise click.ClickException(f"{row.name} still running after {wait_s:g}s")
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            click.echo(f"{row.name}: gone")
+    finally:
+        plane.close()

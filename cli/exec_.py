@@ -1,0 +1,113 @@
+"""`lakeshore exec`: run a shell command on whichever daemon serves the queue.
+
+The command rides as an exec envelope (plain msgpack, nothing pickled); the daemon runs it under
+its shell with stdout and stderr merged, one frame per line. With --wait the lines stream back
+here as they are posted and this command exits with the job's outcome, so
+`lakeshore exec --wait -q training 'python train.py'` reads like running it locally.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from ..envelope import Envelope
+from ..errors import DispatchError
+from ..queue import SyncQueue
+from ..types import DEFAULT_QUEUE
+from .context import open_plane, plane_options
+
+
+def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    env = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
+        env[key] = value
+    return env or None
+
+
+@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--queue", "-q", default=DEFAULT_QUEUE, show_default=True, help="Queue to submit to.")
+@click.option("--wait", "-w", is_flag=True, help="Stream the output here and exit with the job.")
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Kill the command after this many seconds (state timeout).",
+)
+@click.option("--cwd", default=None, help="Working directory on the worker.")
+@click.option(
+    "--env", "env", multiple=True, metavar="KEY=VALUE", help="Extra environment (repeat)."
+)
+@click.option("--key", default=None, help="Idempotency key: the same key returns the same job.")
+@click.option("--priority", type=float, default=0.0, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 1000),
+    default=3,
+    show_default=True,
+    help="Runs allowed if a daemon dies mid-run (a non-zero exit is never retried).",
+)
+@click.option(
+    "--result-timeout-s",
+    type=float,
+    default=None,
+    help="With --wait: give up waiting after this long (the job keeps running).",
+)
+@plane_options
+def exec_(
+    command: tuple[str, ...],
+    queue: str,
+    wait: bool,
+    timeout_s: float | None,
+    cwd: str | None,
+    env: tuple[str, ...],
+    key: str | None,
+    priority: float,
+    max_attempts: int,
+    result_timeout_s: float | None,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Submit COMMAND (one quoted string, or words after --) and print its invocation id."""
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    plane = open_plane(url, token, namespace)
+    try:
+        q = SyncQueue(queue, dispatch=plane)
+        inv = q.submit(
+            envelope=Envelope.for_exec(line, cwd=cwd, env=_env(env), timeout_s=timeout_s),
+            key=key,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        if not wait:
+            click.echo(inv)
+            return
+        click.echo(f"# {inv} on {queue}: {line}", err=True)
+        sys.exit(_follow(q, inv, result_timeout_s))
+    finally:
+        plane.close()
+
+
+def _follow(q: SyncQueue, inv: str, timeout_s: float | None) -> int:
+    """Print each output line as it arrives; the exit status mirrors the job's outcome."""
+    window = timeout_s if timeout_s is not None else 24 * 3600.0
+    try:
+        for out in q.stream(inv, timeout=window):
+            click.echo(out)
+    except TimeoutError:
+        click.echo(f"# {inv}: no output for {window:g}s; still {q.status(inv).state}", err=True)
+        return 124
+    except DispatchError:
+        pass  # the ERROR frame: the row below says what happened
+    status = q.status(inv)
+    if status.state == "succeeded":
+        return 0
+    click.echo(f"# {inv} {status.state}: {(status.error or '').strip()}", err=True)
+    return 1

@@ -1,0 +1,59 @@
+"""`lakeshore queues prune`: delete run queues that are empty and idle (see sdk/prune.py).
+
+Exported as the click command `prune`; `cli/queues.py` attaches it to the `queues` group.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+
+from ..errors import InvalidArgument
+from ..prune import parse_duration, prune_run_queues
+from .context import open_plane, plane_options
+
+
+@click.command("prune")
+@click.option(
+    "--older-than",
+    "older_than",
+    default="7d",
+    show_default=True,
+    help="Idle for at least this long: 90s, 30m, 12h, 7d, 2w.",
+)
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
+@plane_options
+def prune(
+    older_than: str,
+    dry_run: bool,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Delete run queues (from @udf(scope="run")) that are empty and idle for --older-than.
+
+    Only queues the SDK created as run queues are considered; a queue with queued or running
+    invocations, or with member workers, is kept. Invocations of a deleted queue stay readable.
+    """
+    try:
+        seconds = parse_duration(older_than)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    plane = open_plane(url, token, namespace)
+    try:
+        result = prune_run_queues(plane, older_than_s=seconds, dry_run=dry_run)
+    finally:
+        plane.close()
+    if as_json:
+        click.echo(json.dumps({**asdict(result), "dry_run": dry_run}, indent=2, sort_keys=True))
+        return
+    verb = "would prune" if dry_run else "pruned"
+    for name in result.pruned:
+        click.echo(f"{verb} {name}")
+    for name, why in sorted(result.kept.items()):
+        click.echo(f"kept {name}: {why}")
+    click.echo(f"{len(result.pruned)} run queue(s) {verb}, {len(result.kept)} kept")

@@ -1,0 +1,175 @@
+"""`lakeshore-daemon`: the command line of the worker daemon.
+
+Every option can also come from the environment as LAKESHORE_DAEMON_<OPTION> (click's
+auto_envvar_prefix: LAKESHORE_DAEMON_CONCURRENCY=4), so a systemd EnvironmentFile configures a
+box without editing the unit; --url, --token and --namespace read LAKESHORE_URL, LAKESHORE_TOKEN
+and LAKESHORE_NAMESPACE like every other Lakeshore command.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+
+import click
+
+from .. import __version__
+from ..cli.context import open_plane, plane_options
+from ..errors import DispatchError
+from ..types import DEFAULT_QUEUE, MAX_NAME_LENGTH, NAME_PATTERN, check_name
+from . import log
+from .systemd import Notifier
+from .worker import EXIT_CONFIG, Daemon, DaemonConfig
+
+
+def default_name(host: str | None = None, pid: int | None = None) -> str:
+    """`<hostname>-<pid>`, folded into the worker-name alphabet (^[a-z0-9][a-z0-9-]*$)."""
+    host = (host if host is not None else socket.gethostname()).split(".")[0].lower()
+    host = re.sub(r"[^a-z0-9-]+", "-", host).strip("-") or "worker"
+    suffix = f"-{pid if pid is not None else os.getpid()}"
+    name = host[: MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
+    return name if NAME_PATTERN.match(name) else f"worker{suffix}"
+
+
+def _labels(values: tuple[str, ...]) -> dict[str, str]:
+    labels = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(
+                f"labels look like key=value, got {item!r}", param_hint="--label"
+            )
+        labels[key] = value
+    return labels
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    metavar="QUEUE",
+    help="Queue to serve (repeat for several). None: the default queue.",
+)
+@plane_options
+@click.option("--name", default=None, help="Worker name (default: <hostname>-<pid>).")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Slots: jobs run at once, one child process each.",
+)
+@click.option(
+    "--gpus-per-job",
+    type=click.IntRange(0, 64),
+    default=0,
+    show_default=True,
+    help="GPUs pinned to each slot with CUDA_VISIBLE_DEVICES (0: no pinning).",
+)
+@click.option(
+    "--handler",
+    default=None,
+    metavar="MODULE:FN",
+    help="Callable that receives plain (non-envelope) payloads.",
+)
+@click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
+@click.option(
+    "--lease-s",
+    type=click.FloatRange(0.5, 3600),
+    default=60.0,
+    show_default=True,
+    help="Lease per claim; renewed while the job runs.",
+)
+@click.option(
+    "--drain-timeout-s",
+    type=click.FloatRange(0),
+    default=60.0,
+    show_default=True,
+    help="On SIGTERM, how long running jobs may finish before they are released.",
+)
+@click.option(
+    "--kill-grace-s",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="Between SIGTERM and SIGKILL when a job is killed, timed out or released.",
+)
+@click.option(
+    "--storage",
+    default=None,
+    metavar="URL",
+    help="Spill storage for large payloads (file:///dir or s3://bucket/prefix).",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Label on the worker row (repeat), e.g. --label gpu=h100.",
+)
+@click.option("--log-level", type=click.Choice(log.LEVELS), default="info", show_default=True)
+@click.option(
+    "--log-json/--log-console",
+    default=None,
+    help="Log format (default: JSON unless stderr is a terminal).",
+)
+@click.version_option(__version__, prog_name="lakeshore-daemon")
+def daemon_command(
+    queues: tuple[str, ...],
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+    name: str | None,
+    concurrency: int,
+    gpus_per_job: int,
+    handler: str | None,
+    burst: bool,
+    lease_s: float,
+    drain_timeout_s: float,
+    kill_grace_s: float,
+    storage: str | None,
+    labels: tuple[str, ...],
+    log_level: str,
+    log_json: bool | None,
+) -> None:
+    """Run jobs from Lakeshore queues on this box, one child process per slot."""
+    log.configure(json=log_json, level=log_level)
+    try:
+        name = check_name(name or default_name(), "worker")
+        names = tuple(dict.fromkeys(check_name(q) for q in queues))
+    except DispatchError as exc:
+        raise click.UsageError(str(exc)) from None
+    if names == (DEFAULT_QUEUE,):
+        names = ()  # the default queue alone is the empty membership, as the plane stores it
+    config = DaemonConfig(
+        name=name,
+        queues=names,
+        concurrency=concurrency,
+        gpus_per_job=gpus_per_job,
+        handler=handler,
+        burst=burst,
+        lease_s=lease_s,
+        drain_timeout_s=drain_timeout_s,
+        kill_grace_s=kill_grace_s,
+        storage=storage,
+        labels=_labels(labels),
+    )
+    try:
+        plane = open_plane(url, token, namespace)
+    except DispatchError as exc:
+        log.get_logger().error("daemon.plane_error", error=str(exc))
+        sys.exit(EXIT_CONFIG)
+    try:
+        code = Daemon(plane, config, notifier=Notifier.from_env()).run()
+    finally:
+        plane.close()
+    sys.exit(code)
+
+
+def main() -> None:
+    daemon_command.main(prog_name="lakeshore-daemon", auto_envvar_prefix="LAKESHORE_DAEMON")

@@ -1,0 +1,521 @@
+"""Slots: one warm child process per unit of concurrency, driven by one thread in the daemon.
+
+Why children at all: a job is user code that may hang, leak, segfault, hold a CUDA context or
+ignore signals. In a child it can be killed (kill, timeout, drain) and its GPU memory comes back
+with the process; the daemon and the other slots carry on. Why spawn, not fork: a forked child of
+a process that touched CUDA (or just holds threads and locks) is unsafe; spawn starts clean.
+
+Why the parent does all plane traffic: the child holds no lease, no token and no connection, so a
+stale or runaway child can never settle or post; every frame and settle is fenced by the lease the
+parent holds. The child only decodes, runs `run_body`, and writes messages on a pipe:
+
+    parent -> child   ("run", invocation id, payload bytes) | None (exit)
+    child -> parent   ("ready", pid) | ("fatal", text) once at start,
+                      ("frame", id, encoded value)* then ("ok", id, encoded result)
+                                           | ("error", id, (traceback, one-line summary))
+
+Each child leads its own process group so that kill reaches what the job started too (a shell
+command's processes); and it watches its parent's liveness so that a daemon killed with -9
+takes its children, grandchildren included, down with it instead of leaving orphans that run on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import Any, Literal, Protocol
+
+from ..types import Claim
+from .inventory import Gpu
+from .log import get_logger
+
+OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost"]
+AbortReason = Literal["killed", "release", "lost"]
+
+#: How long a fresh child may take to import and report ready (cold NFS homes are slow).
+CHILD_START_TIMEOUT_S = 120.0
+#: How long an idle child gets to exit on its own at shutdown before it is terminated.
+CHILD_EXIT_S = 5.0
+#: How long to wait for a SIGKILLed child to be reaped before moving on without it.
+CHILD_KILL_WAIT_S = 10.0
+#: Frames read from a child before they are posted: a batch when they come fast, and a bound on
+#: what the daemon buffers for a body that yields faster than the plane takes frames.
+FRAME_BATCH = 256
+
+
+class ChildFailed(RuntimeError):
+    """A slot's child could not start (bad --handler, broken environment)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, as the slot saw it; the daemon turns it into a settle."""
+
+    kind: OutcomeKind
+    result: bytes | None = None
+    error: str = ""
+    #: One line for the log (the exception type and message); `error` is what the row keeps.
+    summary: str = ""
+
+
+class JobSink(Protocol):
+    """The daemon's side: the only place frames and settles reach the plane."""
+
+    def post_frames(self, claim: Claim, frames: Sequence[bytes]) -> bool:
+        """Post VALUE frames in order; False when the lease is gone (stop the job)."""
+
+    def settle(self, claim: Claim, outcome: Outcome) -> None: ...
+
+    def slot_free(self, slot: Slot) -> None: ...
+
+
+# -- the child ----------------------------------------------------------------------------------
+
+
+def load_handler(spec: str) -> Callable[[Any], Any]:
+    """`module:function` (dots allowed after the colon) to the callable it names."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--handler must look like module:function, got {spec!r}")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"--handler {spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str]) -> None:
+    """Entry point of a slot's child process (runs after spawn has imported this module)."""
+    os.environ.update(env)  # before any job imports torch: CUDA reads it once, at init
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the daemon's to handle
+    with contextlib.suppress(OSError):
+        os.setsid()
+    _die_with_parent()
+    from .. import codec
+    from ..execute import run_body
+
+    try:
+        handler = load_handler(handler_spec) if handler_spec else None
+    except BaseException as exc:
+        conn.send(("fatal", "".join(traceback.format_exception_only(exc)).strip()))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        _, inv_id, payload = message
+
+        def emit(value: Any, inv_id: str = inv_id) -> None:
+            conn.send(("frame", inv_id, codec.encode(value)))
+
+        try:
+            result = run_body(codec.decode(payload), emit, handler)
+            reply: tuple[str, str, Any] = ("ok", inv_id, codec.encode(result))
+        except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
+            reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
+        try:
+            conn.send(reply)
+        except OSError:
+            return
+
+
+def format_failure(exc: BaseException) -> str:
+    """The traceback from the job's own code down: Lakeshore's frames above it are noise.
+
+    A failure with no user frame at all (a shell command's non-zero exit) is just its message.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(_OWN_PACKAGE):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+_OWN_PACKAGE = __name__.rsplit(".", 2)[0]  # dreamlake.lakeshore
+
+
+def summarise_failure(exc: BaseException) -> str:
+    """`ValueError: first line of the message`: one log field, not the whole traceback."""
+    message = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+
+
+def _die_with_parent() -> None:
+    """Kill this child's whole process group the moment the daemon is gone (even by -9)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        if os.getpgid(0) == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="lakeshore-parent-watch", daemon=True).start()
+
+
+# -- the parent's handle on one child ------------------------------------------------------------
+
+
+class Child:
+    """A started child process and its pipe."""
+
+    def __init__(self, process: SpawnProcess, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+
+    @classmethod
+    def spawn(
+        cls, ctx: SpawnContext, name: str, handler: str | None, env: Mapping[str, str]
+    ) -> Child:
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        # Not a daemonic process: jobs must be free to start their own (DataLoader workers).
+        process = ctx.Process(
+            target=child_main, args=(child_end, handler, dict(env)), name=name, daemon=False
+        )
+        process.start()
+        child_end.close()
+        child = cls(process, parent_end)
+        child._await_ready()
+        return child
+
+    def _await_ready(self) -> None:
+        ready = multiprocessing.connection.wait(
+            [self.conn, self.process.sentinel], CHILD_START_TIMEOUT_S
+        )
+        message: Any = None
+        if self.conn in ready:
+            with contextlib.suppress(EOFError, OSError):
+                message = self.conn.recv()
+        if isinstance(message, tuple) and message[0] == "ready":
+            return
+        self.terminate(0.0)
+        if isinstance(message, tuple) and message[0] == "fatal":
+            raise ChildFailed(str(message[1]))
+        raise ChildFailed(
+            f"the slot's child process did not start (exit code {self.process.exitcode})"
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def terminate(self, grace_s: float) -> None:
+        """SIGTERM the child's process group, SIGKILL what is left after `grace_s`."""
+        pid = self.process.pid
+        if pid is not None and self.process.exitcode is None:
+            _signal_group(pid, signal.SIGTERM)
+            self.process.join(grace_s)
+            if self.process.exitcode is None:
+                _signal_group(pid, signal.SIGKILL)
+                self.process.join(
+                    CHILD_KILL_WAIT_S
+                )  # only a process stuck in the kernel outlasts it
+        if pid is not None:
+            _signal_group(pid, signal.SIGKILL)  # grandchildren that outlived it
+        self.close()
+
+    def stop(self) -> None:
+        """Ask an idle child to exit; terminate it if it does not."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(CHILD_EXIT_S)
+        self.terminate(1.0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the child's group (it called setsid); fall back to the child alone."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    except PermissionError:  # the group id was not ours (setsid not reached yet)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "unknown exit"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (the kernel's OOM killer sends SIGKILL)" if -exitcode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {exitcode}"
+
+
+# -- the slot -------------------------------------------------------------------------------------
+
+
+class Slot:
+    """One unit of concurrency: a thread in the daemon that owns one warm child process.
+
+    The slot thread is the only one that touches its child and the only one that settles its
+    job, so a kill request, a timeout, a death and a finished job can never settle twice: the
+    other threads only *ask* (`abort`) and the slot decides, in order, on one thread.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        *,
+        ctx: SpawnContext,
+        sink: JobSink,
+        handler: str | None,
+        gpus: Sequence[Gpu] = (),
+        env: Mapping[str, str] | None = None,
+        kill_grace_s: float = 10.0,
+    ) -> None:
+        self.index = index
+        self.gpus = list(gpus)
+        self.kill_grace_s = kill_grace_s
+        self._ctx = ctx
+        self._sink = sink
+        self._handler = handler
+        self._env = {"LAKESHORE_SLOT": str(index), **(env or {})}
+        if self.gpus:
+            self._env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order nvidia-smi numbers them
+            self._env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in self.gpus)
+        self._inbox: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._claim: Claim | None = None
+        self._since = 0.0
+        self._abort: tuple[str, AbortReason, float] | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._closed = False
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._child: Child | None = None
+        self._thread: threading.Thread | None = None
+        self.started = threading.Event()
+        self.start_error: BaseException | None = None
+        self._log = get_logger(slot=index)
+
+    # -- what other threads may call ---------------------------------------------------------
+
+    def start(self, run_thread: Callable[[str, Callable[[], None]], threading.Thread]) -> None:
+        """Start the slot's thread (through the daemon's watcher); the child spawns on it."""
+        self._thread = run_thread(f"lakeshore-slot-{self.index}", self._serve)
+
+    def assign(self, claim: Claim) -> None:
+        with self._lock:
+            if self._claim is not None:
+                raise RuntimeError(f"slot {self.index} is busy")
+            self._claim = claim
+            self._since = time.time()
+            self._abort = None
+        self._inbox.put(claim)
+
+    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
+        """Ask the slot to end `inv_id` now; ignored if it is no longer the slot's job."""
+        with self._lock:
+            if self._claim is None or self._claim.id != inv_id or self._abort is not None:
+                return False
+            self._abort = (inv_id, reason, self.kill_grace_s if grace_s is None else grace_s)
+            if not self._closed:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._wake_w, b"!")
+        return True
+
+    def close(self) -> None:
+        """Let the thread stop its child and exit once the current job is done."""
+        self._inbox.put(None)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def claim(self) -> Claim | None:
+        with self._lock:
+            return self._claim
+
+    @property
+    def busy(self) -> bool:
+        return self.claim is not None
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            claim, since = self._claim, self._since
+        child = self._child
+        return {
+            "index": self.index,
+            "state": "busy" if claim else ("idle" if child is not None else "starting"),
+            "invocation": claim.id if claim else None,
+            "queue": claim.queue if claim else None,
+            "attempt": claim.attempt if claim else None,
+            "since": since if claim else None,
+            "gpus": [g.index for g in self.gpus],
+            "pid": child.pid if child is not None else None,
+        }
+
+    # -- the slot thread ---------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            try:
+                self._child = self._spawn()
+            except BaseException as exc:
+                self.start_error = exc
+                return
+            finally:
+                self.started.set()
+            while True:
+                claim = self._inbox.get()
+                if claim is None:
+                    return
+                outcome = self._run(claim)
+                self._sink.settle(claim, outcome)
+                with self._lock:
+                    self._claim = None
+                    self._abort = None
+                self._sink.slot_free(self)
+                self._rewarm()
+        finally:
+            if self._child is not None:
+                self._child.stop()
+                self._child = None
+            with self._lock:
+                self._closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+
+    def _rewarm(self) -> None:
+        """A child was terminated or died: start the next one now, before the next claim."""
+        if self._child is None:
+            self._child = self._spawn()
+
+    def _spawn(self) -> Child:
+        child = Child.spawn(self._ctx, f"lakeshore-slot-{self.index}", self._handler, self._env)
+        self._log.debug("slot.child_started", pid=child.pid)
+        return child
+
+    def _run(self, claim: Claim) -> Outcome:
+        child = self._child
+        if child is None or not child.alive():
+            if child is not None:
+                child.terminate(0.0)
+            child = self._child = self._spawn()
+        self._drain_wake()
+        try:
+            child.conn.send(("run", claim.id, claim.payload))
+        except OSError as exc:
+            return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
+        deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = multiprocessing.connection.wait(
+                [child.conn, child.process.sentinel, self._wake_r], timeout
+            )
+            if child.conn in ready or child.process.sentinel in ready:
+                outcome = self._read(claim, child)
+                if outcome is not None:
+                    return outcome
+            abort = self._take_abort(claim.id)
+            if abort is not None:
+                reason, grace = abort
+                child.terminate(grace)
+                self._child = None
+                return Outcome(reason, error=_abort_error(reason))
+            if deadline is not None and time.monotonic() >= deadline:
+                child.terminate(self.kill_grace_s)
+                self._child = None
+                return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
+
+    def _read(self, claim: Claim, child: Child) -> Outcome | None:
+        """Take what waits on the pipe (a batch at most); the outcome once the job has ended."""
+        frames: list[bytes] = []
+        outcome: Outcome | None = None
+        dead = False
+        while outcome is None and len(frames) < FRAME_BATCH:
+            try:
+                if not child.conn.poll():
+                    break
+                kind, inv_id, value = child.conn.recv()
+            except (EOFError, OSError):
+                dead = True
+                break
+            if inv_id != claim.id:
+                continue  # a late message of an earlier job: impossible, but never misfile it
+            if kind == "frame":
+                frames.append(value)
+            elif kind == "ok":
+                outcome = Outcome("ok", result=value)
+            else:
+                text, summary = value
+                outcome = Outcome("error", error=str(text), summary=str(summary))
+        if frames and not self._sink.post_frames(claim, frames):
+            child.terminate(self.kill_grace_s)
+            self._child = None
+            return Outcome("lost", error="lease lost while posting frames")
+        if outcome is not None:
+            return outcome
+        if dead or (not child.alive() and not child.conn.poll()):
+            child.process.join(1.0)
+            return self._retire(
+                Outcome(
+                    "died",
+                    error=f"the job's process died: {describe_exit(child.process.exitcode)}",
+                )
+            )
+        return None
+
+    def _retire(self, outcome: Outcome) -> Outcome:
+        if self._child is not None:
+            self._child.terminate(0.0)
+            self._child = None
+        return outcome
+
+    def _take_abort(self, inv_id: str) -> tuple[AbortReason, float] | None:
+        self._drain_wake()
+        with self._lock:
+            if self._abort is None or self._abort[0] != inv_id:
+                return None
+            _, reason, grace = self._abort
+            return reason, grace
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 512):
+                pass
+
+
+def _abort_error(reason: AbortReason) -> str:
+    return {
+        "killed": "killed on request (cancel with kill=True)",
+        "release": "released unfinished: the daemon stopped before the job did",
+        "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
+    }[reason]
+
+
+def spawn_context() -> SpawnContext:
+    return multiprocessing.get_context("spawn")

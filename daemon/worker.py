@@ -1,0 +1,610 @@
+"""The daemon's loop: register, claim into free slots, heartbeat, drain, leave.
+
+Threads, not asyncio: every plane call blocks (SQLite, or HTTP long-polls), so a thread per
+concern reads top to bottom with no executor hops. The shape follows procrastinate's worker:
+
+    main thread     waits for a reason to stop (signal, `daemon drain`, burst done, a crash)
+    claim           while not draining: wait for a free slot, claim, hand the claim to the slot
+    heartbeat       renew leases (and learn kill requests), report load, re-read the worker row
+    watchdog        WATCHDOG=1 to systemd while the heartbeat loop is making progress
+    slot-N          one per slot: runs a job in its child, posts frames, settles (see slots.py)
+
+Every side thread is watched: if one raises, the daemon stops (releasing what it holds) rather
+than stay half alive with, say, no heartbeat while it keeps claiming. The stop path is one
+function whichever reason started it, and it always ends with the worker row marked `gone`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
+
+from ..errors import DispatchError, LeaseLost, NotFound
+from ..plane.base import Plane
+from ..types import Claim, WorkerInfo
+from .inventory import Gpu, LoadMeter, check_gpu_plan, detect_gpus, host_facts, slot_gpus
+from .log import get_logger
+from .retry import Backoff, is_transient
+from .signals import stop_signals
+from .slots import ChildFailed, Outcome, Slot, spawn_context
+from .systemd import Notifier
+
+T = TypeVar("T")
+
+#: An idle claim waits this long on the plane's wake-up before the loop looks around again
+#: (membership, drain): the bound on how late an idle daemon notices either.
+CLAIM_WAIT_S = 1.0
+#: The worker row (membership and state) is re-read at least this often while claiming.
+MEMBERSHIP_POLL_S = 1.0
+#: Leases are renewed (and kill requests read) at least this often while a job runs.
+KILL_POLL_S = 1.0
+#: The worker row's heartbeat, at most this far apart (the plane calls a worker stale at 120 s).
+HEARTBEAT_MAX_S = 10.0
+#: While draining, systemd is asked for this much more than the time left, at least this often.
+EXTEND_SLACK_S = 30.0
+EXTEND_EVERY_S = 5.0
+#: Grace before SIGKILL when stopping at once (second signal, crashed side task).
+STOP_NOW_GRACE_S = 1.0
+#: Attempts at marking the row gone on the way out; a row left alive just goes stale.
+GONE_ATTEMPTS = 5
+
+EXIT_OK = 0
+EXIT_CRASHED = 1
+EXIT_CONFIG = 2
+
+
+class ConfigError(Exception):
+    """The daemon cannot start as asked (GPU plan, handler); exit 2 with the message."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    name: str
+    queues: tuple[str, ...] = ()
+    concurrency: int = 1
+    gpus_per_job: int = 0
+    handler: str | None = None
+    burst: bool = False
+    lease_s: float = 60.0
+    drain_timeout_s: float = 60.0
+    kill_grace_s: float = 10.0
+    storage: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class Daemon:
+    """One `lakeshore-daemon`: `Daemon(plane, config).run()` returns the process exit code.
+
+    The constructor only stores its arguments; `run()` does everything, and `drain()` /
+    `stop_now()` may be called from any thread (signal handlers, tests, an embedding program).
+    """
+
+    def __init__(
+        self,
+        plane: Plane,
+        config: DaemonConfig,
+        *,
+        notifier: Notifier | None = None,
+        gpus: Sequence[Gpu] | None = None,
+    ) -> None:
+        self.plane = plane
+        self.config = config
+        self.notifier = notifier or Notifier(None)
+        self.worker_id: str | None = None
+        self.slots: list[Slot] = []
+        self._gpus = None if gpus is None else list(gpus)
+        self._log = get_logger(worker=config.name)
+        self._membership = list(config.queues)
+        self._row_read_at = 0.0
+        self._row_lock = threading.Lock()
+        self._draining = threading.Event()
+        self._urgent = threading.Event()  # stop at once: second signal or a crashed task
+        self._halt = threading.Event()  # side threads exit
+        self._wake = threading.Event()  # the main thread has something to look at
+        self._free = threading.Condition()  # a slot became free, or the daemon is stopping
+        self._stop_reason = ""
+        self._fatal: BaseException | None = None
+        self._beat_at = time.monotonic()
+        self._threads: list[threading.Thread] = []
+        self._outage: set[str] = set()  # the plane calls failing right now, for one log line each
+
+    # -- the public controls ------------------------------------------------------------------
+
+    def drain(self, reason: str = "requested") -> None:
+        """Stop claiming, let running jobs finish (up to drain_timeout_s), then exit."""
+        if not self._draining.is_set():
+            self._stop_reason = reason
+            self._draining.set()
+        self._wake.set()
+        with self._free:
+            self._free.notify_all()
+
+    def stop_now(self, reason: str = "requested") -> None:
+        """Stop at once: terminate running jobs and give their claims back to the queue."""
+        self._urgent.set()
+        self.drain(reason)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    # -- run ----------------------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Serve until drained or stopped; SIGTERM/SIGINT handlers live only inside this call."""
+        with stop_signals(self._on_first_signal, self._on_second_signal, install=install_signals):
+            try:
+                return self._run()
+            except ConfigError as exc:
+                self._log.error("daemon.config_error", error=str(exc))
+                return EXIT_CONFIG
+            finally:
+                self.notifier.close()
+
+    def _on_first_signal(self, signum: int) -> None:
+        self.drain(f"signal {signum}")
+
+    def _on_second_signal(self, signum: int) -> None:
+        self.stop_now(f"second signal {signum}")
+
+    def _run(self) -> int:
+        config = self.config
+        gpus = detect_gpus() if self._gpus is None else self._gpus
+        problem = check_gpu_plan(gpus, config.concurrency, config.gpus_per_job)
+        if problem:
+            raise ConfigError(problem)
+        worker = self._register(gpus)
+        if worker is None:
+            return EXIT_OK  # asked to stop before the plane could be reached
+        self.worker_id = worker.id
+        self._apply_row(worker)
+        started = self._start_slots(gpus)
+        if started:
+            self.notifier.ready(self._status_line())
+            self._log.info(
+                "daemon.ready",
+                worker_id=worker.id,
+                queues=self._membership or ["default"],
+                concurrency=config.concurrency,
+                gpus=[g.index for g in gpus],
+            )
+            self._spawn_thread("lakeshore-heartbeat", self._heartbeat_loop)
+            self._spawn_thread("lakeshore-claim", self._claim_loop)
+            if self.notifier.watchdog_interval_s:
+                self._spawn_thread("lakeshore-watchdog", self._watchdog_loop)
+            while not (self._draining.is_set() or self._fatal is not None):
+                self._wake.wait()
+                self._wake.clear()
+        if self._fatal is not None:
+            self._urgent.set()
+            self.drain(f"crashed: {self._fatal!r}")
+        self._shut_down()
+        if self._fatal is not None:
+            return EXIT_CRASHED if started else EXIT_CONFIG
+        return EXIT_OK
+
+    def _register(self, gpus: Sequence[Gpu]) -> WorkerInfo | None:
+        info = host_facts(
+            concurrency=self.config.concurrency,
+            gpus=gpus,
+            labels=dict(self.config.labels),
+            gpus_per_job=self.config.gpus_per_job,
+        )
+        info["lease_s"] = self.config.lease_s
+        if self.config.storage:
+            info["storage"] = self.config.storage
+        try:
+            return self._call(
+                "register",
+                lambda: self.plane.register_worker(
+                    self.config.name,
+                    queues=list(self.config.queues),
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    info=info,
+                ),
+                give_up=self._draining,
+            )
+        except _GaveUp:
+            return None
+        except DispatchError as exc:  # a wrong token or namespace: retrying will not help
+            raise ConfigError(f"the plane refused to register this worker: {exc}") from exc
+
+    def _start_slots(self, gpus: Sequence[Gpu]) -> bool:
+        """Start every slot's child at once and wait for all; False if one could not start."""
+        ctx = spawn_context()
+        env = {"LAKESHORE_STORAGE": self.config.storage} if self.config.storage else {}
+        for i in range(self.config.concurrency):
+            slot = Slot(
+                i,
+                ctx=ctx,
+                sink=self,
+                handler=self.config.handler,
+                gpus=slot_gpus(gpus, i, self.config.gpus_per_job),
+                env=env,
+                kill_grace_s=self.config.kill_grace_s,
+            )
+            self.slots.append(slot)
+            slot.start(self._spawn_thread)
+        for slot in self.slots:
+            while not slot.started.wait(0.2):
+                if self._draining.is_set():
+                    break
+        failed = [s for s in self.slots if s.start_error is not None]
+        if failed:
+            error = failed[0].start_error
+            self._log.error("daemon.slot_start_failed", slot=failed[0].index, error=str(error))
+            self._fatal = error if isinstance(error, ChildFailed) else ChildFailed(str(error))
+            return False
+        return not self._draining.is_set()
+
+    # -- watched threads ----------------------------------------------------------------------
+
+    def _spawn_thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        def guarded() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self._log.exception("daemon.task_crashed", task=name)
+                if self._fatal is None:
+                    self._fatal = exc
+                self._wake.set()
+                with self._free:
+                    self._free.notify_all()
+
+        thread = threading.Thread(target=guarded, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+    # -- claiming -----------------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        backoff = Backoff()
+        while True:
+            slot = self._free_slot()
+            if slot is None:
+                return
+            queues = self._queues()
+            try:
+                claim = self.plane.claim(
+                    queues,
+                    worker=self.config.name,
+                    lease_s=self.config.lease_s,
+                    wait_s=0.0 if self.config.burst else CLAIM_WAIT_S,
+                )
+            except Exception as exc:
+                if is_transient(exc):
+                    self._unreachable("claim", exc)
+                elif isinstance(exc, DispatchError):  # refused (a bad queue name, a token)
+                    self._log.warning("claim.refused", error=str(exc), queues=queues)
+                else:
+                    raise
+                self._draining.wait(backoff.next())
+                continue
+            self._reachable("claim")
+            backoff.reset()
+            if claim is None:
+                if self.config.burst and not self._wait_for_work():
+                    self.drain("burst: the queues are empty")
+                    return
+                continue
+            if self._draining.is_set():
+                self._release_unstarted(claim)
+                return
+            self._log.info(
+                "job.claimed",
+                invocation=claim.id,
+                queue=claim.queue,
+                attempt=claim.attempt,
+                slot=slot.index,
+            )
+            slot.assign(claim)
+
+    def _free_slot(self) -> Slot | None:
+        with self._free:
+            while not self._draining.is_set() and self._fatal is None:
+                for slot in self.slots:
+                    if not slot.busy:
+                        return slot
+                self._free.wait()
+        return None
+
+    def _wait_for_work(self) -> bool:
+        """Burst mode found nothing: wait for running jobs; True if any ran (look again)."""
+        with self._free:
+            if not any(s.busy for s in self.slots):
+                return False
+            while any(s.busy for s in self.slots) and not self._draining.is_set():
+                self._free.wait()
+        return not self._draining.is_set()
+
+    def _release_unstarted(self, claim: Claim) -> None:
+        """A claim that landed as the drain began goes straight back, attempt unspent."""
+        self._settle_call(claim, "release", lambda: self.plane.release(claim.id, claim.lease))
+        self._log.info("job.released", invocation=claim.id, reason="claimed while draining")
+
+    # -- the worker row: membership and remote drain ------------------------------------------
+
+    def _queues(self) -> list[str]:
+        if time.monotonic() - self._row_read_at >= MEMBERSHIP_POLL_S:
+            self._read_row()
+        with self._row_lock:
+            return list(self._membership)
+
+    def _read_row(self) -> None:
+        assert self.worker_id is not None
+        try:
+            row = self.plane.worker(self.worker_id)
+        except NotFound:
+            self._row_missing()
+            return
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._unreachable("worker", exc)
+            return
+        self._reachable("worker")
+        self._apply_row(row)
+
+    def _apply_row(self, row: WorkerInfo) -> None:
+        with self._row_lock:
+            self._row_read_at = time.monotonic()
+            if row.queues != self._membership:
+                self._log.info(
+                    "daemon.membership_changed",
+                    queues=row.queues or ["default"],
+                    previous=self._membership or ["default"],
+                )
+                self._membership = list(row.queues)
+        if row.state in ("draining", "gone") and not self._draining.is_set():
+            self._log.info("daemon.remote_drain", row_state=row.state)
+            self.drain(f"worker row set to {row.state}")
+
+    def _row_missing(self) -> None:
+        """The plane lost the worker row (a store reset): leave cleanly, a restart re-registers."""
+        if not self._draining.is_set():
+            self._log.error("daemon.row_missing", worker_id=self.worker_id)
+            self.drain("worker row missing on the plane")
+
+    # -- heartbeat: leases, kill requests, load -----------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        tick = min(self.config.lease_s / 3, KILL_POLL_S)
+        beat_every = min(self.config.lease_s / 3, HEARTBEAT_MAX_S)
+        meter = LoadMeter()
+        next_beat = time.monotonic()  # the first beat at once: `daemon show` has load to show
+        while not self._halt.wait(tick):
+            self._beat_at = time.monotonic()
+            self._renew()
+            if time.monotonic() >= next_beat:
+                self._beat(meter)
+                next_beat = time.monotonic() + beat_every
+
+    def _renew(self) -> None:
+        held = [(slot, claim) for slot in self.slots if (claim := slot.claim) is not None]
+        if not held:
+            return
+        try:
+            alive = self.plane.renew([c.lease for _, c in held], self.config.lease_s)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._unreachable("renew", exc)
+            return
+        self._reachable("renew")
+        for slot, claim in held:
+            if claim.id not in alive:
+                if slot.abort(claim.id, "lost"):
+                    self._log.warning("job.lease_lost", invocation=claim.id, slot=slot.index)
+            elif alive[claim.id] and slot.abort(claim.id, "killed"):
+                self._log.info("job.kill_requested", invocation=claim.id, slot=slot.index)
+
+    def _beat(self, meter: LoadMeter) -> None:
+        assert self.worker_id is not None
+        # Read the row before writing it: `lakeshore daemon drain` sets the row's state, and a
+        # heartbeat that reports `alive` would otherwise overwrite it unseen.
+        self._read_row()
+        load = meter.measure([s.snapshot() for s in self.slots])
+        load["queues"] = list(self._membership)
+        state = "draining" if self._draining.is_set() else "alive"
+        try:
+            row = self.plane.heartbeat(self.worker_id, load, state=state)
+        except NotFound:
+            self._row_missing()
+            return
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._unreachable("heartbeat", exc)
+            return
+        self._reachable("heartbeat")
+        self._apply_row(row)
+        self.notifier.status(self._status_line())
+
+    def _watchdog_loop(self) -> None:
+        interval = self.notifier.watchdog_interval_s
+        assert interval is not None
+        stuck_after = interval * 2  # the whole WatchdogSec: a heartbeat loop that hung
+        while not self._halt.wait(interval):
+            if time.monotonic() - self._beat_at < stuck_after:
+                self.notifier.watchdog()
+
+    def _status_line(self) -> str:
+        busy = sum(1 for s in self.slots if s.busy)
+        queues = ",".join(self._membership) or "default"
+        state = "draining" if self._draining.is_set() else "serving"
+        return f"{state} {queues}: {busy}/{len(self.slots)} slots busy"
+
+    # -- JobSink: the only place frames and settles reach the plane ---------------------------
+
+    def post_frames(self, claim: Claim, frames: Sequence[bytes]) -> bool:
+        for value in frames:
+            try:
+                self._call(
+                    "post", partial(self.plane.post, claim.id, "VALUE", value, lease=claim.lease)
+                )
+            except _GaveUp:
+                return False
+            except DispatchError as exc:  # LeaseLost, or a journal closed by a kill
+                self._log.warning("job.post_refused", invocation=claim.id, error=str(exc))
+                return False
+        return True
+
+    def settle(self, claim: Claim, outcome: Outcome) -> None:
+        plane = self.plane
+        log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
+        if outcome.kind == "ok":
+            if self._settle_call(
+                claim, "ack", lambda: plane.ack(claim.id, claim.lease, outcome.result)
+            ):
+                log.info("job.succeeded")
+        elif outcome.kind == "error":
+            if self._settle_call(
+                claim,
+                "nack",
+                lambda: plane.nack(claim.id, claim.lease, error=outcome.error, retry=False),
+            ):
+                log.info("job.failed", error=outcome.summary)
+        elif outcome.kind == "release":
+            if self._settle_call(claim, "release", lambda: plane.release(claim.id, claim.lease)):
+                log.info("job.released", reason=outcome.error)
+        elif outcome.kind == "lost":
+            log.warning("job.abandoned", reason=outcome.error)
+        else:  # died, killed, timeout: the daemon ended the attempt
+            state = "failed" if outcome.kind == "died" else outcome.kind
+            if self._settle_call(
+                claim,
+                "end",
+                lambda: plane.end(claim.id, claim.lease, state=state, error=outcome.error),
+            ):
+                log.info(f"job.{outcome.kind}", error=outcome.error)
+
+    def slot_free(self, slot: Slot) -> None:
+        with self._free:
+            self._free.notify_all()
+
+    def _settle_call(self, claim: Claim, verb: str, call: Callable[[], object]) -> bool:
+        """Settle with retries while unreachable; a refusal is logged and dropped, never raised."""
+        try:
+            self._call(verb, call)
+        except _GaveUp:
+            self._log.error("job.settle_abandoned", invocation=claim.id, verb=verb)
+            return False
+        except LeaseLost as exc:
+            self._log.warning("job.settle_refused", invocation=claim.id, verb=verb, error=str(exc))
+            return False
+        except DispatchError as exc:
+            self._log.error("job.settle_failed", invocation=claim.id, verb=verb, error=str(exc))
+            return False
+        return True
+
+    # -- plane calls while the plane may be away ---------------------------------------------
+
+    def _call(
+        self, what: str, call: Callable[[], T], *, give_up: threading.Event | None = None
+    ) -> T:
+        """Call until it answers, backing off while unreachable; gives up once `give_up` is set.
+
+        By default that is the stop-at-once event: a settle keeps trying through a drain (the
+        job's outcome is worth waiting for) but not past a second signal.
+        """
+        stop = self._urgent if give_up is None else give_up
+        backoff = Backoff()
+        while True:
+            try:
+                value = call()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._unreachable(what, exc)
+                if stop.wait(backoff.next()):
+                    raise _GaveUp(what) from exc
+                continue
+            self._reachable(what)
+            return value
+
+    def _unreachable(self, what: str, exc: BaseException) -> None:
+        if what not in self._outage:
+            self._outage.add(what)
+            self._log.warning("plane.unreachable", call=what, error=repr(exc))
+
+    def _reachable(self, what: str) -> None:
+        if what in self._outage:
+            self._outage.discard(what)
+            self._log.info("plane.reconnected", call=what)
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def _shut_down(self) -> None:
+        self._log.info("daemon.draining", reason=self._stop_reason, urgent=self._urgent.is_set())
+        self.notifier.stopping(self._status_line())
+        self._wait_for_slots()
+        grace = STOP_NOW_GRACE_S if self._urgent.is_set() else self.config.kill_grace_s
+        for slot in self.slots:
+            claim = slot.claim
+            if claim is not None and slot.abort(claim.id, "release", grace):
+                self._log.info("job.releasing", invocation=claim.id, slot=slot.index)
+        for slot in self.slots:
+            slot.close()
+        for slot in self.slots:
+            slot.join()
+        self._release_orphans()
+        self._halt.set()
+        with self._free:
+            self._free.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(CLAIM_WAIT_S * 5)
+        self._mark_gone()
+        self._log.info("daemon.stopped", reason=self._stop_reason)
+
+    def _wait_for_slots(self) -> None:
+        """Let running jobs finish, up to drain_timeout_s (heartbeats keep their leases)."""
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        extended_at = 0.0
+        with self._free:
+            while any(s.busy for s in self.slots) and not self._urgent.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._log.warning("daemon.drain_timeout", busy=sum(s.busy for s in self.slots))
+                    return
+                if time.monotonic() - extended_at >= EXTEND_EVERY_S:
+                    self.notifier.extend_timeout(
+                        remaining + self.config.kill_grace_s + EXTEND_SLACK_S
+                    )
+                    self.notifier.status(self._status_line())
+                    extended_at = time.monotonic()
+                self._free.wait(min(remaining, EXTEND_EVERY_S))
+
+    def _release_orphans(self) -> None:
+        """A slot whose thread crashed still holds its claim: give it back."""
+        for slot in self.slots:
+            claim = slot.claim
+            if claim is not None:
+                self._settle_call(
+                    claim, "release", partial(self.plane.release, claim.id, claim.lease)
+                )
+
+    def _mark_gone(self) -> None:
+        if self.worker_id is None:
+            return
+        for attempt in range(GONE_ATTEMPTS):
+            try:
+                self.plane.set_worker_state(self.worker_id, "gone")
+                return
+            except Exception as exc:
+                if not is_transient(exc) or attempt == GONE_ATTEMPTS - 1:
+                    self._log.warning("daemon.mark_gone_failed", error=repr(exc))
+                    return
+                time.sleep(Backoff().next())
+
+
+class _GaveUp(Exception):
+    """A plane call abandoned because the daemon is stopping at once."""

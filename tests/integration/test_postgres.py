@@ -1,0 +1,328 @@
+"""The Postgres connector against a real server: what SQLite's single writer gave for free.
+
+Migrations applied once however many processes start together; claims, idempotent keys, frame
+sequence numbers and admission limits exact under concurrent transactions; LISTEN/NOTIFY waking a
+waiter in another process; advisory-lock leader election. Each test runs in its own schema.
+Skips without a server, fails under CI=true (tests/support/postgres.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `tests.support` is importable however pytest was started
+    sys.path.insert(0, str(ROOT))
+
+import dreamlake.lakeshore as dls  # noqa: E402
+from dreamlake.lakeshore.errors import QueueFullError  # noqa: E402
+from dreamlake.lakeshore.plane import dispatch as dispatch_module  # noqa: E402
+from dreamlake.lakeshore.plane.queries import POSTGRES, migrations  # noqa: E402
+from dreamlake.lakeshore.types import Claim  # noqa: E402
+from tests.support.postgres import (  # noqa: E402
+    claim_all_worker,
+    in_processes,
+    migrate_worker,
+    postgres_schema,
+    submit_key_worker,
+    submit_worker,
+)
+
+psycopg = pytest.importorskip("psycopg")
+from dreamlake.lakeshore.plane.postgres import (  # noqa: E402
+    PostgresConnector,
+    advisory_leader,
+    parse_url,
+)
+
+pytestmark = pytest.mark.postgres
+
+VERSIONS = [v for v, _ in migrations(POSTGRES)]
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with postgres_schema() as scoped:
+        yield scoped
+
+
+@pytest.fixture
+def plane(url: str) -> Iterator[dls.Dispatch]:
+    with dls.Dispatch(url) as d:
+        yield d
+
+
+def sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    """Run one statement in the test's schema on a connection of its own."""
+    conninfo, _ = parse_url(url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        cur = conn.execute(query, params or None)
+        return cur.fetchall() if cur.description else []
+
+
+def connector_of(plane: dls.Dispatch) -> PostgresConnector:
+    connector = plane.store.connector
+    assert isinstance(connector, PostgresConnector)
+    return connector
+
+
+# -- migrations ----------------------------------------------------------------------------------
+
+
+def test_opening_twice_applies_each_migration_once(url: str) -> None:
+    PostgresConnector(url).close()
+    PostgresConnector(url).close()
+
+    assert sql(url, "SELECT version FROM schema_version ORDER BY version") == [
+        (v,) for v in VERSIONS
+    ]
+
+
+def test_processes_starting_together_on_a_fresh_schema_migrate_it_once(url: str) -> None:
+    schemas = in_processes(migrate_worker, [(url,)] * 4)
+
+    assert len(set(schemas)) == 1
+    assert sql(url, "SELECT version FROM schema_version ORDER BY version") == [
+        (v,) for v in VERSIONS
+    ]
+
+
+def test_queue_tables_get_their_storage_parameters(url: str) -> None:
+    PostgresConnector(url).close()
+
+    (options,) = sql(url, "SELECT reloptions FROM pg_class WHERE oid = 'invocations'::regclass")[0]
+
+    assert isinstance(options, list)
+    assert "fillfactor=80" in options
+    assert "autovacuum_vacuum_scale_factor=0.01" in options
+
+
+# -- exactness under concurrent transactions ------------------------------------------------------
+
+
+def test_four_processes_claiming_200_jobs_get_each_exactly_once(
+    url: str, plane: dls.Dispatch
+) -> None:
+    q = dls.SyncQueue("race", dispatch=plane)
+    submitted = q.submit_many([{"i": i} for i in range(200)])
+
+    claimed = in_processes(claim_all_worker, [(url, "race")] * 4)
+
+    every = [inv_id for ids in claimed for inv_id in ids]
+    assert sorted(every) == sorted(submitted)  # none lost, none twice
+    assert q.count("succeeded") == 200
+
+
+def test_concurrent_submits_of_one_key_from_processes_return_one_id(
+    url: str, plane: dls.Dispatch
+) -> None:
+    answers = in_processes(submit_key_worker, [(url, "keyed", "same-key", 5)] * 4)
+
+    ids = {inv_id for batch in answers for inv_id in batch}
+    assert len(ids) == 1
+    assert sql(url, "SELECT count(*) FROM invocations WHERE key = 'same-key'") == [(1,)]
+
+
+def test_frames_posted_concurrently_get_distinct_contiguous_seqs(plane: dls.Dispatch) -> None:
+    channel = plane.topic_channel("default", "metrics")
+
+    def post_25(worker: int) -> list[int]:
+        return [plane.post(channel, "VALUE", dls.encode((worker, i))) for i in range(25)]
+
+    with ThreadPoolExecutor(8) as pool:
+        seqs = [s for batch in pool.map(post_25, range(8)) for s in batch]
+
+    assert sorted(seqs) == list(range(200))
+    assert [f.seq for f in plane.frames(channel)] == list(range(200))
+
+
+def test_max_depth_holds_under_concurrent_submitters(plane: dls.Dispatch) -> None:
+    # Given a queue that holds 5 and 8 submitters released together (one pooled connection each)
+    plane.create_queue("capped", admission={"max_depth": 5})
+    q = dls.SyncQueue("capped", dispatch=plane)
+    start = threading.Barrier(8)
+
+    def submit_3(_: int) -> int:
+        start.wait(DEADLINE_S)
+        admitted = 0
+        for i in range(3):
+            try:
+                q.submit({"i": i})
+                admitted += 1
+            except QueueFullError:
+                pass
+        return admitted
+
+    with ThreadPoolExecutor(8) as pool:
+        admitted = sum(pool.map(submit_3, range(8)))
+
+    assert admitted == 5
+    assert plane.count("capped") == 5
+
+
+def test_pooled_connections_killed_by_the_server_are_replaced_not_raised(
+    url: str, plane: dls.Dispatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given every pooled connection was terminated (a server restart, a failover)
+    from dreamlake.lakeshore.plane import postgres
+
+    monkeypatch.setattr(postgres, "CHECK_IDLE_S", 0.0)  # as if each had idled past the check
+    q = dls.SyncQueue("survives", dispatch=plane)
+    q.submit("before")
+    killed = sql(
+        url,
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = %s",
+        f"lakeshore-pool {connector_of(plane).schema}",
+    )
+    assert killed and all(ok for (ok,) in killed)
+
+    # Then the next calls get fresh connections instead of an error
+    q.submit("after")
+    assert q.count("queued") == 2
+
+
+# -- wake-ups ------------------------------------------------------------------------------------
+
+
+#: A blocked claim's window is longer than the test's deadline and the safety poll is off, so
+#: only a wake-up makes it return in time (its last check at the window's end would come late).
+WINDOW_S = 30.0
+DEADLINE_S = 10.0
+
+
+class BlockedClaim:
+    """`plane.claim(..., wait_s=WINDOW_S)` running in a thread."""
+
+    def __init__(self, plane: dls.Dispatch, queue: str) -> None:
+        self._got: list[Claim | None] = []
+        self._thread = threading.Thread(
+            target=lambda: self._got.append(plane.claim([queue], worker="waiter", wait_s=WINDOW_S)),
+            daemon=True,
+        )
+        self._thread.start()
+
+    def result(self) -> Claim | None:
+        self._thread.join(DEADLINE_S)
+        if self._thread.is_alive():
+            raise AssertionError(f"the claim is still blocked after {DEADLINE_S}s: no wake-up")
+        return self._got[0]
+
+
+@pytest.fixture
+def no_safety_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch_module, "SAFETY_POLL_S", 60.0)
+
+
+@pytest.mark.usefixtures("no_safety_poll")
+def test_a_submit_in_another_process_wakes_a_blocked_claim(url: str, plane: dls.Dispatch) -> None:
+    # Given a claim blocked on an empty queue
+    blocked = BlockedClaim(plane, "wake")
+    assert connector_of(plane).relay.listening.wait(DEADLINE_S)
+
+    # When another process submits
+    (inv_id,) = in_processes(submit_worker, [(url, "wake", {"hello": 1})])
+
+    # Then the claim returns that job
+    claim = blocked.result()
+    assert claim is not None
+    assert claim.id == inv_id
+
+
+@pytest.mark.usefixtures("no_safety_poll")
+def test_a_script_that_submits_and_exits_without_closing_still_wakes_the_claim(
+    url: str, plane: dls.Dispatch
+) -> None:
+    # Given a claim blocked on an empty queue
+    blocked = BlockedClaim(plane, "fire-and-forget")
+    assert connector_of(plane).relay.listening.wait(DEADLINE_S)
+
+    # When a script submits and exits at once, never closing its plane
+    script = (
+        "import dreamlake.lakeshore as dls\n"
+        f"plane = dls.Dispatch({url!r})\n"
+        "print(dls.SyncQueue('fire-and-forget', dispatch=plane).submit('x'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE_S
+    )
+    assert done.returncode == 0, done.stderr
+
+    # Then its last NOTIFY went out before the interpreter ended
+    claim = blocked.result()
+    assert claim is not None
+    assert claim.id == done.stdout.strip()
+
+
+@pytest.mark.usefixtures("no_safety_poll")
+def test_the_listener_reconnects_after_its_connection_is_killed(
+    url: str, plane: dls.Dispatch
+) -> None:
+    connector = connector_of(plane)
+    waker = plane.store.waker
+    connector.relay.listen(waker)
+    assert connector.relay.listening.wait(DEADLINE_S)
+
+    # Given the LISTEN connection is terminated by the server
+    generation = waker.generation
+    assert sql(
+        url,
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = %s",
+        f"lakeshore-listen {connector.schema}",
+    ) == [(True,)]
+
+    # Then the relay listens again (and bumps the waker so waiters re-check what they missed)
+    assert waker.wait(generation, DEADLINE_S)
+    assert connector.relay.listening.wait(DEADLINE_S)
+
+    # And a writer on another connector (its own relay) wakes a claim blocked here
+    blocked = BlockedClaim(plane, "again")
+    with dls.Dispatch(url) as other:
+        inv_id = dls.SyncQueue("again", dispatch=other).submit("x")
+        claim = blocked.result()
+    assert claim is not None
+    assert claim.id == inv_id
+
+
+# -- leader election ------------------------------------------------------------------------------
+
+
+def test_second_contender_leads_only_after_the_first_closes(url: str) -> None:
+    with advisory_leader(url, "controller") as first:
+        second = advisory_leader(url, "controller")
+        assert first.is_leader
+        assert not second.is_leader
+        assert not second.try_acquire()
+
+    assert second.try_acquire()
+    assert second.is_leader
+    second.close()
+
+
+def test_leadership_passes_on_when_the_leaders_connection_dies(url: str) -> None:
+    first = advisory_leader(url, "controller")
+    second = advisory_leader(url, "controller")
+    assert first.is_leader and not second.is_leader
+
+    sql(url, "SELECT pg_terminate_backend(%s, 5000)", first.backend_pid)
+
+    assert second.try_acquire()
+    assert not first.try_acquire()
+    assert not first.is_leader
+    first.close()
+    second.close()
+
+
+def test_leaders_of_different_schemas_do_not_contend(url: str) -> None:
+    with (
+        postgres_schema() as elsewhere,
+        advisory_leader(url, "controller") as here,
+        advisory_leader(elsewhere, "controller") as there,
+    ):
+        assert here.is_leader and there.is_leader

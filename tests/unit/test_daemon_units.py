@@ -1,0 +1,62 @@
+"""The systemd units parse and hold the settings the daemon's drain and GPUs depend on."""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+UNITS = Path(__file__).resolve().parents[2] / "systemd"
+NAMES = ("lakeshore-daemon@.service", "lakeshore-server.service", "lakeshore-controller.service")
+
+
+def service(name: str) -> configparser.SectionProxy:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(UNITS / name)
+    return parser["Service"]
+
+
+def test_the_daemon_unit_is_a_notify_service_that_drains_and_sees_gpus() -> None:
+    unit = service("lakeshore-daemon@.service")
+    assert unit["Type"] == "notify"
+    assert unit["KillMode"] == "mixed"
+    assert unit["Restart"] == "on-failure"
+    assert "--queue %i" in unit["ExecStart"]
+    text = (UNITS / "lakeshore-daemon@.service").read_text()
+    assert "\nPrivateDevices" not in text and "\nDevicePolicy" not in text
+    assert "EnvironmentFile=-/etc/lakeshore/lakeshore.env" in text
+
+
+def test_drain_fits_inside_the_stop_timeout() -> None:
+    text = (UNITS / "lakeshore-daemon@.service").read_text()
+    drain = int(text.split("LAKESHORE_DAEMON_DRAIN_TIMEOUT_S=")[1].split()[0])
+    stop = int(text.split("\nTimeoutStopSec=")[1].split()[0])
+    assert stop > drain + 10
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_unit_restarts_on_failure_and_reads_an_environment_file(name: str) -> None:
+    unit = service(name)
+    assert unit["Restart"] == "on-failure" and unit["KillMode"] == "mixed"
+    assert "EnvironmentFile" in unit
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("name", NAMES)
+def test_systemd_analyze_verify_accepts_the_unit(name: str, tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for exe in ("lakeshore", "lakeshore-daemon", "lakeshore-controller"):
+        (bin_dir / exe).write_text("#!/bin/sh\n")
+        (bin_dir / exe).chmod(0o755)
+    target = tmp_path / name.replace("@.", "@training.")
+    target.write_text((UNITS / name).read_text().replace("/opt/lakeshore/bin", str(bin_dir)))
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(target)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Unknown key" not in result.stderr and "Invalid" not in result.stderr

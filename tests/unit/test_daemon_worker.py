@@ -1,0 +1,165 @@
+"""The daemon's loop in this process, on the in-memory plane (its children are still real).
+
+Faster than the e2e suite and able to inject faults into the plane: an outage the daemon must
+ride out, a side task that crashes, a settle that arrives after the lease moved on.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.daemon.slots import Outcome
+from dreamlake.lakeshore.daemon.worker import EXIT_CRASHED, EXIT_OK, Daemon, DaemonConfig
+from dreamlake.lakeshore.errors import LeaseLost
+from dreamlake.lakeshore.plane import Dispatch
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+class FaultyPlane:
+    """Wraps a plane; `down` makes every call fail as if unreachable, `broken` names a call
+    that raises a programming error (a bug the daemon must not survive half alive)."""
+
+    def __init__(self, inner: Dispatch) -> None:
+        self.inner = inner
+        self.namespace = inner.namespace
+        self.down = threading.Event()
+        self.broken: str | None = None
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            if self.broken == name:
+                raise RuntimeError(f"bug in {name}")
+            if self.down.is_set() and name != "close":
+                raise ConnectionRefusedError("plane unreachable")
+            return target(*args, **kwargs)
+
+        return call
+
+
+class Running:
+    """A daemon on a thread; `stop()` drains it and returns its exit code."""
+
+    def __init__(self, plane: Any, **config: Any) -> None:
+        config.setdefault("name", "unit")
+        config.setdefault("queues", ("q",))
+        config.setdefault("lease_s", 3.0)
+        config.setdefault("kill_grace_s", 0.5)
+        self.daemon = Daemon(plane, DaemonConfig(**config), gpus=[])
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+        wait_until(
+            lambda: (
+                (self.daemon.slots and all(s.started.is_set() for s in self.daemon.slots))
+                or self.code is not None
+            ),
+            what="slots",
+        )
+
+    def _run(self) -> None:
+        self.code = self.daemon.run()
+
+    def join(self, timeout: float = 30.0) -> int | None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the daemon did not stop"
+        return self.code
+
+    def stop(self) -> int | None:
+        self.daemon.drain("test over")
+        return self.join()
+
+
+@pytest.fixture
+def plane() -> Iterator[Dispatch]:
+    with Dispatch(":memory:") as plane:
+        yield plane
+
+
+def test_runs_jobs_and_drains_on_request(plane: Dispatch) -> None:
+    q = dls.SyncQueue("q", dispatch=plane)
+    running = Running(plane, concurrency=2)
+    try:
+        ids = [q.submit(dls.thunk(operator.mul, n, n)) for n in range(6)]
+        assert [q.result(i, timeout=20) for i in ids] == [n * n for n in range(6)]
+    finally:
+        assert running.stop() == EXIT_OK
+    assert plane.worker(running.daemon.worker_id or "").state == "gone"
+
+
+def test_construction_has_no_side_effects(plane: Dispatch) -> None:
+    daemon = Daemon(plane, DaemonConfig(name="idle"), gpus=[])
+    assert daemon.worker_id is None and daemon.slots == []
+    assert plane.workers() == []
+
+
+def test_membership_is_reread_from_the_worker_row(plane: Dispatch) -> None:
+    other = dls.SyncQueue("other", dispatch=plane)
+    running = Running(plane)
+    try:
+        plane.update_worker_queues("unit", add=["other"])
+        assert other.result(other.submit(dls.thunk(operator.add, 1, 2)), timeout=20) == 3
+    finally:
+        running.stop()
+
+
+def test_an_outage_is_ridden_out_and_the_job_still_settles(plane: Dispatch) -> None:
+    faulty = FaultyPlane(plane)
+    q = dls.SyncQueue("q", dispatch=plane)
+    running = Running(faulty, lease_s=30.0)
+    try:
+        inv = q.submit(dls.thunk(time.sleep, 0.5))
+        wait_until(lambda: q.status(inv).state == "running", what="running")
+        faulty.down.set()
+        wait_until(lambda: faulty.calls.count("ack") >= 1, what="an ack attempt while down")
+        assert q.status(inv).state == "running"  # its outcome is held, not lost
+        faulty.down.clear()
+        assert q.result(inv, timeout=20) is None
+        assert running.thread.is_alive()
+    finally:
+        assert running.stop() == EXIT_OK
+
+
+def test_a_crashed_side_task_stops_the_daemon_and_releases_its_job(plane: Dispatch) -> None:
+    faulty = FaultyPlane(plane)
+    q = dls.SyncQueue("q", dispatch=plane)
+    running = Running(faulty)
+    inv = q.submit(dls.thunk(time.sleep, 60))
+    wait_until(lambda: q.status(inv).state == "running", what="running")
+    faulty.broken = "heartbeat"
+    assert running.join() == EXIT_CRASHED
+    assert q.status(inv).state == "queued" and q.status(inv).attempt == 0
+
+
+def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> None:
+    q = dls.SyncQueue("q", dispatch=plane)
+    q.submit(dls.thunk(operator.add, 1, 1))
+    stale = plane.claim(["q"], worker="old", lease_s=0.05)
+    assert stale is not None
+    fresh = wait_until(lambda: plane.claim(["q"], worker="new", lease_s=30), what="re-dispatch")
+    daemon = Daemon(plane, DaemonConfig(name="late"), gpus=[])
+    daemon.settle(stale, Outcome("ok", result=dls.encode(2)))  # logged, never raised
+    with pytest.raises(LeaseLost):
+        plane.ack(stale.id, stale.lease, dls.encode(2))
+    plane.ack(fresh.id, fresh.lease, dls.encode(2))
+    assert q.result(stale.id, timeout=1) == 2

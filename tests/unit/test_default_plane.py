@@ -1,0 +1,119 @@
+"""The process-default plane: resolved on first use from the environment, never at import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane import default_plane, reset_default_plane
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path / "home"))
+    for name in ("LAKESHORE_URL", "LAKESHORE_NAMESPACE", "LAKESHORE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    reset_default_plane()
+    yield tmp_path / "home"
+    reset_default_plane()
+
+
+def test_constructing_a_queue_touches_nothing(home: Path) -> None:
+    dls.SyncQueue("gpu")
+    dls.Queue("gpu")
+
+    assert not home.exists()
+
+
+def test_first_use_opens_the_sqlite_plane_under_lakeshore_home(home: Path) -> None:
+    q = dls.SyncQueue("gpu")
+
+    inv = q.submit({"x": 1})
+
+    assert (home / "lakeshore.db").exists()
+    plane = default_plane()
+    assert isinstance(plane, dls.Dispatch)
+    assert q.dispatch is plane
+    assert plane.namespace == "default"
+    assert dls.SyncQueue("gpu").status(inv).state == "queued"
+
+
+def test_the_default_plane_is_shared_until_reset(home: Path) -> None:
+    first = default_plane()
+
+    assert default_plane() is first
+    reset_default_plane()
+    assert default_plane() is not first
+
+
+def test_a_new_home_after_reset_is_a_new_plane(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inv = dls.SyncQueue("gpu").submit(1)
+
+    monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path / "elsewhere"))
+
+    assert (tmp_path / "elsewhere" / "lakeshore.db").exists() is False
+    assert dls.SyncQueue("gpu").count() == 0
+    assert (tmp_path / "elsewhere" / "lakeshore.db").exists()
+    with pytest.raises(DispatchError):
+        dls.SyncQueue("gpu").status(inv)
+
+
+def test_lakeshore_namespace_selects_the_namespace(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKESHORE_NAMESPACE", "team-a")
+
+    assert default_plane().namespace == "team-a"
+
+
+def test_another_process_reads_a_result_by_id(home: Path) -> None:
+    q = dls.SyncQueue("gpu")
+    inv = q.submit(dls.thunk(sum, [1, 2, 3]))
+    assert dls.run_worker(q, once=True) == 1
+
+    code = (
+        "import sys, dreamlake.lakeshore as dls\n"
+        "print(dls.SyncQueue('gpu').result(sys.argv[1], timeout=10))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, inv], capture_output=True, text=True, timeout=60, check=True
+    )
+
+    assert out.stdout.strip() == "6"
+
+
+def test_another_process_runs_the_worker(home: Path) -> None:
+    q = dls.SyncQueue("gpu")
+    inv = q.submit(dls.thunk(pow, 2, 10))
+    code = (
+        "import dreamlake.lakeshore as dls\n"
+        "print(dls.run_worker(dls.SyncQueue('gpu'), once=True))\n"
+    )
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+
+    assert out.stdout.strip() == "1"
+    assert q.result(inv, timeout=5) == 1024
+
+
+def test_lakeshore_url_selects_http_dispatch(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKESHORE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("LAKESHORE_TOKEN", "not-a-real-token")
+
+    try:
+        plane = default_plane()
+    except DispatchError as err:  # a build without the HTTP plane says so clearly
+        assert "LAKESHORE_URL" in str(err) or "HttpDispatch" in str(err)
+    else:
+        assert isinstance(plane, dls.HttpDispatch)
+        assert not (home / "lakeshore.db").exists()

@@ -1,0 +1,165 @@
+"""`Dispatch`: targets, namespaces, and waits that wake on another process's commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.errors import InvalidArgument, NotFound
+from dreamlake.lakeshore.plane.wakeup import SAFETY_POLL_S
+from dreamlake.lakeshore.types import Invocation
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[dls.Dispatch, dls.Dispatch]]:
+    """Two planes on one file: each has its own wake-up socket, as two processes would."""
+    path = tmp_path / "db.sqlite"
+    with dls.Dispatch(path) as a, dls.Dispatch(path) as b:
+        yield a, b
+
+
+def test_a_commit_between_a_waiters_read_and_its_wait_still_wakes_it(
+    pair: tuple[dls.Dispatch, dls.Dispatch],
+) -> None:
+    waiter, worker = pair
+    inv = dls.SyncQueue("gpu", dispatch=worker).submit(1)
+    job = dls.SyncQueue("gpu", dispatch=worker).claim()
+    assert job is not None
+    read = waiter.store.invocation
+    acked: list[bool] = []
+
+    def read_then_ack(ns: str, inv_id: str) -> Invocation:
+        row = read(ns, inv_id)
+        if not acked:  # the worker commits right after the waiter's first read
+            dls.SyncQueue("gpu", dispatch=worker).ack(job, "done")
+            acked.append(True)
+        return row
+
+    waiter.store.invocation = read_then_ack  # type: ignore[method-assign]
+    started = time.monotonic()
+
+    assert dls.SyncQueue("gpu", dispatch=waiter).result(inv, timeout=10) == "done"
+
+    assert time.monotonic() - started < SAFETY_POLL_S * 0.8, "woken by the safety poll"
+
+
+def test_a_waiting_claim_wakes_on_a_submit_through_another_plane(
+    pair: tuple[dls.Dispatch, dls.Dispatch],
+) -> None:
+    worker, producer = pair
+    box: dict[str, object] = {}
+
+    def claim() -> None:
+        box["job"] = dls.SyncQueue("gpu", dispatch=worker).claim(wait=10.0)
+        box["at"] = time.monotonic()
+
+    t = threading.Thread(target=claim)
+    t.start()
+    eventually_listening(worker)
+    sent = time.monotonic()
+    inv = dls.SyncQueue("gpu", dispatch=producer).submit(1)
+    t.join(timeout=20)
+
+    assert box["job"].id == inv  # type: ignore[attr-defined]
+    assert box["at"] - sent < SAFETY_POLL_S * 0.8  # type: ignore[operator]
+
+
+def test_a_waiting_stream_wakes_on_a_post_through_another_plane(
+    pair: tuple[dls.Dispatch, dls.Dispatch],
+) -> None:
+    reader, worker = pair
+    wq = dls.SyncQueue("gpu", dispatch=worker)
+    inv = wq.submit(1)
+    job = wq.claim()
+    assert job is not None
+    frames = dls.SyncQueue("gpu", dispatch=reader).stream(inv, timeout=10)
+    box: dict[str, object] = {}
+
+    def read() -> None:
+        box["value"] = next(frames)
+        box["at"] = time.monotonic()
+
+    t = threading.Thread(target=read)
+    t.start()
+    eventually_listening(reader)
+    sent = time.monotonic()
+    wq.post(inv, "hello")
+    t.join(timeout=20)
+    frames.close()
+
+    assert box["value"] == "hello"
+    assert box["at"] - sent < SAFETY_POLL_S * 0.8  # type: ignore[operator]
+
+
+def eventually_listening(plane: dls.Dispatch) -> None:
+    deadline = time.monotonic() + 10
+    directory = Path(plane.target + ".wake")
+    while len(list(directory.glob("*.peer"))) < 1:
+        assert time.monotonic() < deadline, "the waiter never started listening"
+        time.sleep(0.005)
+
+
+def test_sqlite_urls_name_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "url.sqlite"
+
+    with dls.Dispatch(f"sqlite:///{path}") as d:
+        dls.SyncQueue("gpu", dispatch=d).submit(1)
+
+    assert path.exists()
+    with dls.Dispatch(path) as again:
+        assert dls.SyncQueue("gpu", dispatch=again).count() == 1
+
+
+def test_a_file_plane_keeps_its_rows_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    with dls.Dispatch(path, durable=False) as d:
+        inv = dls.SyncQueue("gpu", dispatch=d).submit({"x": 1}, key="k")
+
+    with dls.Dispatch(path) as d:
+        q = dls.SyncQueue("gpu", dispatch=d)
+        assert q.submit({"x": 2}, key="k") == inv
+        job = q.claim()
+        assert job is not None and job.payload == {"x": 1}
+
+
+def test_memory_planes_are_separate() -> None:
+    with dls.Dispatch(":memory:") as a, dls.Dispatch(":memory:") as b:
+        dls.SyncQueue("gpu", dispatch=a).submit(1)
+
+        assert dls.SyncQueue("gpu", dispatch=b).count() == 0
+
+
+def test_namespaces_do_not_see_each_other(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    with dls.Dispatch(path, namespace="team-a") as a, dls.Dispatch(path, namespace="team-b") as b:
+        qa, qb = dls.SyncQueue("gpu", dispatch=a), dls.SyncQueue("gpu", dispatch=b)
+        inv = qa.submit(1, key="shared-key")
+
+        assert qb.submit(2, key="shared-key") != inv
+        assert qb.count() == 1
+        with pytest.raises(NotFound):
+            qb.status(inv)
+        with pytest.raises(NotFound):
+            qb.cancel(inv)
+        with pytest.raises(NotFound):
+            list(qb.stream(inv, timeout=0.1))
+        job = qb.claim()
+        assert job is not None and job.payload == 2
+        assert qb.claim() is None
+        assert qa.status(inv).state == "queued"
+
+
+def test_a_bad_namespace_name_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="namespace"):
+        dls.Dispatch(":memory:", namespace="Team A")
+
+
+def test_repr_and_context_manager(tmp_path: Path) -> None:
+    with dls.Dispatch(":memory:", namespace="lab") as d:
+        assert repr(d) == "Dispatch(':memory:', namespace='lab')"
+        assert isinstance(d, dls.Plane)

@@ -1,0 +1,228 @@
+"""Wake-ups: the generation counter in one process, and datagrams between processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dreamlake.lakeshore.plane.wakeup import CrossProcessWaker, Waker
+
+
+@pytest.fixture
+def waker() -> Iterator[Waker]:
+    w = Waker()
+    yield w
+    w.close()
+
+
+def notify_soon(waker: Waker, delay: float = 0.05) -> threading.Thread:
+    t = threading.Timer(delay, waker.notify)
+    t.start()
+    return t
+
+
+def test_notify_moves_the_generation(waker: Waker) -> None:
+    before = waker.generation
+
+    waker.notify()
+
+    assert waker.generation == before + 1
+
+
+def test_wait_returns_true_when_another_thread_notifies(waker: Waker) -> None:
+    gen = waker.generation
+    timer = notify_soon(waker)
+
+    assert waker.wait(gen, timeout=10.0) is True
+    timer.join()
+
+
+def test_wait_returns_at_once_when_the_generation_already_moved(waker: Waker) -> None:
+    gen = waker.generation
+    waker.notify()
+    started = time.monotonic()
+
+    assert waker.wait(gen, timeout=10.0) is True
+    assert time.monotonic() - started < 1.0
+
+
+def test_wait_returns_false_on_timeout(waker: Waker) -> None:
+    started = time.monotonic()
+
+    assert waker.wait(waker.generation, timeout=0.1) is False
+    assert time.monotonic() - started >= 0.09
+
+
+def test_wait_async_is_woken_from_another_thread(waker: Waker) -> None:
+    async def main() -> bool:
+        gen = waker.generation
+        timer = notify_soon(waker)
+        try:
+            return await waker.wait_async(gen, timeout=10.0)
+        finally:
+            timer.join()
+
+    assert asyncio.run(main()) is True
+
+
+def test_wait_async_times_out_and_forgets_its_waiter(waker: Waker) -> None:
+    async def main() -> bool:
+        return await waker.wait_async(waker.generation, timeout=0.05)
+
+    assert asyncio.run(main()) is False
+    assert waker._async_waiters == set()
+    waker.notify()  # nothing left to resolve on a closed loop
+
+
+def test_wait_async_returns_at_once_when_already_moved(waker: Waker) -> None:
+    async def main() -> bool:
+        gen = waker.generation
+        waker.notify()
+        return await waker.wait_async(gen, timeout=10.0)
+
+    assert asyncio.run(main()) is True
+
+
+def test_many_async_waiters_wake_on_one_notify(waker: Waker) -> None:
+    async def main() -> list[bool]:
+        gen = waker.generation
+        waits = [asyncio.create_task(waker.wait_async(gen, timeout=10.0)) for _ in range(5)]
+        await asyncio.sleep(0)  # let them register
+        waker.notify()
+        return await asyncio.gather(*waits)
+
+    assert asyncio.run(main()) == [True] * 5
+
+
+# -- across processes -------------------------------------------------------------------------
+
+SENDER = """
+import sys
+from pathlib import Path
+from dreamlake.lakeshore.plane.wakeup import CrossProcessWaker
+relay = CrossProcessWaker(Path(sys.argv[1]))
+relay.send()
+relay.close()
+"""
+
+
+def send_from_another_process(directory: Path) -> None:
+    subprocess.run([sys.executable, "-c", SENDER, str(directory)], check=True, timeout=30)
+
+
+def test_another_process_wakes_a_blocked_waiter(tmp_path: Path) -> None:
+    directory = tmp_path / "db.sqlite.wake"
+    waker = Waker()
+    relay = CrossProcessWaker(directory)
+    waker.relay_through(relay)
+    try:
+        relay.listen(waker)  # what a first wait does
+        assert len(list(directory.glob("*.peer"))) == 1
+        gen = waker.generation
+        box: dict[str, object] = {}
+
+        def wait() -> None:
+            started = time.monotonic()
+            box["woke"] = waker.wait(gen, timeout=20.0)
+            box["after"] = time.monotonic() - started
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        send_from_another_process(directory)
+        waiter.join(timeout=30)
+
+        assert box["woke"] is True
+        assert box["after"] < 10.0
+    finally:
+        waker.close()
+    assert list(directory.glob("*.peer")) == []  # close removes its marker
+
+
+def test_a_process_does_not_wake_itself_through_the_socket(tmp_path: Path) -> None:
+    waker = Waker()
+    relay = CrossProcessWaker(tmp_path / "wake")
+    waker.relay_through(relay)
+    try:
+        relay.listen(waker)
+        gen = waker.generation
+
+        waker.notify()  # one local bump; no echo from our own datagram
+
+        assert waker.generation == gen + 1
+        assert waker.wait(gen + 1, timeout=0.2) is False
+    finally:
+        waker.close()
+
+
+def test_a_stale_marker_is_removed_by_the_next_sender(tmp_path: Path) -> None:
+    directory = tmp_path / "wake"
+    relay = CrossProcessWaker(directory)
+    stale = directory / f"{os.getpid() + 100000}-deadbeef.peer"
+    stale.touch()
+    try:
+        relay.send()
+    finally:
+        relay.close()
+
+    assert not stale.exists()
+
+
+def test_a_dead_process_marker_is_removed(tmp_path: Path) -> None:
+    directory = tmp_path / "wake"
+    code = (
+        "import sys, os\nfrom pathlib import Path\n"
+        "from dreamlake.lakeshore.plane.wakeup import CrossProcessWaker, Waker\n"
+        "w = Waker(); r = CrossProcessWaker(Path(sys.argv[1])); r.listen(w)\n"
+        "os._exit(0)  # dies without closing: its marker stays behind\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(directory)], check=True, timeout=30)
+    markers = list(directory.glob("*.peer"))
+    assert len(markers) == 1
+
+    relay = CrossProcessWaker(directory)
+    try:
+        relay.send()
+    finally:
+        relay.close()
+
+    assert not markers[0].exists()
+
+
+def test_a_new_waiter_is_found_by_a_sender_that_already_scanned(tmp_path: Path) -> None:
+    directory = tmp_path / "wake"
+    sender = CrossProcessWaker(directory)
+    waker = Waker()
+    receiver = CrossProcessWaker(directory)
+    waker.relay_through(receiver)
+    try:
+        sender.send()  # scans: nobody listens yet
+        receiver.listen(waker)
+        gen = waker.generation
+
+        sender.send()
+
+        assert waker.wait(gen, timeout=10.0) is True
+    finally:
+        sender.close()
+        waker.close()
+
+
+def test_close_stops_listening_and_is_safe_twice(tmp_path: Path) -> None:
+    waker = Waker()
+    relay = CrossProcessWaker(tmp_path / "wake")
+    waker.relay_through(relay)
+    relay.listen(waker)
+
+    waker.close()
+    relay.close()
+    relay.listen(waker)  # a closed relay never listens again
+
+    assert list((tmp_path / "wake").glob("*.peer")) == []
