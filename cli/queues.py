@@ -317,3 +317,12 @@ def stats(
         shown = f"{value:.0%}" if key == "utilization" else str(value)
         table.add_row(key, shown)
     Console().print(table)
+
+
+def _attach_prune() -> None:
+    from .prune import prune
+
+    queues.add_command(prune)
+
+
+_attach_prune()

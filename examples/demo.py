@@ -102,6 +102,8 @@ def main() -> None:
         console.print(f"mean score {sum(results) / len(results):.4f} over {len(results)} results")
 
         console.print(f"training result: {q.result(run_id)}")
+        names = ", ".join(f"{w.name} (pid {w.pid})" for w in plane.workers())
+        console.print(f"served by: {names or 'in-process worker loops'}")
         console.print(
             f"queue '{QUEUE}': {q.count('succeeded')} succeeded, {q.count('queued')} queued, "
             f"{q.count('failed')} failed"

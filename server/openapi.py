@@ -104,8 +104,14 @@ SCHEMAS: dict[str, Any] = {
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
     "SubmitItem": _obj(
-        {"payload": BYTES, "key": STR, "priority": NUM, "max_attempts": INT, "timeout_s": NUM},
-        ("payload",),
+        {
+            "payload": BYTES,
+            "json": {"description": "any JSON value, sent instead of payload (curl)"},
+            "key": STR,
+            "priority": NUM,
+            "max_attempts": INT,
+            "timeout_s": NUM,
+        },
     ),
     "SubmitBatch": {
         "oneOf": [

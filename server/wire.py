@@ -134,11 +134,37 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
+def _with_plain_values(value: Any) -> Any:
+    """For JSON readers: beside each bytes field, its value when it is plain msgpack.
+
+    `result_json` spares curl users a base64 + msgpack step. Anything holding an ext type
+    (a tensor, a pickled thunk) is left as bytes: the server never interprets those.
+    """
+    if isinstance(value, list):
+        return [_with_plain_values(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _with_plain_values(v) for k, v in value.items()}
+    for key in BYTES_FIELDS & out.keys():
+        raw = value[key]
+        if isinstance(raw, (bytes, bytearray)):
+            try:
+                out[f"{key}_json"] = msgpack.unpackb(raw, ext_hook=_refuse_ext, raw=False)
+            except Exception:  # not plain msgpack: stays bytes only
+                continue
+    return out
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"ext type {code}")
+
+
 def respond(data: Any, *, status: int = 200, as_json: bool = False) -> Response:
     if status == 204:
         return Response(status_code=204)
     body = to_wire(data)
     if as_json:
+        body = _with_plain_values(body)
         text = json.dumps(body, default=_json_default, separators=(",", ":"))
         return Response(text.encode("utf-8"), status_code=status, media_type=JSON)
     return Response(msgpack.packb(body, use_bin_type=True), status_code=status, media_type=MSGPACK)

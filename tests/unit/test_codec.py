@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import msgpack
 import pytest
+
 from dreamlake.lakeshore.codec import (
     CODEC_VERSION,
     EXT_TYPES,
