@@ -14,6 +14,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	@# torch is optional for the codec; its CPU wheel ships on this kind of machine.
 	$(BIN)/pip install -q torch==2.13.0 2>/dev/null || echo "torch not installable here: torch codec tests will skip"
+	@# The dashboard's browser test drives the system chromium through playwright (dev extra).
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium unavailable: browser tests skip"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -17,6 +17,11 @@ COMMANDS = [
     ("tokens", "tokens"),
     ("namespaces", "namespaces"),
     ("exec_", "exec_"),
+    ("jobs", "jobs"),
+    ("submit", "submit"),
+    ("compose", "compose"),
+    ("providers", "providers"),
+    ("controller", "controller"),
 ]
 
 

@@ -1,5 +1,8 @@
 """`lakeshore queues prune`: delete run queues that are empty and idle (see sdk/prune.py).
 
+It also applies retention at the same age (unless --no-trim): the frames and rows of invocations
+that ended before the cutoff, and their spilled payloads (see sdk/retention.py).
+
 Exported as the click command `prune`; `cli/queues.py` attaches it to the `queues` group.
 """
 
@@ -10,6 +13,7 @@ from dataclasses import asdict
 
 import click
 
+from .. import retention
 from ..errors import InvalidArgument
 from ..prune import parse_duration, prune_run_queues
 from .context import open_plane, plane_options
@@ -25,11 +29,18 @@ from .context import open_plane, plane_options
 )
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
+@click.option(
+    "--trim/--no-trim",
+    default=True,
+    show_default=True,
+    help="Also delete invocations that ended before --older-than (frames, rows, spills).",
+)
 @plane_options
 def prune(
     older_than: str,
     dry_run: bool,
     as_json: bool,
+    trim: bool,
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -38,6 +49,8 @@ def prune(
 
     Only queues the SDK created as run queues are considered; a queue with queued or running
     invocations, or with member workers, is kept. Invocations of a deleted queue stay readable.
+    Unless --no-trim, it also deletes this namespace's invocations that ended before
+    --older-than (frames, rows and spilled payloads), as the server's retention does.
     """
     try:
         seconds = parse_duration(older_than)
@@ -46,11 +59,25 @@ def prune(
     plane = open_plane(url, token, namespace)
     try:
         result = prune_run_queues(plane, older_than_s=seconds, dry_run=dry_run)
+        trimmed = (
+            retention.trim(plane, frames_older_than_s=seconds, invocations_older_than_s=seconds)
+            if trim and not dry_run
+            else None
+        )
     finally:
         plane.close()
     if as_json:
-        click.echo(json.dumps({**asdict(result), "dry_run": dry_run}, indent=2, sort_keys=True))
+        out = {**asdict(result), "dry_run": dry_run}
+        out["trimmed"] = asdict(trimmed) if trimmed is not None else None
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
+    if trimmed is not None:
+        click.echo(
+            f"trimmed {trimmed.invocations} ended invocation(s), {trimmed.frames} frame(s), "
+            f"{trimmed.refs_deleted} spilled object(s)"
+        )
+        for line in trimmed.problems:
+            click.echo(f"could not delete {line}", err=True)
     verb = "would prune" if dry_run else "pruned"
     for name in result.pruned:
         click.echo(f"{verb} {name}")

@@ -22,6 +22,7 @@ from rich.table import Table
 from ..plane.base import Plane
 from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .context import open_plane, plane_options
+from .controller import controller_figures
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
@@ -309,6 +310,7 @@ def stats(
     """daemon_count / utilization / pending for NAME."""
     with _plane(url, token, namespace) as plane:
         figures = plane.stats(name)
+        figures.update(controller_figures(plane, name))  # desired vs actual (cli/controller.py)
     if as_json:
         _emit_json(figures)
         return

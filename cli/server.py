@@ -50,7 +50,37 @@ def open_cli_store(store: str | None) -> SqlStore:
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
-def server(host: str, port: int, store: str | None, max_body_mb: int, log_level: str) -> None:
+@click.option(
+    "--retain-frames-s",
+    type=click.FloatRange(0),
+    default=7 * 86400.0,
+    show_default=True,
+    help="Trim the frames of invocations ended this long ago (0: keep them).",
+)
+@click.option(
+    "--retain-invocations-s",
+    type=click.FloatRange(0),
+    default=30 * 86400.0,
+    show_default=True,
+    help="Delete invocations ended this long ago, and their spilled payloads (0: keep them).",
+)
+@click.option(
+    "--retention-interval-s",
+    type=click.FloatRange(0.05),
+    default=300.0,
+    show_default=True,
+    help="How often the retention trim runs.",
+)
+def server(
+    host: str,
+    port: int,
+    store: str | None,
+    max_body_mb: int,
+    log_level: str,
+    retain_frames_s: float,
+    retain_invocations_s: float,
+    retention_interval_s: float,
+) -> None:
     """Run the control plane (Starlette + uvicorn; needs the `server` extra)."""
     try:
         import uvicorn
@@ -62,13 +92,22 @@ def server(host: str, port: int, store: str | None, max_body_mb: int, log_level:
             "pip install 'dreamlake-lakeshore[server]'"
         ) from None
     from ..plane.auth import bootstrap
+    from ..signing import load_key
     from ..plane.dispatch import home
 
     sql = open_cli_store(store)
+    # Payload signatures (sdk/signing.py): the key stays outside the store, in LAKESHORE_HOME.
+    sql.signing_key = load_key(home(), create=True)
     token = bootstrap(sql, home())
     if token is not None:
         click.echo(f"admin token (shown once, also in {home() / 'token'}): {token}", err=True)
-    app = create_app(sql, max_body=max_body_mb * 1024 * 1024)
+    app = create_app(
+        sql,
+        max_body=max_body_mb * 1024 * 1024,
+        retain_frames_s=retain_frames_s or None,
+        retain_invocations_s=retain_invocations_s or None,
+        retention_interval_s=retention_interval_s,
+    )
     click.echo(f"lakeshore server on http://{host}:{port}", err=True)
     uvicorn.run(
         app,

@@ -51,3 +51,24 @@ def ls(as_json: bool, store: str | None) -> None:
     for r in rows:
         table.add_row(str(r["hash"]), str(r["namespace"]), str(r["label"]), str(r["created_at"]))
     Console().print(table)
+
+
+@tokens.command("revoke")
+@click.argument("digest")
+@store_option
+def revoke(digest: str, store: str | None) -> None:
+    """Revoke the token whose digest starts with DIGEST (the prefix `tokens ls` shows).
+
+    A running server stops accepting it within a few seconds (its grant cache's lifetime).
+    """
+    from ..errors import DispatchError
+    from ..plane.auth import revoke_token
+
+    sql = open_cli_store(store)
+    try:
+        row = revoke_token(sql, digest)
+    except DispatchError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        sql.close()
+    click.echo(f"revoked {row['hash']} ({row['namespace']}, {row['label'] or 'no label'})")

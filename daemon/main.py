@@ -12,10 +12,11 @@ import os
 import re
 import socket
 import sys
+from pathlib import Path
 
 import click
 
-from .. import __version__
+from .. import __version__, signing
 from ..cli.context import open_plane, plane_options
 from ..errors import DispatchError
 from ..types import DEFAULT_QUEUE, MAX_NAME_LENGTH, NAME_PATTERN, check_name
@@ -112,6 +113,13 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     metavar="KEY=VALUE",
     help="Label on the worker row (repeat), e.g. --label gpu=h100.",
 )
+@click.option(
+    "--signing-key-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The server's payload-signing key; claims that do not verify are refused unrun "
+    "(default: LAKESHORE_SIGNING_KEY, else $LAKESHORE_HOME/signing.key when present).",
+)
 @click.option("--log-level", type=click.Choice(log.LEVELS), default="info", show_default=True)
 @click.option(
     "--log-json/--log-console",
@@ -134,6 +142,7 @@ def daemon_command(
     kill_grace_s: float,
     storage: str | None,
     labels: tuple[str, ...],
+    signing_key_file: str | None,
     log_level: str,
     log_json: bool | None,
 ) -> None:
@@ -158,6 +167,7 @@ def daemon_command(
         kill_grace_s=kill_grace_s,
         storage=storage,
         labels=_labels(labels),
+        signing_key=_signing_key(signing_key_file),
     )
     try:
         plane = open_plane(url, token, namespace)
@@ -169,6 +179,15 @@ def daemon_command(
     finally:
         plane.close()
     sys.exit(code)
+
+
+def _signing_key(path: str | None) -> bytes | None:
+    from ..plane.dispatch import home
+
+    try:
+        return signing.read_key_file(Path(path)) if path else signing.load_key(home())
+    except (OSError, DispatchError) as exc:
+        raise click.UsageError(f"cannot read the signing key: {exc}") from None
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
+from .. import signing
 from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
 from ..types import Claim, WorkerInfo
@@ -76,6 +77,9 @@ class DaemonConfig:
     kill_grace_s: float = 10.0
     storage: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The control plane's payload-signing key: with it, a claim whose signature does not
+    #: verify is refused before its payload reaches a child (sdk/signing.py).
+    signing_key: bytes | None = None
 
 
 class Daemon:
@@ -298,6 +302,8 @@ class Daemon:
             if self._draining.is_set():
                 self._release_unstarted(claim)
                 return
+            if self._refused(claim):
+                continue
             self._log.info(
                 "job.claimed",
                 invocation=claim.id,
@@ -306,6 +312,33 @@ class Daemon:
                 slot=slot.index,
             )
             slot.assign(claim)
+
+    def _refused(self, claim: Claim) -> bool:
+        """Never hand a child a payload from a namespace this daemon does not serve, or one the
+        control plane did not sign: unpickling it could run anybody's code."""
+        namespace = getattr(self.plane, "namespace", claim.namespace)
+        if claim.namespace != namespace:
+            # Not ours to settle either: its lease runs out and its own workers take it.
+            self._log.error(
+                "job.refused", invocation=claim.id, reason=f"namespace {claim.namespace!r}"
+            )
+            return True
+        key = self.config.signing_key
+        if key is None:
+            return False
+        try:
+            signing.verify(
+                key, claim.namespace, claim.queue, claim.id, claim.payload, claim.signature
+            )
+        except signing.BadSignature as exc:
+            self._log.error("job.refused", invocation=claim.id, reason=str(exc))
+            self._settle_call(
+                claim,
+                "end",
+                lambda: self.plane.end(claim.id, claim.lease, state="failed", error=str(exc)),
+            )
+            return True
+        return False
 
     def _free_slot(self) -> Slot | None:
         with self._free:

@@ -7,7 +7,9 @@ inv = q.submit({"x": 1})        # a durable string id
 value = q.result(inv)
 """
 
-from . import context
+# `dls.storage` is the function (it shadows the module: import names from it with
+# `from dreamlake.lakeshore.storage import ...`); `dls.run` is the in-job module.
+from . import context, run, spill
 from .codec import decode, encode
 from .envelope import Envelope, Thunk, thunk
 from .errors import DecodeError, DispatchError, QueueFullError
@@ -25,6 +27,8 @@ from .queue import (
     SyncQueue,
     UnknownQueueWarning,
 )
+from .run import scope
+from .storage import StorageRef, storage
 from .topic import Topic
 from .udf import UDF, udf
 from .worker import run_worker
@@ -46,6 +50,7 @@ __all__ = [
     "PriorityQueue",
     "Queue",
     "QueueFullError",
+    "StorageRef",
     "SyncBoltzmannQueue",
     "SyncFILOQueue",
     "SyncPriorityQueue",
@@ -57,7 +62,11 @@ __all__ = [
     "context",
     "decode",
     "encode",
+    "run",
     "run_worker",
+    "scope",
+    "spill",
+    "storage",
     "thunk",
     "udf",
 ]

@@ -22,6 +22,7 @@ code  Python type       ext payload
 19    PIL.Image.Image   blob: header [mode, [width, height], [palette mode, palette] | nil] + raw
 32    Thunk             cloudpickle bytes (protocol `PICKLE_PROTOCOL`)
 33    Envelope          msgpack map (see below)
+48    StorageRef        msgpack map {url, key, size}: bytes kept in storage (see `storage.py`)
 ====  ================  ========================================================================
 
 msgpack's own timestamp (ext -1), as other languages write it, decodes to an aware UTC datetime.
@@ -66,6 +67,8 @@ import msgpack  # ships no type information
 
 from .envelope import Envelope, Thunk
 from .errors import DecodeError, InvalidArgument
+from .storage import EXT_STORAGE_REF as _EXT_STORAGE_REF
+from .storage import StorageRef
 
 __all__ = [
     "CODEC_VERSION",
@@ -94,6 +97,7 @@ EXT_TENSOR: Final = 18
 EXT_IMAGE: Final = 19
 EXT_THUNK: Final = 32
 EXT_ENVELOPE: Final = 33
+EXT_STORAGE_REF: Final = _EXT_STORAGE_REF  # 48, defined beside StorageRef
 
 #: Name to ext code, for `GET /v1/hello` and for writers in other languages.
 EXT_TYPES: Final[Mapping[str, int]] = MappingProxyType(
@@ -112,6 +116,7 @@ EXT_TYPES: Final[Mapping[str, int]] = MappingProxyType(
         "image": EXT_IMAGE,
         "thunk": EXT_THUNK,
         "envelope": EXT_ENVELOPE,
+        "storage_ref": EXT_STORAGE_REF,
     }
 )
 _EXT_NAMES: Final = {code: name for name, code in EXT_TYPES.items()}
@@ -324,6 +329,7 @@ _ENCODERS: Final[dict[type, Callable[[Any], Any]]] = {
     int: _encode_int,
     Thunk: _encode_thunk,
     Envelope: _encode_envelope,
+    StorageRef: lambda ref: _ExtType(EXT_STORAGE_REF, ref.to_wire()),
 }
 
 # Checked in order, so datetime comes before its base class date.
@@ -670,4 +676,5 @@ _DECODERS: Final[dict[int, Callable[[bytes, bool], Any]]] = {
     EXT_IMAGE: _decode_image,
     EXT_THUNK: _decode_thunk,
     EXT_ENVELOPE: _decode_envelope,
+    EXT_STORAGE_REF: lambda data, allow_pickle: StorageRef.from_wire(data),
 }

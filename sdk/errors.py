@@ -90,6 +90,13 @@ class DecodeError(DispatchError):
     status = 400
 
 
+class Unavailable(DispatchError):
+    """The plane's own backing store could not be reached (a cut connection): retry."""
+
+    code = "unavailable"
+    status = 503
+
+
 ERRORS_BY_CODE: dict[str, type[DispatchError]] = {
     cls.code: cls
     for cls in (
@@ -103,5 +110,6 @@ ERRORS_BY_CODE: dict[str, type[DispatchError]] = {
         Forbidden,
         PayloadTooLarge,
         DecodeError,
+        Unavailable,
     )
 }

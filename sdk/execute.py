@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from . import context
+from . import context, spill
+from . import run as jobrun
 from .envelope import Envelope, Thunk
 from .errors import DispatchError
+from .storage import Storage
 
 Emit = Callable[[Any], None]
 Handler = Callable[[Any], Any]
@@ -28,13 +31,27 @@ class NoHandler(DispatchError):
     code = "no_handler"
 
 
-def run_body(payload: Any, emit: Emit, handler: Handler | None = None) -> Any:
+def run_body(
+    payload: Any,
+    emit: Emit,
+    handler: Handler | None = None,
+    *,
+    inv_id: str | None = None,
+    attempt: int = 1,
+    storage: str | Storage | None = None,
+) -> Any:
     """Run what a job carries and return its result; raises what the body raises.
 
     The body runs under the run its envelope carries (`dls.context`), so what it submits
-    inherits its parent's run; a payload without one runs outside any run.
+    inherits its parent's run; a payload without one runs outside any run. Given `inv_id`, it
+    also runs inside `dls.run`'s job context (id, attempt, `storage`, `emit` as `dls.run.post`).
+    A spilled payload arrives as its `StorageRef` and is read back here, in the worker.
     """
-    with context.run(payload.run if isinstance(payload, Envelope) else None):
+    payload = spill.resolve(payload)
+    with (
+        _job(inv_id, attempt, emit, storage),
+        context.run(payload.run if isinstance(payload, Envelope) else None),
+    ):
         if isinstance(payload, Thunk):
             payload = Envelope.for_thunk(payload)
         if isinstance(payload, Envelope):
@@ -45,6 +62,14 @@ def run_body(payload: Any, emit: Emit, handler: Handler | None = None) -> Any:
             assert payload.fn is not None  # checked when the envelope was built
             return drive(payload.fn(*payload.args, **payload.kwargs), emit)
         return _call_handler(handler, payload, emit)
+
+
+def _job(
+    inv_id: str | None, attempt: int, emit: Emit, storage: str | Storage | None
+) -> contextlib.AbstractContextManager[Any]:
+    if inv_id is None:
+        return contextlib.nullcontext()
+    return jobrun.job(inv_id, attempt, post=emit, storage=storage)
 
 
 def _call_handler(handler: Handler | None, value: Any, emit: Emit) -> Any:

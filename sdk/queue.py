@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TypeVar, cast
 
-from . import codec
+from . import codec, spill
 from .anneal import Anneal, AnnealState, check_temperature
 from .context import current_run, run_queue_name
 from .envelope import Envelope, Thunk
@@ -62,7 +62,7 @@ def worker_identity() -> str:
 def result_of(inv: Invocation) -> Any:
     """Decode a terminal invocation's result, or raise what ended it."""
     if inv.state == "succeeded":
-        return codec.decode(inv.result) if inv.result is not None else None
+        return spill.loads(inv.result) if inv.result is not None else None
     raise DispatchError(
         f"invocation {inv.id} {inv.state}" + (f": {inv.error}" if inv.error else "")
     )
@@ -86,7 +86,7 @@ def encode_submit(
     if isinstance(body, Envelope) and body.run is None and run is not None:
         body = replace(body, run=run)  # the job carries its run to the worker
     return SubmitRequest(
-        payload=codec.encode(body),
+        payload=spill.dumps(body),  # above the inline limit: a ref to a spilled copy
         key=key,
         priority=priority,
         max_attempts=max_attempts,
@@ -460,7 +460,7 @@ class SyncQueue:
         self._held[claim.id] = claim.lease
         return Job(
             id=claim.id,
-            payload=codec.decode(claim.payload),
+            payload=spill.loads(claim.payload),
             attempt=claim.attempt,
             queue=claim.queue,
             lease=claim.lease,
@@ -468,7 +468,7 @@ class SyncQueue:
         )
 
     def ack(self, job: Job, result: Any = None) -> None:
-        self.dispatch.ack(job.id, job.lease, codec.encode(result))
+        self.dispatch.ack(job.id, job.lease, spill.dumps(result))
         self._held.pop(job.id, None)
 
     def nack(self, job: Job, *, error: str, retry: bool = True) -> None:

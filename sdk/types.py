@@ -114,6 +114,8 @@ class Claim:
     lease_expires_at: float
     timeout_s: float | None
     priority: float = 0.0
+    #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
+    signature: str | None = None
 
 
 @dataclass(frozen=True)

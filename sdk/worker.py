@@ -13,12 +13,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from . import codec
+from . import codec, spill
 from .errors import LeaseLost
 from .execute import Handler, run_body
 from .plane.base import Plane
 from .plane.default import default_plane
 from .queue import DEFAULT_LEASE_S, Queue, SyncQueue, worker_identity
+from .storage import Storage
 from .types import Claim
 
 #: How long an idle loop's claim waits on the plane's wake-up before looking again.
@@ -35,10 +36,13 @@ def run_worker(
     kind: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
     stop: threading.Event | None = None,
+    storage: str | Storage | None = None,
 ) -> int:
     """Serve jobs until stopped; returns how many ran.
 
     `queues=None` serves every queue of the plane (or the one queue passed in place of a plane).
+    `storage` is what bodies read and write through `dls.run` and where big results spill
+    (default: `$LAKESHORE_STORAGE`, else `$LAKESHORE_HOME/storage`).
     """
     # A queue handle claims for itself, so its temperature and anneal schedule apply.
     handle = plane.sync if isinstance(plane, Queue) else plane
@@ -62,7 +66,7 @@ def run_worker(
             if once or burst:
                 break
             continue
-        run_claim(plane, claim, handler)
+        run_claim(plane, claim, handler, storage=storage)
         ran += 1
         if once:
             break
@@ -79,16 +83,27 @@ def _resolve(
     return target or default_plane(), queues, kind
 
 
-def run_claim(plane: Plane, claim: Claim, handler: Handler | None = None) -> None:
-    """Run one claimed job in this thread and settle it; a lost lease drops the outcome."""
+def run_claim(
+    plane: Plane,
+    claim: Claim,
+    handler: Handler | None = None,
+    *,
+    storage: str | Storage | None = None,
+) -> None:
+    """Run one claimed job in this thread and settle it; a lost lease drops the outcome.
+
+    A result above the inline limit is spilled to `storage` and acked as its ref.
+    """
 
     def emit(value: Any) -> None:
         plane.post(claim.id, "VALUE", codec.encode(value), lease=claim.lease)
 
     try:
         payload = codec.decode(claim.payload)
-        result = run_body(payload, emit, handler)
-        encoded = codec.encode(result)
+        result = run_body(
+            payload, emit, handler, inv_id=claim.id, attempt=claim.attempt, storage=storage
+        )
+        encoded = spill.dumps(result, storage=storage)
     except Exception as exc:
         error = "".join(traceback.format_exception(exc))
         # A lost lease means the job was re-dispatched: the newer attempt owns the outcome.

@@ -23,7 +23,16 @@ from starlette.routing import Route
 from .. import __version__, codec
 from ..errors import DispatchError, NotFound
 from ..plane.store import SqlStore
-from . import routes_invocations, routes_queues, routes_workers
+from . import (
+    metrics,
+    routes_dashboard,
+    routes_invocations,
+    routes_jobs,
+    routes_providers,
+    routes_queues,
+    routes_retention,
+    routes_workers,
+)
 from .auth import Grants
 from .endpoint import Api, Call, ServerState
 from .longpoll import MAX_WAIT_S
@@ -64,6 +73,10 @@ def all_apis() -> list[Api]:
         *routes_queues.ROUTES,
         *routes_invocations.ROUTES,
         *routes_workers.ROUTES,
+        *routes_jobs.ROUTES,
+        *routes_dashboard.ROUTES,
+        *routes_providers.ROUTES,
+        *routes_retention.ROUTES,
     ]
 
 
@@ -94,8 +107,11 @@ def create_app(
     max_body: int = MAX_BODY_BYTES,
     sweep_interval_s: float = SWEEP_INTERVAL_S,
     close_store: bool = True,
+    retain_frames_s: float | None = None,
+    retain_invocations_s: float | None = None,
+    retention_interval_s: float = routes_retention.RETENTION_INTERVAL_S,
 ) -> Starlette:
-    apis = all_apis()
+    apis = metrics.instrument(all_apis())
     openapi = JSONResponse(document(apis))
 
     async def openapi_json(request: Request) -> Response:
@@ -104,9 +120,14 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sweeper = asyncio.create_task(_sweeper(store, sweep_interval_s))
+        # Retention (None: off): trims ended invocations' frames, then rows, on a timer.
+        retainer = routes_retention.start(
+            store, retain_frames_s, retain_invocations_s, retention_interval_s
+        )
         try:
             yield
         finally:
+            await routes_retention.stop(retainer)
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
@@ -119,4 +140,6 @@ def create_app(
         exception_handlers={HTTPException: _http_error},
     )
     app.state.lakeshore = ServerState(store=store, max_body=max_body, grants=Grants())
+    metrics.install(app, store)  # /metrics, /healthz, /readyz; counts the wrapped routes
+    routes_dashboard.install(app)  # the dashboard page at /
     return app

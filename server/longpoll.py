@@ -9,7 +9,7 @@ read before the check closes the race with a commit landing between the check an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -31,10 +31,14 @@ async def wait_until(
     ready: Callable[[T], bool],
     wait_s: float,
     request: Request | None = None,
+    *,
+    work: Sequence[str] | None = None,
 ) -> T:
     """`fetch()` until `ready`, up to `wait_s` (capped); the last value either way.
 
     With `request`, a caller that hung up ends the wait early: nothing would read the answer.
+    With `work` (a claim's `work_key`s), only a commit that may bring work there re-runs
+    `fetch` before the safety poll does: idle claims stay asleep through other queues' traffic.
     """
     deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
     waker = store.waker
@@ -44,7 +48,7 @@ async def wait_until(
         remaining = deadline - time.monotonic()
         if ready(value) or remaining <= 0:
             return value
-        await waker.wait_async(generation, min(remaining, SAFETY_POLL_S))
+        await waker.wait_async(generation, min(remaining, SAFETY_POLL_S), work=work)
         if request is not None and await request.is_disconnected():
             return value
 

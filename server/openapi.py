@@ -165,6 +165,7 @@ SCHEMAS: dict[str, Any] = {
             "lease_expires_at": NUM,
             "timeout_s": NUM,
             "priority": NUM,
+            "signature": _nullable(STR),
         }
     ),
     "ClaimResult": _obj({"claim": _nullable(_ref("Claim"))}),
@@ -292,3 +293,26 @@ def document(apis: list[Api]) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths,
     }
+
+
+# -- jobs and the dashboard (routes_jobs.py, routes_dashboard.py) ------------------------------
+
+QUERY_TYPES.update({"queue": STR, "before": STR, "window": NUM, "step": NUM})
+SCHEMAS.update(
+    {
+        "InvocationList": _obj({"invocations": {"type": "array", "items": _ref("Invocation")}}),
+        "WhoAmI": _obj({"namespace": STR, "org": _nullable(STR), "label": STR}),
+        "Dashboard": _obj(
+            {
+                "namespace": STR,
+                "now": NUM,
+                "window": OBJ,
+                "queues": {"type": "array", "items": OBJ},
+                "workers": {"type": "array", "items": OBJ},
+                "recent": {"type": "array", "items": OBJ},
+                "events": {"type": "array", "items": OBJ},
+                "sampled": BOOL,
+            }
+        ),
+    }
+)

@@ -14,7 +14,8 @@ import msgpack
 
 from ..errors import InvalidArgument
 from ..plane.store import SqlStore, topic_channel
-from ..types import Claim, Frame, Invocation, SubmitRequest, check_name
+from ..plane.wakeup import work_key
+from ..types import DEFAULT_QUEUE, Claim, Frame, Invocation, SubmitRequest, check_name
 from .endpoint import Api, Call
 from .longpoll import admit, wait_until
 from .wire import Fields
@@ -105,7 +106,10 @@ async def claim(call: Call) -> dict[str, Claim | None]:
             call.ns, queues, worker=worker, lease_s=lease_s, kind=kind, temperature=temperature
         )
 
-    got = await wait_until(call.store, fetch, lambda c: c is not None, wait_s, call.request)
+    work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
+    got = await wait_until(
+        call.store, fetch, lambda c: c is not None, wait_s, call.request, work=work
+    )
     if got is not None and await call.request.is_disconnected():
         # Nobody will read this claim: give it back now rather than after the lease runs out.
         await call.run(call.store.release, got.id, got.lease)

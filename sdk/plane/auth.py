@@ -76,6 +76,25 @@ def list_tokens(store: SqlStore) -> list[dict[str, object]]:
     return [{**r, "hash": str(r["hash"])[:12]} for r in rows]
 
 
+def revoke_token(store: SqlStore, digest_prefix: str) -> dict[str, object]:
+    """Delete the one token whose digest starts with `digest_prefix` (as `tokens ls` shows it).
+
+    The server's grant cache forgets it within `server.auth.GRANT_TTL_S`.
+    """
+    prefix = digest_prefix.strip().lower()
+    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
+        raise InvalidArgument("give at least 8 hex digits of the token's digest (tokens ls)")
+    with store.connector.transaction() as tx:
+        hashes = [str(r["hash"]) for r in tx.all("auth_list_tokens")]
+        matches = [h for h in hashes if h.startswith(prefix)]
+        if not matches:
+            raise NotFound(f"no token's digest starts with '{prefix}'")
+        if len(matches) > 1:
+            raise InvalidArgument(f"'{prefix}' matches {len(matches)} tokens: give more digits")
+        (row,) = tx.all("auth_delete_tokens", hashes=matches)
+    return {**row, "hash": str(row["hash"])[:12]}
+
+
 def token_count(store: SqlStore) -> int:
     with store.connector.transaction(write=False) as tx:
         row = tx.one("auth_count_tokens")

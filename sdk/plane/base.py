@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..types import Claim, Frame, Invocation, QueueInfo, SubmitRequest, WorkerInfo
+from .providers import ProviderInfo
 
 
 @runtime_checkable
@@ -73,5 +74,25 @@ class Plane(Protocol):
         self, ref: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
     ) -> WorkerInfo: ...
     def set_worker_state(self, ref: str, state: str) -> WorkerInfo: ...
+
+    # jobs (`lakeshore jobs`, the dashboard)
+    def invocations(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Invocation]:
+        """Newest first, filtered; rows carry no result bytes (read one by id for that)."""
+
+    def retry(self, inv_id: str) -> Invocation:
+        """Requeue a failed / killed / timeout invocation as a new attempt of the same id."""
+
+    # named provider configs (`lakeshore providers`, the controller)
+    def add_provider(self, name: str, kind: str, config: dict[str, Any]) -> ProviderInfo: ...
+    def providers(self) -> list[ProviderInfo]: ...
+    def provider(self, name: str) -> ProviderInfo: ...
+    def delete_provider(self, name: str) -> None: ...
 
     def close(self) -> None: ...

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import signing
 from ..errors import QueueFullError
 from ..types import (
     DEFAULT_NAMESPACE,
@@ -23,6 +24,9 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
+from . import providers
+from .providers import ProviderInfo
+from .retention import Trimmed
 from .store import SqlStore, topic_channel
 from .wakeup import SAFETY_POLL_S
 
@@ -59,6 +63,8 @@ class Dispatch:
     ) -> None:
         self.store = target if isinstance(target, SqlStore) else open_store(target, durable=durable)
         self.target = "store" if isinstance(target, SqlStore) else os.fspath(target)
+        if not isinstance(target, SqlStore):  # sign as the server would, with its key if here
+            self.store.signing_key = signing.load_key(home())
         self.namespace = namespace
         self.store.ensure_namespace(namespace)
 
@@ -231,6 +237,60 @@ class Dispatch:
 
     def set_worker_state(self, ref: str, state: str) -> WorkerInfo:
         return self.store.set_worker_state(self.namespace, ref, state)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def invocations(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Invocation]:
+        """Newest first; rows carry no result bytes (`invocation(id)` reads one with it)."""
+        return self.store.invocations(
+            self.namespace, queue=queue, state=state, limit=limit, before=before
+        )
+
+    def retry(self, inv_id: str) -> Invocation:
+        """Requeue a failed / killed / timeout invocation as a new attempt of the same id."""
+        return self.store.retry(self.namespace, inv_id)
+
+    def replace_elasticity(self, name: str, elasticity: dict[str, Any]) -> QueueInfo:
+        """Set a queue's whole elasticity object, its kind included (`lakeshore compose`)."""
+        return self.store.replace_elasticity(self.namespace, name, elasticity)
+
+    def trim_retention(
+        self,
+        *,
+        frames_older_than_s: float | None = None,
+        invocations_older_than_s: float | None = None,
+    ) -> Trimmed:
+        """Trim this namespace's ended invocations: frames, then rows (see plane/retention.py).
+
+        Returns what went and the spilled refs to delete (`dreamlake.lakeshore.retention.trim`
+        does both).
+        """
+        return self.store.trim_retention(
+            frames_older_than_s=frames_older_than_s,
+            invocations_older_than_s=invocations_older_than_s,
+            ns=self.namespace,
+        )
+
+    # -- named provider configs (sdk/plane/providers.py) --------------------------------------
+
+    def add_provider(self, name: str, kind: str, config: dict[str, Any]) -> ProviderInfo:
+        return providers.add_provider(self.store, self.namespace, name, kind, config)
+
+    def providers(self) -> list[ProviderInfo]:
+        return providers.list_providers(self.store, self.namespace)
+
+    def provider(self, name: str) -> ProviderInfo:
+        return providers.get_provider(self.store, self.namespace, name)
+
+    def delete_provider(self, name: str) -> None:
+        providers.delete_provider(self.store, self.namespace, name)
 
 
 def home() -> Path:

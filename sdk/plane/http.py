@@ -30,6 +30,8 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
+from .providers import ProviderInfo
+from .retention import Trimmed
 
 MSGPACK = "application/msgpack"
 #: The server holds a long-poll at most this long; a longer wait is split into several.
@@ -157,6 +159,10 @@ class HttpDispatch:
             return DispatchError(f"control plane answered HTTP {status}")
         message = str(err.get("message", f"HTTP {status}"))
         cls = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError)
+        if cls is DispatchError:  # a code this client does not know: keep the HTTP status,
+            unknown = DispatchError(message)  # so a 5xx still reads as transient
+            unknown.status = status
+            return unknown
         if cls is QueueFullError:
             retry = err.get("retry_after_s")
             return QueueFullError(
@@ -391,3 +397,64 @@ class HttpDispatch:
     def set_worker_state(self, ref: str, state: str) -> WorkerInfo:
         data = self._request("POST", f"/workers/{_segment(ref)}/state", {"state": state})
         return _record(WorkerInfo, data)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def invocations(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Invocation]:
+        """Newest first; rows carry no result bytes (`invocation(id)` reads one with it)."""
+        params: dict[str, Any] = {"limit": limit}
+        for key, value in (("queue", queue), ("state", state), ("before", before)):
+            if value is not None:
+                params[key] = value
+        data = self._request("GET", "/invocations", params=params)
+        return [_record(Invocation, row) for row in data["invocations"]]
+
+    def retry(self, inv_id: str) -> Invocation:
+        """Requeue a failed / killed / timeout invocation as a new attempt of the same id."""
+        data = self._request("POST", f"/invocations/{_segment(inv_id)}/retry")
+        return _record(Invocation, data)
+
+    def replace_elasticity(self, name: str, elasticity: dict[str, Any]) -> QueueInfo:
+        """Set a queue's whole elasticity object, its kind included (`lakeshore compose`).
+
+        A PATCH whose elasticity names its kind replaces the object (the Queues page's rule);
+        `patch_queue` sends `?elasticity=merge` instead, so it cannot do this.
+        """
+        body = {"elasticity": {**elasticity, "kind": elasticity.get("kind", "none")}}
+        return _record(QueueInfo, self._request("PATCH", f"/queues/{_segment(name)}", body))
+
+    def trim_retention(
+        self,
+        *,
+        frames_older_than_s: float | None = None,
+        invocations_older_than_s: float | None = None,
+    ) -> Trimmed:
+        """The server trims this namespace (POST /retention/trim); see plane/retention.py."""
+        body = {
+            "frames_older_than_s": frames_older_than_s,
+            "invocations_older_than_s": invocations_older_than_s,
+        }
+        return Trimmed.from_public(self._request("POST", "/retention/trim", body))
+
+    # -- named provider configs ---------------------------------------------------------------
+
+    def add_provider(self, name: str, kind: str, config: dict[str, Any]) -> ProviderInfo:
+        body = {"name": name, "kind": kind, "config": config}
+        return _record(ProviderInfo, self._request("POST", "/providers", body))
+
+    def providers(self) -> list[ProviderInfo]:
+        data = self._request("GET", "/providers")
+        return [_record(ProviderInfo, p) for p in data["providers"]]
+
+    def provider(self, name: str) -> ProviderInfo:
+        return _record(ProviderInfo, self._request("GET", f"/providers/{_segment(name)}"))
+
+    def delete_provider(self, name: str) -> None:
+        self._request("DELETE", f"/providers/{_segment(name)}")

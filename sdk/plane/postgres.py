@@ -47,7 +47,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import DispatchError, InvalidArgument
+from ..errors import DispatchError, InvalidArgument, Unavailable
 from .connector import Row
 from .queries import POSTGRES, bind, engine_queries, migrations, queries, split_statements
 from .wakeup import Waker
@@ -225,12 +225,19 @@ class PostgresConnector:
         `write` only decides whether the locks in `_LOCK_BEFORE` are taken: Postgres needs no
         up-front write lock (SQLite's BEGIN IMMEDIATE), rows are locked as they are written.
         """
-        with self._pool.connection() as conn:
-            try:
-                with conn.transaction():
-                    yield PostgresTransaction(conn, write=write)
-            finally:
-                self._used[id(conn)] = time.monotonic()
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.transaction():
+                        yield PostgresTransaction(conn, write=write)
+                finally:
+                    self._used[id(conn)] = time.monotonic()
+        except psycopg.OperationalError as exc:
+            # A cut connection, a pool that cannot reach the server, a deadlock victim: an
+            # outage, not a bug. 503 over HTTP, which clients retry; the pool drops a broken one.
+            raise Unavailable(
+                f"the store could not complete the transaction, retry: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _check(self, conn: psycopg.Connection[DictRow]) -> None:
         if time.monotonic() - self._used.get(id(conn), 0.0) > CHECK_IDLE_S:

@@ -14,11 +14,12 @@ import random
 import secrets
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 from ulid import ULID
 
+from .. import signing
 from ..errors import Conflict, InvalidArgument, LeaseLost, NotFound
 from ..types import (
     DEFAULT_QUEUE,
@@ -37,6 +38,12 @@ from ..types import (
 )
 from .admission import admit, deadline_for
 from .connector import Connector, Row, Transaction
+from .elasticity import check_scaling
+from .steal import claim_with_steal_delay
+from .wakeup import work_key
+
+if TYPE_CHECKING:
+    from .retention import Trimmed
 
 #: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
 RETRY_BASE_S = 0.5
@@ -62,6 +69,9 @@ class SqlStore:
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
         self.waker = connector.waker
+        #: Set by whoever holds the server's secret (`lakeshore server`, a keyed Dispatch):
+        #: each accepted payload is then signed (sdk/signing.py). Never stored in the store.
+        self.signing_key: bytes | None = None
 
     def close(self) -> None:
         self.connector.close()
@@ -92,15 +102,21 @@ class SqlStore:
         for req in requests:
             _check_submit(req)
         now = time.time()
-        ids: list[str] = []
+        # Ids in request order (ULIDs: the claim order of equal priorities); rows inserted in key
+        # order, so two concurrent batches sharing keys lock them in one order and never
+        # deadlock each other (Postgres holds each inserted key's index entry to commit).
+        ids = [new_id() for _ in requests]
+        order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
         with self.connector.transaction() as tx:
             info = self._queue_for_submit(tx, ns, queue, now)
             admit(tx, info, requests, now)
             deadline_at = deadline_for(info, now)
-            for req in requests:
+            for i in order:
+                req = requests[i]
+                key = self.signing_key
                 row = tx.one(
-                    "insert_invocation",
-                    id=new_id(),
+                    "insert_invocation_signed",
+                    id=ids[i],
                     ns=ns,
                     queue=queue,
                     priority=float(req.priority),
@@ -110,12 +126,15 @@ class SqlStore:
                     timeout_s=req.timeout_s,
                     now=now,
                     deadline_at=deadline_at,
+                    signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
+                    if key
+                    else None,
                 )
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
-                ids.append(row["id"])
-        self.waker.notify()
+                ids[i] = row["id"]
+        self.waker.notify(work=[work_key(ns, queue)])  # only this queue's claim polls re-read
         return ids
 
     def _queue_for_submit(self, tx: Transaction, ns: str, queue: str, now: float) -> QueueInfo:
@@ -187,10 +206,13 @@ class SqlStore:
         with self.connector.transaction() as tx:
             expired = self._sweep(tx, now)
             resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
-            row = self._claim_row(tx, resolved, temperature, params)
+            row = claim_with_steal_delay(
+                tx, params, lambda p: self._claim_row(tx, resolved, temperature, p)
+            )
+            signed = tx.one("signature_of", id=row["id"]) if row else None
         if expired or row:  # a claim makes room that a blocked submit may be waiting for
-            self.waker.notify()
-        return _claim(row) if row else None
+            self.waker.notify(work=None if expired else ())
+        return _claim(row, signed["signature"] if signed else None) if row else None
 
     def _queue_kind(self, tx: Transaction, ns: str, names: Sequence[str]) -> Kind:
         row = tx.one("get_queue", ns=ns, name=names[0])
@@ -235,7 +257,7 @@ class SqlStore:
             if not tx.one("settle_success", id=inv_id, lease=lease, result=result, now=now):
                 self._refuse_settle(tx, inv_id, lease, "succeeded", "ack")
                 return
-        self.waker.notify()
+        self.waker.notify(work=())
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""
@@ -343,7 +365,7 @@ class SqlStore:
             if last is not None and last["kind"] in ("END", "ERROR"):
                 raise Conflict(f"the journal of '{channel}' is closed (it ended at {last['seq']})")
             seq = self._append(tx, channel, kind, value, now)
-        self.waker.notify()
+        self.waker.notify(work=())
         return seq
 
     def _append(
@@ -673,6 +695,124 @@ class SqlStore:
             tx.all("set_worker_state", id=current.id, state=state)
         return self.worker(ns, current.id)
 
+    # -- jobs: listing and operator retries (`lakeshore jobs`, the dashboard) ------------------
+
+    def invocations(
+        self,
+        ns: str,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Invocation]:
+        """Newest first, filtered; rows carry no result bytes (read one by id for its result).
+
+        `before` pages: pass the last id of a page to get the next, older one.
+        """
+        if queue is not None:
+            check_name(queue)
+        if state is not None:
+            check_state(state)
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
+        if before is not None and not (before.isascii() and before.isalnum() and len(before) <= 64):
+            raise InvalidArgument(f"before must be an invocation id, got {before!r}")
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all(
+                "list_invocations", ns=ns, queue=queue, state=state, before=before, limit=limit
+            )
+        return [_invocation(r) for r in rows]
+
+    def retry(self, ns: str, inv_id: str) -> Invocation:
+        """Requeue a failed / killed / timeout invocation as one more attempt, same id.
+
+        An operator's retry is an explicit decision, so it is not held to the queue's admission
+        (max_depth, rate_limit); the queue must still accept work (active). The journal is
+        cleared, since the failed attempt closed it with an ERROR frame; the row keeps the last
+        error until the new attempt settles.
+        """
+        now = time.time()
+        with self.connector.transaction() as tx:
+            row = tx.one("get_invocation", id=inv_id, ns=ns)
+            if row is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            if row["state"] not in ("failed", "killed", "timeout"):
+                hint = {
+                    "queued": "it has not run yet",
+                    "running": "it is running",
+                    "succeeded": "it succeeded",
+                    "cancelled": "it was cancelled before it ran: submit it again instead",
+                }.get(row["state"], "")
+                raise Conflict(
+                    f"cannot retry invocation '{inv_id}': it is {row['state']}"
+                    + (f" ({hint})" if hint else "")
+                    + "; only failed, killed or timeout invocations can be retried"
+                )
+            info = self._queue_for_submit(tx, ns, row["queue"], now)
+            done = tx.one("retry_terminal", id=inv_id, ns=ns, deadline_at=deadline_for(info, now))
+            if done is None:  # settled differently between the read and the write
+                raise Conflict(f"cannot retry invocation '{inv_id}': its state just changed")
+            tx.all("retry_clear_frames", channel=inv_id)
+            row = tx.one("get_invocation", id=inv_id, ns=ns)
+        self.waker.notify()
+        assert row is not None
+        return _invocation(row)
+
+    def depth_by_state(self, ns: str) -> dict[str, dict[str, int]]:
+        """{queue: {state: count}} over every state, for the dashboard."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("depth_by_state", ns=ns)
+        out: dict[str, dict[str, int]] = {}
+        for r in rows:
+            out.setdefault(r["queue"], {})[r["state"]] = int(r["n"])
+        return out
+
+    def finished_since(self, ns: str, since: float, *, limit: int = 20000) -> list[Row]:
+        """Completions since `since` (queue, state and the three timestamps), newest first."""
+        with self.connector.transaction(write=False) as tx:
+            return tx.all("finished_since", ns=ns, since=since, limit=limit)
+
+    def running_by_worker(self, ns: str) -> dict[str, int]:
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("running_by_worker", ns=ns)
+        return {r["worker"]: int(r["n"]) for r in rows if r["worker"] is not None}
+
+    def namespace_events(self, ns: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        """Every queue's events in the namespace, newest first (the dashboard's scaling log)."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("namespace_events", ns=ns, limit=limit)
+        return [{**r, "detail": json.loads(r["detail"])} for r in rows]
+
+    def ping(self) -> bool:
+        """A round trip to the database: /readyz."""
+        with self.connector.transaction(write=False) as tx:
+            return tx.one("ping") is not None
+
+    # -- retention (issue 7; the rules are in retention.py) --------------------------------------
+
+    def trim_retention(
+        self,
+        *,
+        frames_older_than_s: float | None = None,
+        invocations_older_than_s: float | None = None,
+        ns: str | None = None,
+        now: float | None = None,
+    ) -> Trimmed:
+        """Trim frames, then rows, of invocations that ended that long ago (None: keep).
+
+        `ns=None` trims every namespace. Returns counts and the spilled refs to delete.
+        """
+        from .retention import trim
+
+        return trim(
+            self,
+            frames_older_than_s=frames_older_than_s,
+            invocations_older_than_s=invocations_older_than_s,
+            namespace=ns,
+            now=now,
+        )
+
 
 # -- validation -------------------------------------------------------------------------------
 
@@ -711,6 +851,7 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgument(f"elasticity kind '{kind}' needs 'max'")
     if "min" in value and "max" in value and value["min"] > value["max"]:
         raise InvalidArgument("elasticity.min must not exceed elasticity.max")
+    check_scaling(value)  # the controller's fields: sdk/plane/elasticity.py
     return {**value, "kind": kind}
 
 
@@ -768,8 +909,9 @@ def _invocation(row: Row) -> Invocation:
     )
 
 
-def _claim(row: Row) -> Claim:
+def _claim(row: Row, signature: str | None = None) -> Claim:
     return Claim(
+        signature=signature,
         id=row["id"],
         namespace=row["namespace"],
         queue=row["queue"],

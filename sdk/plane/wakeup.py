@@ -21,6 +21,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -47,18 +48,42 @@ class Waker:
         self._cond = threading.Condition()
         self._generation = 0
         self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+        #: Async waiters that only care about new work under some keys (claim long-polls).
+        self._interest: dict[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]], frozenset[str]]
+        self._interest = {}
+        #: Generation of the last wake-up that may have brought work anywhere, and per work key
+        #: (`work_key(ns, queue)`) of the last one that brought work there.
+        self._any_work = 0
+        self._work: dict[str, int] = {}
         self._relays: list[Relay] = []
 
     @property
     def generation(self) -> int:
         return self._generation
 
-    def notify(self, *, local_only: bool = False) -> None:
-        """Wake every waiter in this process, and (unless local_only) in the others."""
+    def notify(self, *, local_only: bool = False, work: Iterable[str] | None = None) -> None:
+        """Wake every waiter in this process, and (unless local_only) in the others.
+
+        `work` says where claimable work may have appeared: the keys (`work_key`) of a submit,
+        `()` for a change that brings none (an ack, a claim, a frame), None (the default) for
+        one that may bring any (a requeue, a queue reopened, another process's commit). An
+        async waiter that asked for work under some keys is left asleep when none came there:
+        500 idle claim long-polls must not all re-read the store on every commit.
+        """
+        keys = None if work is None else frozenset(work)
         with self._cond:
             self._generation += 1
+            if keys is None:
+                self._any_work = self._generation
+            else:
+                for key in keys:
+                    self._work[key] = self._generation
             self._cond.notify_all()
-            waiters = list(self._async_waiters)
+            waiters = [
+                entry
+                for entry in self._async_waiters
+                if keys is None or (want := self._interest.get(entry)) is None or want & keys
+            ]
         for loop, fut in waiters:
             with contextlib.suppress(RuntimeError):  # loop already closed
                 loop.call_soon_threadsafe(_resolve, fut)
@@ -87,15 +112,26 @@ class Waker:
                 self._cond.wait(remaining)
         return True
 
-    async def wait_async(self, generation: int, timeout: float) -> bool:
+    def work_since(self, generation: int, keys: Iterable[str]) -> bool:
+        """Whether a wake-up after `generation` may have brought work under one of `keys`."""
+        return self._any_work > generation or any(self._work.get(k, 0) > generation for k in keys)
+
+    async def wait_async(
+        self, generation: int, timeout: float, *, work: Iterable[str] | None = None
+    ) -> bool:
+        """Wait for the generation to move; with `work`, only for work under those keys."""
         self.listen()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         entry = (loop, fut)
+        want = None if work is None else frozenset(work)
         with self._cond:
-            if self._generation != generation:
+            moved = self._generation != generation
+            if moved and (want is None or self.work_since(generation, want)):
                 return True
             self._async_waiters.add(entry)
+            if want is not None:
+                self._interest[entry] = want
         try:
             await asyncio.wait_for(fut, timeout)
             return True
@@ -104,6 +140,7 @@ class Waker:
         finally:
             with self._cond:
                 self._async_waiters.discard(entry)
+                self._interest.pop(entry, None)
 
     def relay_through(self, relay: Relay) -> None:
         self._relays.append(relay)
@@ -112,6 +149,11 @@ class Waker:
         for relay in self._relays:
             relay.close()
         self._relays.clear()
+
+
+def work_key(namespace: str, queue: str) -> str:
+    """The key a submit notifies and a claim long-poll on that queue waits for."""
+    return f"{namespace}/{queue}"
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

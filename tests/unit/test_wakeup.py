@@ -102,6 +102,33 @@ def test_many_async_waiters_wake_on_one_notify(waker: Waker) -> None:
     assert asyncio.run(main()) == [True] * 5
 
 
+def test_a_claim_waiter_sleeps_through_wake_ups_that_bring_no_work_to_its_queues(
+    waker: Waker,
+) -> None:
+    """500 idle claim long-polls must not all re-read the store on every commit."""
+
+    async def main() -> list[bool]:
+        gen = waker.generation
+        mine = asyncio.create_task(waker.wait_async(gen, timeout=0.3, work=["ns/a"]))
+        other = asyncio.create_task(waker.wait_async(gen, timeout=10.0, work=["ns/b"]))
+        plain = asyncio.create_task(waker.wait_async(gen, timeout=10.0))
+        await asyncio.sleep(0)
+        waker.notify(work=())  # an ack: no new work anywhere
+        waker.notify(work=["ns/b"])  # a submit to another queue
+        results = [await other, await plain, await mine]  # mine times out: False
+        gen = waker.generation
+        again = asyncio.create_task(waker.wait_async(gen, timeout=10.0, work=["ns/a"]))
+        await asyncio.sleep(0)
+        waker.notify()  # unknown (a requeue, another process): everyone looks
+        results.append(await again)
+        # Work that came before the wait started counts at once.
+        results.append(await waker.wait_async(gen, timeout=10.0, work=["ns/a"]))
+        return results
+
+    assert asyncio.run(main()) == [True, True, False, True, True]
+    assert waker.work_since(0, ["ns/b"]) and not waker._interest
+
+
 # -- across processes -------------------------------------------------------------------------
 
 SENDER = """

@@ -262,3 +262,166 @@ SELECT tokens, updated_at FROM rate_buckets WHERE namespace = :ns AND queue = :q
 INSERT INTO rate_buckets (namespace, queue, tokens, updated_at)
 VALUES (:ns, :queue, :tokens, :now)
 ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now;
+
+-- name: list_invocations
+-- `lakeshore jobs ls` / the dashboard's recent list: newest first, without payload or result
+-- bytes (a listing should not ship megabytes; `invocation(id)` reads the result). The CASTs type
+-- the optional filters for Postgres, which cannot infer the type of a bare NULL parameter.
+SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+FROM invocations
+WHERE namespace = :ns
+  AND (CAST(:queue AS TEXT) IS NULL OR queue = :queue)
+  AND (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:before AS TEXT) IS NULL OR id < :before)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: retry_terminal
+-- `jobs retry`: a failed / killed / timeout invocation back to queued as one more attempt. The
+-- attempt budget grows by one when it is spent, so the claim and the lease sweep allow it.
+UPDATE invocations
+SET state = 'queued', lease = NULL, lease_expires_at = NULL, worker = NULL, kill_requested = 0,
+    not_before = 0, started_at = NULL, finished_at = NULL, deadline_at = :deadline_at,
+    max_attempts = CASE WHEN attempt >= max_attempts THEN attempt + 1 ELSE max_attempts END
+WHERE id = :id AND namespace = :ns AND state IN ('failed', 'killed', 'timeout')
+RETURNING id;
+
+-- name: retry_clear_frames
+-- The retried attempt starts a fresh journal: the old one ended with an ERROR frame, which
+-- closes a journal to further posts.
+DELETE FROM frames WHERE channel = :channel;
+
+-- name: depth_by_state
+SELECT queue, state, count(*) AS n FROM invocations WHERE namespace = :ns GROUP BY queue, state;
+
+-- name: finished_since
+-- Completions in a time window, for throughput and latency sparklines (index invocations_finished).
+SELECT queue, state, created_at, started_at, finished_at FROM invocations
+WHERE namespace = :ns AND finished_at IS NOT NULL AND finished_at >= :since
+ORDER BY finished_at DESC LIMIT :limit;
+
+-- name: running_by_worker
+SELECT worker, count(*) AS n FROM invocations
+WHERE namespace = :ns AND state = 'running' GROUP BY worker;
+
+-- name: namespace_events
+SELECT id, queue, at, kind, detail FROM queue_events
+WHERE namespace = :ns ORDER BY id DESC LIMIT :limit;
+
+-- name: metrics_depth
+-- /metrics, read at scrape time over every namespace (index-only on invocations_state).
+SELECT namespace, queue, state, count(*) AS n FROM invocations
+GROUP BY namespace, queue, state;
+
+-- name: metrics_workers
+SELECT namespace, state, CASE WHEN heartbeat_at < :stale_before THEN 1 ELSE 0 END AS stale,
+    count(*) AS n
+FROM workers GROUP BY namespace, state, CASE WHEN heartbeat_at < :stale_before THEN 1 ELSE 0 END;
+
+-- name: metrics_events
+SELECT namespace, queue, kind, count(*) AS n FROM queue_events GROUP BY namespace, queue, kind;
+
+-- name: ping
+SELECT 1 AS ok;
+
+-- name: steal_policies
+-- Work stealing (sdk/plane/steal.py) and the controller (controller/observe.py) from here on.
+SELECT name, elasticity FROM queues WHERE namespace = :ns AND name IN (:names);
+
+-- name: steal_aged
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = (
+    SELECT id FROM invocations
+    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND not_before <= :now
+      AND created_at <= :aged
+      AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
+
+-- name: controller_queues
+SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
+
+-- name: controller_counts
+SELECT namespace, queue, state, count(*) AS n FROM invocations
+WHERE state IN ('queued', 'running') GROUP BY namespace, queue, state;
+
+-- name: controller_running_by_worker
+SELECT namespace, worker, count(*) AS n FROM invocations
+WHERE state = 'running' GROUP BY namespace, worker;
+
+-- name: controller_workers
+SELECT id, namespace, name, queues, state, heartbeat_at, created_at FROM workers
+WHERE state != 'gone';
+
+-- name: provider_insert
+INSERT INTO providers (namespace, name, kind, config, created_at, updated_at)
+VALUES (:ns, :name, :kind, :config, :now, :now)
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING name;
+
+-- name: provider_get
+SELECT * FROM providers WHERE namespace = :ns AND name = :name;
+
+-- name: provider_list
+SELECT * FROM providers WHERE namespace = :ns ORDER BY name;
+
+-- name: provider_list_all
+SELECT * FROM providers ORDER BY namespace, name;
+
+-- name: provider_delete
+DELETE FROM providers WHERE namespace = :ns AND name = :name RETURNING name;
+
+-- name: retention_namespaces
+-- Retention (issue 7) trims one namespace at a time, so each pass walks the
+-- (namespace, finished_at) index of terminal rows instead of the whole history.
+SELECT name FROM namespaces ORDER BY name;
+
+-- name: retention_trim_frames
+-- Frames of invocations of :ns that ended before :cutoff, a batch at a time. The frames index on
+-- created_at (migration 11) bounds the scan to frames older than the cutoff; a frame is never
+-- younger than its invocation's end, so none of a trimmable journal is missed.
+DELETE FROM frames WHERE (channel, seq) IN (
+    SELECT f.channel, f.seq FROM frames f JOIN invocations i ON i.id = f.channel
+    WHERE f.created_at < :cutoff AND i.namespace = :ns AND i.finished_at < :cutoff
+      AND i.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+    LIMIT :limit)
+RETURNING seq;
+
+-- name: retention_old_invocations
+-- Terminal invocations of :ns that ended before :cutoff, oldest first. payload and result come
+-- back only when short enough to be a spilled StorageRef (never megabytes per row), so the
+-- store can find the spilled objects to delete without reading (or decoding) real payloads.
+SELECT id,
+    CASE WHEN length(payload) <= :ref_bytes THEN payload END AS payload,
+    CASE WHEN length(result) <= :ref_bytes THEN result END AS result
+FROM invocations
+WHERE namespace = :ns AND finished_at IS NOT NULL AND finished_at < :cutoff
+  AND state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+ORDER BY finished_at LIMIT :limit;
+
+-- name: retention_delete_frames_of
+DELETE FROM frames WHERE channel IN (:ids) RETURNING seq;
+
+-- name: retention_delete_invocations
+DELETE FROM invocations
+WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+RETURNING id;
+
+-- name: insert_invocation_signed
+-- insert_invocation with the payload's signature (issue 11); NULL when the plane has no key.
+INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
+    timeout_s, created_at, deadline_at, signature)
+VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
+    :deadline_at, :signature)
+ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: signature_of
+SELECT signature FROM invocations WHERE id = :id;
+
+-- name: auth_delete_tokens
+-- `lakeshore tokens revoke`: by the digest prefix `tokens ls` shows (unique, checked first).
+DELETE FROM tokens WHERE hash IN (:hashes) RETURNING hash, namespace, label;

@@ -126,3 +126,33 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
 {postgres_only} ALTER TABLE frames SET (autovacuum_vacuum_scale_factor = 0.02,
 {postgres_only}     autovacuum_vacuum_insert_scale_factor = 0.05);
 {postgres_only} ALTER TABLE workers SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.05);
+
+-- migration: 12
+-- Windowed reads of completions (the dashboard's throughput and latency sparklines) walk this
+-- index instead of the whole history. Queued and running rows have no finished_at and stay out.
+CREATE INDEX IF NOT EXISTS invocations_finished
+    ON invocations (namespace, finished_at) WHERE finished_at IS NOT NULL;
+
+-- migration: 10
+-- Named provider configs (`lakeshore providers add`): where the controller and
+-- `lakeshore daemon launch` start daemons. config is a JSON object of the provider's settings.
+CREATE TABLE IF NOT EXISTS providers (
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    config      TEXT NOT NULL DEFAULT '{}',
+    created_at  {real} NOT NULL,
+    updated_at  {real} NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+
+-- migration: 11
+-- Retention (issue 7): frames of ended invocations are trimmed by age, and this index lets the
+-- trim read only the frames older than the cutoff.
+CREATE INDEX IF NOT EXISTS frames_created ON frames (created_at);
+
+-- migration: 13
+-- Payload signatures (issue 11): the server's HMAC over namespace, queue, id and payload, made
+-- when it accepts the submit with a key kept outside the store (sdk/signing.py); workers that
+-- hold the key verify it before unpickling. NULL: accepted by a plane without a key.
+ALTER TABLE invocations ADD COLUMN signature TEXT;

@@ -1,0 +1,59 @@
+"""Ray's figures, in an interpreter of their own: `python -m bench.peers.ray_run '<json>'`.
+
+RPC: `ray.get(noop.remote(i))` on a local cluster with num_cpus=1. Fan-out: a fresh local
+cluster with num_cpus=2 (two worker processes), all refs submitted, then `ray.get` of all.
+Prints one JSON line with the latencies and rates.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import ray
+
+from ..common import rpc_loop
+
+
+@ray.remote
+def noop(i: int = 0) -> int:
+    return i
+
+
+def init(cpus: int) -> None:
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=200 * 2**20,
+        logging_level="error",
+        _node_ip_address="127.0.0.1",
+    )
+
+
+def main() -> None:
+    a = json.loads(sys.argv[1])
+    init(1)
+    ray.get([noop.remote(0) for _ in range(10)])  # workers up
+    rpc = [
+        rpc_loop(lambda i: ray.get(noop.remote(i)), a["calls"], a["cap"], a["warmup"])
+        for _ in range(a["reps"])
+    ]
+    ray.shutdown()
+    init(2)
+    ray.get([noop.remote(0) for _ in range(100)])
+    submit, complete = [], []
+    n = a["jobs"]
+    for _ in range(a["reps"]):
+        t0 = time.perf_counter()
+        refs = [noop.remote(i) for i in range(n)]
+        submit.append(n / (time.perf_counter() - t0))
+        ray.get(refs)
+        complete.append(n / (time.perf_counter() - t0))
+    ray.shutdown()
+    print(json.dumps({"rpc": rpc, "submit": submit, "complete": complete}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""RQ's job function (RQ imports it by dotted path)."""
+
+from __future__ import annotations
+
+from .counter import bump
+
+
+def noop(i: int = 0) -> int:
+    bump()
+    return i

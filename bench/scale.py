@@ -1,0 +1,154 @@
+"""Scale: many idle daemons long-polling one server, simulated by one asyncio client process.
+
+Each simulated daemon holds `POST /claims` with wait=20 s on a queue of its own that never gets
+work (an idle daemon's claim), and asks again when it returns. Meanwhile one real
+`lakeshore-daemon` serves queue `live`: the figures are the server's CPU and RSS while only the
+idle polls are held, and, with and without them, a producer's `q.call` p50/p99 through that
+daemon and the latency of a claim on a queue that has work (a daemon's claim), p99.
+
+    python -m bench.scale idle-clients URL TOKEN N   # the simulated daemons (a child process)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dreamlake.lakeshore as dls
+
+from .common import (
+    Measurement,
+    Settings,
+    clean_env,
+    cpu_seconds,
+    log_dir,
+    pct,
+    process,
+    rpc_loop,
+    rss_mib,
+    tree,
+)
+from .lakeshore_runs import FULL, _ready, daemons, server
+
+
+async def idle_clients(url: str, token: str, n: int) -> None:
+    import httpx
+
+    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+    headers = {"authorization": f"Bearer {token}", "accept": "application/json"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as c:
+
+        async def one(i: int) -> None:
+            body = {"queues": [f"idle-{i}"], "worker": f"sim-{i}", "wait": 20}
+            while True:
+                try:
+                    await c.post("/v1/namespaces/default/claims", json=body)
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.5)
+
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        print("started", flush=True)
+        await asyncio.gather(*tasks)
+
+
+def claim_latencies(plane: dls.Plane, n: int) -> list[float]:
+    """A daemon's claim on a queue with work: n claims (each acked), latency in ms."""
+    q = dls.SyncQueue("probe", dispatch=plane)
+    q.submit_many(list(range(n)))
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        claim = plane.claim(["probe"], worker="probe", wait_s=5)
+        out.append((time.perf_counter() - start) * 1000)
+        assert claim is not None
+        plane.ack(claim.id, claim.lease, None)
+    return out
+
+
+def measure(s: Settings) -> list[Measurement]:
+    n = s.scale_clients
+    calls = min(s.calls, 500)
+    system = "lakeshore http (sqlite)"
+    out: list[Measurement] = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        home = Path(tmp)
+        with (
+            server(home / "srv", str(home / "srv" / "lakeshore.db")) as (url, token, spid),
+            daemons(1, "live", home=home, url=url, token=token),
+            dls.HttpDispatch(url, token=token) as plane,
+        ):
+            q = dls.SyncQueue("live", dispatch=plane)
+            _ready(q)
+
+            def probe(label: str) -> None:
+                lat = rpc_loop(lambda i: q.call(i, timeout=10), calls, s.rpc_cap_s, 20)
+                claims = claim_latencies(plane, min(calls, 300))
+                out.extend(
+                    [
+                        Measurement(
+                            "scale",
+                            f"q.call p50, {label}",
+                            system,
+                            [pct(lat, 50)],
+                            "ms",
+                            FULL,
+                            "",
+                            len(lat),
+                        ),
+                        Measurement(
+                            "scale",
+                            f"q.call p99, {label}",
+                            system,
+                            [pct(lat, 99)],
+                            "ms",
+                            FULL,
+                            "",
+                            len(lat),
+                        ),
+                        Measurement(
+                            "scale",
+                            f"claim p99, {label}",
+                            system,
+                            [pct(claims, 99)],
+                            "ms",
+                            FULL,
+                            "claim on a queue with work",
+                            len(claims),
+                        ),
+                    ]
+                )
+
+            probe("alone")
+            argv = [sys.executable, "-m", "bench.scale", "idle-clients", url, token, str(n)]
+            with process(argv, log_dir() / "scale-clients.log", clean_env()) as clients:
+                time.sleep(3.0)  # every poll sent and held
+                procs = tree(spid)
+                before, t0 = cpu_seconds(procs), time.monotonic()
+                time.sleep(s.scale_s)
+                cpu = 100 * (cpu_seconds(procs) - before) / (time.monotonic() - t0)
+                rss = rss_mib(tree(spid))
+                client_alive = clients.poll() is None
+                out += [
+                    Measurement(
+                        "scale",
+                        f"server CPU, {n} idle polls",
+                        system,
+                        [cpu],
+                        "%",
+                        FULL,
+                        "% of one core",
+                    ),
+                    Measurement("scale", f"server RSS, {n} idle polls", system, [rss], "MiB", FULL),
+                ]
+                probe(f"{n} idle polls")
+                if not client_alive:
+                    raise RuntimeError("the simulated daemons exited early; see scale-clients.log")
+    return out
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "idle-clients":
+        asyncio.run(idle_clients(sys.argv[2], sys.argv[3], int(sys.argv[4])))

@@ -1,0 +1,48 @@
+"""`lakeshore controller`: run the elastic controller, and what `queues stats` shows of it.
+
+The controller records every decision as a queue event (`scaled`, `desired`, `terminated`,
+`scale_error`) carrying the desired size and the reason, so "desired vs actual" needs no new
+endpoint: it is the newest such event beside the live member count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..plane.base import Plane
+
+CONTROLLER_EVENTS = ("scaled", "desired", "terminated", "scale_error")
+
+
+def controller_figures(plane: Plane, queue: str) -> dict[str, Any]:
+    """{desired, actual, scaling_reason} for `queues stats` (desired '-' if never decided)."""
+    stats_actual = None
+    try:
+        stats_actual = plane.stats(queue).get("daemon_count")
+    except Exception:  # stats already shown by the caller; a second failure adds nothing
+        stats_actual = None
+    for event in plane.events(queue, limit=200):
+        detail = event.get("detail") or {}
+        if event.get("kind") in CONTROLLER_EVENTS and "desired" in detail:
+            return {
+                "desired": detail["desired"],
+                "actual": stats_actual,
+                "scaling_reason": detail.get("reason", ""),
+                "scaling_target": detail.get("target", ""),
+            }
+    return {"desired": "-", "actual": stats_actual}
+
+
+@click.command(
+    "controller",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.pass_context
+def controller(ctx: click.Context) -> None:
+    """Run the elastic controller (same as `lakeshore-controller`; --help for its options)."""
+    from ..controller.main import controller_command
+
+    controller_command.main(args=ctx.args, prog_name="lakeshore controller")

@@ -1,0 +1,298 @@
+"""`lakeshore providers` (named provider configs) and `lakeshore daemon launch / stop`.
+
+A provider config is stored once per namespace and named everywhere else (queue policies,
+`daemon launch --provider`). `daemon launch` builds the provider here, on the machine running
+the CLI (the local provider starts processes on it; ec2 needs AWS credentials on it), and names
+the daemons NAME-00, NAME-01, ...; `--wait` follows their registration on the plane.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..plane.base import Plane
+from ..plane.dispatch import home
+from ..plane.providers import ProviderInfo
+from ..providers import registry
+from ..providers.base import TAG_GROUP, TAG_NAMESPACE, LaunchSpec, Provider
+from .context import open_plane, plane_options
+from .daemon import daemon
+
+#: How often `--wait` re-reads the worker rows.
+POLL_S = 0.25
+
+
+def _setting(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"settings look like key=value, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+@click.group("providers")
+def providers() -> None:
+    """Named provider configs: where daemons are launched (local processes, EC2, ...)."""
+
+
+@providers.command("add")
+@click.argument("name")
+@click.option("--kind", required=True, help=f"Provider plugin: {', '.join(registry.kinds())}.")
+@click.option("--region", default=None, help="ec2: AWS region.")
+@click.option("--instance-type", default=None, help="ec2: instance type.")
+@click.option("--ami", default=None, help="ec2: image id.")
+@click.option("--spot", is_flag=True, default=None, help="ec2: spot, falling back to on-demand.")
+@click.option(
+    "--set",
+    "extra",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any other setting (JSON values accepted), e.g. --set concurrency=4.",
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
+@plane_options
+def add(
+    name: str,
+    kind: str,
+    region: str | None,
+    instance_type: str | None,
+    ami: str | None,
+    spot: bool | None,
+    extra: tuple[str, ...],
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Store provider config NAME in the namespace."""
+    config = _setting(extra)
+    for key, value in (
+        ("region", region),
+        ("instance_type", instance_type),
+        ("ami", ami),
+        ("spot", spot),
+    ):
+        if value is not None:
+            config[key] = value
+    if kind == "ec2":
+        missing = [f"--{k.replace('_', '-')}" for k in ("region", "instance_type", "ami")]
+        missing = [m for m in missing if m.lstrip("-").replace("-", "_") not in config]
+        if missing:
+            raise click.UsageError(f"--kind ec2 needs {', '.join(missing)}")
+    plane = open_plane(url, token, namespace)
+    try:
+        info = plane.add_provider(name, kind, config)
+    finally:
+        plane.close()
+    if as_json:
+        click.echo(json.dumps(asdict(info), indent=2, sort_keys=True))
+    else:
+        click.echo(f"added provider {info.name} ({info.kind}) in {info.namespace}")
+
+
+@providers.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
+@plane_options
+def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None) -> None:
+    """The namespace's provider configs."""
+    plane = open_plane(url, token, namespace)
+    try:
+        rows = plane.providers()
+    finally:
+        plane.close()
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in rows], indent=2, sort_keys=True))
+        return
+    table = Table("name", "kind", "config")
+    for r in rows:
+        table.add_row(r.name, r.kind, ", ".join(f"{k}={v}" for k, v in sorted(r.config.items())))
+    Console().print(table)
+
+
+@providers.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
+@plane_options
+def show(
+    name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """One provider config."""
+    plane = open_plane(url, token, namespace)
+    try:
+        info = plane.provider(name)
+    finally:
+        plane.close()
+    if as_json:
+        click.echo(json.dumps(asdict(info), indent=2, sort_keys=True))
+        return
+    table = Table(show_header=False, box=None)
+    table.add_row("name", info.name)
+    table.add_row("namespace", info.namespace)
+    table.add_row("kind", info.kind)
+    for key, value in sorted(info.config.items()):
+        table.add_row(key, json.dumps(value))
+    Console().print(table)
+
+
+@providers.command("rm")
+@click.argument("name")
+@plane_options
+def rm(name: str, url: str | None, token: str | None, namespace: str | None) -> None:
+    """Remove provider config NAME (running daemons are left alone)."""
+    plane = open_plane(url, token, namespace)
+    try:
+        plane.delete_provider(name)
+    finally:
+        plane.close()
+    click.echo(f"removed provider {name}")
+
+
+# -- lakeshore daemon launch / stop -----------------------------------------------------------
+
+
+def _build(info: ProviderInfo) -> Provider:
+    return registry.build(info.kind, info.name, info.config)
+
+
+def _plane_target(url: str | None) -> str:
+    """How launched daemons reach the plane this CLI talks to."""
+    return url or str(home() / "lakeshore.db")
+
+
+@daemon.command("launch")
+@click.option("--provider", "provider_name", required=True, help="A provider config's name.")
+@click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE", help="Repeatable.")
+@click.option("--count", type=click.IntRange(1, 1000), default=1, show_default=True)
+@click.option("--name", required=True, help="Daemons are named NAME-00, NAME-01, ...")
+@click.option("--wait", is_flag=True, help="Block until every daemon has registered.")
+@click.option("--timeout-s", type=click.FloatRange(0), default=600.0, show_default=True)
+@plane_options
+def launch(
+    provider_name: str,
+    queues: tuple[str, ...],
+    count: int,
+    name: str,
+    wait: bool,
+    timeout_s: float,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Start COUNT daemons through a provider; with --wait, follow them until they register."""
+    plane = open_plane(url, token, namespace)
+    try:
+        info = plane.provider(provider_name)
+        spec = LaunchSpec(
+            namespace=plane.namespace,
+            queues=tuple(queues),
+            name=name,
+            target=f"cli/{name}",
+            owner="cli",
+            settings=info.config,
+            plane_url=_plane_target(url),
+            plane_token=token,
+        )
+        names = spec.daemon_names(count)
+        for n in names:  # refuse a bad name before anything starts
+            from ..types import check_name
+
+            check_name(n, "daemon")
+        instances = _build(info).launch(spec, count)
+        click.echo(f"launched {len(instances)} daemon(s) via {info.name}: {', '.join(names)}")
+        if wait:
+            _wait_registered(plane, names, timeout_s)
+    finally:
+        plane.close()
+
+
+def _wait_registered(plane: Plane, names: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with Progress(
+        TextColumn("[bold]registering"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as progress:
+        task = progress.add_task("daemons", total=len(names))
+        while True:
+            live = {w.name for w in plane.workers() if w.state == "alive"}
+            done = sum(1 for n in names if n in live)
+            progress.update(task, completed=done)
+            if done == len(names):
+                return
+            if time.monotonic() > deadline:
+                missing = [n for n in names if n not in live]
+                raise click.ClickException(
+                    f"{len(missing)} daemon(s) not registered after {timeout_s:g}s: "
+                    + ", ".join(missing)
+                )
+            time.sleep(POLL_S)
+
+
+def _launched_rows(plane: Plane, name: str) -> list[Any]:
+    pattern = re.compile(rf"^{re.escape(name)}(-\d+)?$")
+    return [w for w in plane.workers() if pattern.match(w.name)]
+
+
+@daemon.command("stop")
+@click.argument("name")
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(0),
+    default=60.0,
+    show_default=True,
+    help="How long the daemons may take to drain before their instances are terminated.",
+)
+@plane_options
+def stop(
+    name: str, timeout_s: float, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """Drain daemon NAME (or all of a launch's NAME-NN), then terminate their instances."""
+    plane = open_plane(url, token, namespace)
+    try:
+        rows = _launched_rows(plane, name)
+        for row in rows:
+            plane.set_worker_state(row.id, "draining")
+        click.echo(f"draining {len(rows)} daemon(s): {', '.join(r.name for r in rows) or '-'}")
+        deadline = time.monotonic() + timeout_s
+        while _live(plane, rows) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        stopped = 0
+        for info in plane.providers():
+            try:
+                provider = _build(info)
+                found = provider.list({TAG_NAMESPACE: plane.namespace, TAG_GROUP: name})
+                found += [
+                    i
+                    for i in provider.list({TAG_NAMESPACE: plane.namespace})
+                    if i.daemon == name and i not in found
+                ]
+            except Exception as exc:
+                click.echo(f"provider {info.name}: cannot list instances ({exc})", err=True)
+                continue
+            if found:
+                provider.terminate([i.id for i in found])
+                stopped += len(found)
+        click.echo(f"terminated {stopped} instance(s)")
+    finally:
+        plane.close()
+
+
+def _live(plane: Plane, rows: list[Any]) -> bool:
+    ids = {r.id for r in rows}
+    return any(w.id in ids and w.state != "gone" for w in plane.workers())

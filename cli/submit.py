@@ -1,0 +1,168 @@
+"""`lakeshore submit`: a producer from a shell.
+
+    lakeshore submit QUEUE --json '{"lr": 0.1}' [--key K] [--priority P] [--wait]
+
+The payload is any JSON value (`--json -` reads it from stdin, `--json @file.json` from a
+file); it rides as plain msgpack, which a daemon's `--handler` or any custom worker receives as
+the decoded value. Without `--wait` the invocation id is the only line on stdout, so
+`ID=$(lakeshore submit ...)` works. With `--wait`, progress goes to stderr (a live status line on
+a terminal, one line per state change otherwise), stdout gets one JSON object
+`{id, state, result, error}`, and the exit status names the outcome (see `lakeshore jobs
+--help`: 0 succeeded, 10 failed, 11 cancelled, 12 killed, 13 timeout, 124 still running).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ..plane.base import Plane
+from ..queue import SyncQueue
+from ..types import TERMINAL_STATES, Invocation
+from .context import plane_options
+from .jobs import (
+    EXIT_STILL_RUNNING,
+    POLL_S,
+    exit_code,
+    plain,
+    plane_session,
+    preview,
+    span,
+)
+
+
+def _payload(text: str) -> Any:
+    """The --json value: literal JSON, `-` for stdin, `@path` for a file."""
+    source = "--json"
+    if text == "-":
+        text, source = sys.stdin.read(), "stdin"
+    elif text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text, source = path.read_text(), str(path)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--json") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON ({source}): {exc}", param_hint="--json") from None
+
+
+def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> Invocation:
+    """Wait for a terminal state against a deadline, showing progress on stderr.
+
+    Each request is a long-poll that returns at once when the job ends, so the wait costs no
+    latency; it is cut into POLL_S pieces only to redraw the state and the elapsed time.
+    """
+    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    last_state = ""
+    status = console.status("submitted") if console.is_terminal else None
+    if status is not None:
+        status.start()
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            inv = plane.invocation(inv_id, wait_s=max(0.0, min(POLL_S, remaining)))
+            elapsed = span(time.monotonic() - started)
+            where = f" on {inv.worker}" if inv.worker and inv.state == "running" else ""
+            line = f"{inv_id} {inv.state}{where} ({elapsed}, attempt {inv.attempt})"
+            if status is not None:
+                status.update(line)
+            elif inv.state != last_state:
+                console.print(f"# {line}", highlight=False)
+            last_state = inv.state
+            if inv.state in TERMINAL_STATES or deadline - time.monotonic() <= 0:
+                return inv
+    finally:
+        if status is not None:
+            status.stop()
+
+
+@click.command("submit")
+@click.argument("queue")
+@click.option(
+    "--json",
+    "payload",
+    default="null",
+    show_default=True,
+    metavar="JSON",
+    help="The payload: a JSON value, '-' for stdin, or @file.json.",
+)
+@click.option("--key", default=None, help="Idempotency key: the same key returns the same id.")
+@click.option("--priority", type=float, default=None, help="Priority (higher runs first).")
+@click.option(
+    "--max-attempts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Attempts."
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="End the job as timeout after this long running.",
+)
+@click.option("--wait", "-w", is_flag=True, help="Wait for the outcome; exit status names it.")
+@click.option(
+    "--wait-timeout-s",
+    type=click.FloatRange(min=0),
+    default=24 * 3600.0,
+    show_default=True,
+    help="With --wait: give up after this long (exit 124; the job keeps going).",
+)
+@click.option(
+    "--block-s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On a full queue with on_full: block, wait this long for room.",
+)
+@plane_options
+def submit(
+    queue: str,
+    payload: str,
+    key: str | None,
+    priority: float | None,
+    max_attempts: int,
+    timeout_s: float | None,
+    wait: bool,
+    wait_timeout_s: float,
+    block_s: float,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """Submit one job with a JSON payload to QUEUE; prints its id."""
+    value = _payload(payload)
+    with plane_session(url, token, namespace) as plane:
+        q = SyncQueue(queue, dispatch=plane)
+        inv_id = q.submit(
+            value,
+            key=key,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            block_s=block_s,
+        )
+        if not wait:
+            click.echo(inv_id)
+            return
+        console = Console(stderr=True)
+        inv = wait_for(plane, inv_id, wait_timeout_s, console)
+    out = {
+        "id": inv.id,
+        "state": inv.state,
+        "result": plain(preview(inv.result)) if inv.state == "succeeded" else None,
+        "error": inv.error if inv.state != "succeeded" else None,
+    }
+    click.echo(json.dumps(out, sort_keys=True, default=str))
+    if inv.state not in TERMINAL_STATES:
+        console.print(f"# {inv.id} still {inv.state} after {span(wait_timeout_s)}", highlight=False)
+        sys.exit(EXIT_STILL_RUNNING)
+    if inv.state != "succeeded":
+        console.print(f"# {inv.id} {inv.state}: {(inv.error or '').strip()}", highlight=False)
+    sys.exit(exit_code(inv.state))

@@ -1,0 +1,425 @@
+"""The controller: each tick observes, decides per target, acts through providers, and says why.
+
+    Controller(store, Settings(...)).tick()   # one pass; `run()` loops it under leader election
+
+A tick never blocks on a daemon: scaling down marks worker rows `draining` (the daemon finishes
+and exits) and a later tick terminates the instance once its daemon has left. Every decision
+that changes something, and every change of the desired size, is a queue event on each member
+queue (`scaled`, `terminated`, `scale_error`, `desired`), with the reason in its detail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plane.leader import Leader
+from ..plane.providers import ProviderInfo
+from ..plane.store import WORKER_STALE_S, SqlStore
+from ..providers import registry
+from ..providers.base import (
+    TAG_NAMESPACE,
+    TAG_OWNER,
+    Instance,
+    LaunchSpec,
+    Provider,
+    merged_settings,
+)
+from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
+from .observe import Snapshot, observe
+from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
+
+log = logging.getLogger("lakeshore.controller")
+
+ProviderFactory = Callable[[ProviderInfo], Provider]
+
+
+@dataclass(frozen=True)
+class Settings:
+    interval_s: float = 5.0
+    max_workers: int | None = None
+    #: elastic / fixed: how long a lower size must be recommended before scaling down (HPA).
+    #: fully_elastic uses its own idle_s instead.
+    scale_down_window_s: float = 300.0
+    boot_timeout_s: float = 600.0
+    drain_timeout_s: float = 1800.0
+    stale_s: float = WORKER_STALE_S
+    upscaling_speed: float = 1.0
+    #: How launched daemons reach the plane: an http(s) URL, or the SQLite file path.
+    plane_url: str | None = None
+    plane_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    namespace: str
+    target: str
+    queues: tuple[str, ...]
+    desired: int
+    current: int
+    launch: int = 0
+    drain: int = 0
+    terminate: int = 0
+    reason: str = ""
+
+
+@dataclass
+class _Memory:
+    """What the controller remembers between ticks (rebuilt from scratch after a restart)."""
+
+    history: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
+    quiet_since: dict[str, float] = field(default_factory=dict)
+    idle_since: dict[str, float] = field(default_factory=dict)
+    drained_at: dict[str, float] = field(default_factory=dict)
+    last_desired: dict[str, int] = field(default_factory=dict)
+    last_error: dict[str, str] = field(default_factory=dict)
+
+
+def build_provider(info: ProviderInfo) -> Provider:
+    return registry.build(info.kind, info.name, info.config)
+
+
+class Controller:
+    def __init__(
+        self,
+        store: SqlStore,
+        settings: Settings | None = None,
+        *,
+        provider_factory: ProviderFactory = build_provider,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.settings = settings or Settings()
+        self._factory = provider_factory
+        self._clock = clock
+        self._providers: dict[tuple[str, str, str], Provider] = {}
+        self._mem = _Memory()
+        self._started = clock()
+
+    # -- one tick -----------------------------------------------------------------------------
+
+    def tick(self) -> list[Decision]:
+        now = self._clock()
+        snap = observe(self.store, now)
+        found = targets(snap)
+        instances, broken = self._list_instances(snap, found)
+        by_target: dict[tuple[str, str], list[Instance]] = {}
+        for inst in instances:
+            by_target.setdefault((inst.namespace, inst.target), []).append(inst)
+        for key in by_target.keys() - found.keys():  # a queue deleted, renamed, set to none
+            t = Target(key[0], key[1], [], _gone_policy(), note="target no longer exists")
+            found[key] = t
+        timeouts = Timeouts(
+            self.settings.boot_timeout_s, self.settings.stale_s, self.settings.drain_timeout_s
+        )
+        fleets: dict[tuple[str, str], Fleet] = {}
+        raw: dict[tuple[str, str], tuple[int, str]] = {}
+        for key, t in found.items():
+            if (t.namespace, t.policy.provider) in broken:
+                continue  # cannot see the fleet: do not act blind
+            fleet = classify(
+                by_target.get(key, []),
+                snap.workers,
+                now=now,
+                timeouts=timeouts,
+                drained_at=self._mem.drained_at,
+                spec_hash=None,
+                idle_since=self._mem.idle_since,
+            )
+            self._track_idle(fleet, now)
+            fleets[key] = fleet
+            raw[key] = self._recommend(key, t, fleet, now)
+        capped = apply_cap(
+            [Want(f"{k[0]}/{k[1]}", v[0], found[k].policy.cost_weight) for k, v in raw.items()],
+            self.settings.max_workers,
+        )
+        budget = None
+        if self.settings.max_workers is not None:
+            budget = self.settings.max_workers - sum(f.current for f in fleets.values())
+        decisions = []
+        events: list[tuple[str, str, str, dict[str, Any]]] = []
+        for key in sorted(fleets):
+            t, fleet = found[key], fleets[key]
+            desired, reason = raw[key]
+            final = capped[f"{key[0]}/{key[1]}"]
+            if final < desired:
+                reason += f"; global cap --max-workers={self.settings.max_workers}: {final}"
+            d, budget = self._act(snap, t, fleet, final, reason, budget, events)
+            decisions.append(d)
+        self._record(events, now)
+        return decisions
+
+    def _recommend(
+        self, key: tuple[str, str], t: Target, fleet: Fleet, now: float
+    ) -> tuple[int, str]:
+        hkey = f"{key[0]}/{key[1]}"
+        if t.demand > 0:
+            self._mem.quiet_since.pop(hkey, None)
+            quiet_s = 0.0
+        else:  # quiet since first seen quiet (after a restart: since the restart)
+            quiet_s = now - self._mem.quiet_since.setdefault(hkey, now)
+        desired, reason = desired_workers(t.policy, t.demand, fleet.current, quiet_s)
+        if t.note:
+            reason = f"{reason} ({t.note})"
+        window = (
+            t.policy.idle_s
+            if t.policy.kind == "fully_elastic"
+            else self.settings.scale_down_window_s
+        )
+        history = self._mem.history.setdefault(hkey, deque())
+        while history and now - history[0][0] > window:
+            history.popleft()
+        recent = [v for _, v in history]
+        history.append((now, desired))
+        if t.note == "target no longer exists":
+            return 0, reason  # ours, but nobody's: no damping
+        if t.policy.kind == "fully_elastic" and desired == 0:
+            return 0, reason  # the quiet time (idle_s) was the stabilisation
+        final = stabilized(
+            desired, fleet.current, recent, watched_whole_window=now - self._started >= window
+        )
+        if final > desired:
+            reason += f"; scale-down stabilising ({window:g}s window): hold {final}"
+        return final, reason
+
+    def _act(
+        self,
+        snap: Snapshot,
+        t: Target,
+        fleet: Fleet,
+        desired: int,
+        reason: str,
+        budget: int | None,
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> tuple[Decision, int | None]:
+        now = snap.at
+        surge = surge_limit(fleet.current, upscaling_speed=self.settings.upscaling_speed)
+        plan = step(fleet.current, desired, len(fleet.idle), surge)
+        launch = plan.launch if budget is None else max(0, min(plan.launch, budget))
+        detail = {
+            "target": t.key,
+            "desired": desired,
+            "current": fleet.current,
+            "booting": len(fleet.booting),
+            "draining": len(fleet.draining),
+            "backlog": t.backlog,
+            "running": t.running,
+            "reason": reason,
+        }
+        launched = 0
+        if launch:
+            launched = self._launch(snap, t, fleet, launch, detail, events)
+            if budget is not None:
+                budget -= launched
+        drained = []
+        for inst, row in fleet.idle[: plan.drain]:
+            self.store.set_worker_state(row.namespace, row.id, "draining")
+            self._mem.drained_at[inst.id] = now
+            drained.append(row.name)
+        if drained:
+            self._event(events, t, "scaled", {**detail, "direction": "down", "drain": drained})
+        doomed = fleet.terminate
+        if doomed:
+            self._terminate(snap, t, doomed, detail, events)
+        if not (launched or drained or doomed):
+            self._maybe_desired_event(events, t, detail)
+        decision = Decision(
+            t.namespace,
+            t.key,
+            tuple(t.queues),
+            desired,
+            fleet.current,
+            launched,
+            len(drained),
+            len(doomed),
+            reason,
+        )
+        return decision, budget
+
+    def _launch(
+        self,
+        snap: Snapshot,
+        t: Target,
+        fleet: Fleet,
+        count: int,
+        detail: dict[str, Any],
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> int:
+        info = snap.providers.get((t.namespace, t.policy.provider or ""))
+        if info is None:
+            why = (
+                f"no provider config named '{t.policy.provider}' in namespace '{t.namespace}'"
+                if t.policy.provider
+                else "elasticity.provider is not set"
+            )
+            self._maybe_error(events, t, {**detail, "error": why})
+            return 0
+        provider = self._provider(info)
+        settings = merged_settings(info.config, t.policy.match)
+        primaries = pick_primaries(t, fleet, count)
+        base = t.key.split("/", 1)[1][:100]
+        launched: list[str] = []
+        try:
+            for primary in dict.fromkeys(primaries):
+                n = primaries.count(primary)
+                names = tuple(f"{base}-{secrets.token_hex(3)}" for _ in range(n))
+                spec = LaunchSpec(
+                    namespace=t.namespace,
+                    queues=(primary, *[q for q in t.queues if q != primary]),
+                    name=base,
+                    names=names,
+                    target=t.key,
+                    settings=settings,
+                    plane_url=self.settings.plane_url,
+                    plane_token=self.settings.plane_token,
+                )
+                launched += [i.daemon for i in provider.launch(spec, n)]
+        except Exception as exc:
+            log.warning("launch through %s failed: %s", info.name, exc)
+            self._maybe_error(events, t, {**detail, "error": f"launch failed: {exc}"})
+        if launched:
+            self._event(events, t, "scaled", {**detail, "direction": "up", "launch": launched})
+        return len(launched)
+
+    def _terminate(
+        self,
+        snap: Snapshot,
+        t: Target,
+        doomed: list[tuple[Instance, str]],
+        detail: dict[str, Any],
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> None:
+        by_provider: dict[str, list[tuple[Instance, str]]] = {}
+        for inst, why in doomed:
+            by_provider.setdefault(inst.tags.get("lakeshore:provider", ""), []).append((inst, why))
+        for name, items in by_provider.items():
+            info = snap.providers.get((t.namespace, name))
+            if info is None:
+                continue
+            try:
+                self._provider(info).terminate([i.id for i, _ in items])
+            except Exception as exc:
+                self._maybe_error(events, t, {**detail, "error": f"terminate failed: {exc}"})
+                continue
+            for inst, why in items:
+                self._mem.drained_at.pop(inst.id, None)
+                self._mem.idle_since.pop(inst.id, None)
+                self._event(
+                    events,
+                    t,
+                    "terminated",
+                    {**detail, "instance": inst.id, "daemon": inst.daemon, "reason": why},
+                )
+
+    # -- providers ----------------------------------------------------------------------------
+
+    def _provider(self, info: ProviderInfo) -> Provider:
+        key = (info.namespace, info.name, info.kind + json.dumps(info.config, sort_keys=True))
+        if key not in self._providers:
+            self._providers[key] = self._factory(info)
+        return self._providers[key]
+
+    def _list_instances(
+        self, snap: Snapshot, found: dict[tuple[str, str], Target]
+    ) -> tuple[list[Instance], set[tuple[str, str | None]]]:
+        """Our instances in every namespace that has provider configs; and configs that failed.
+
+        Every config of a namespace is listed, not only those named by a policy now: instances
+        of a policy changed away from a provider are still ours to drain.
+        """
+        out: list[Instance] = []
+        broken: set[tuple[str, str | None]] = set()
+        for (ns, name), info in sorted(snap.providers.items()):
+            try:
+                found_here = self._provider(info).list({TAG_NAMESPACE: ns, TAG_OWNER: "controller"})
+            except Exception as exc:
+                log.warning("listing provider %s/%s failed: %s", ns, name, exc)
+                broken.add((ns, name))
+                continue
+            out += found_here
+        return out, broken
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def _track_idle(self, fleet: Fleet, now: float) -> None:
+        for inst, _ in fleet.idle:
+            self._mem.idle_since.setdefault(inst.id, now)
+        for inst, _ in fleet.busy:
+            self._mem.idle_since.pop(inst.id, None)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _event(
+        self,
+        events: list[tuple[str, str, str, dict[str, Any]]],
+        t: Target,
+        kind: str,
+        detail: dict[str, Any],
+    ) -> None:
+        for q in t.queues:
+            events.append((t.namespace, q, kind, detail))
+        self._mem.last_desired[f"{t.namespace}/{t.key}"] = detail["desired"]
+
+    def _maybe_desired_event(
+        self, events: list[tuple[str, str, str, dict[str, Any]]], t: Target, detail: dict[str, Any]
+    ) -> None:
+        """A changed desired size is worth an event even when nothing acted (a hold, a cap)."""
+        key = f"{t.namespace}/{t.key}"
+        last = self._mem.last_desired.get(key)
+        if last is None and detail["desired"] == 0 and detail["current"] == 0:
+            return  # an idle queue seen for the first time: nothing to say
+        if last != detail["desired"]:
+            self._event(events, t, "desired", detail)
+
+    def _maybe_error(
+        self, events: list[tuple[str, str, str, dict[str, Any]]], t: Target, detail: dict[str, Any]
+    ) -> None:
+        key = f"{t.namespace}/{t.key}"
+        if self._mem.last_error.get(key) != detail["error"]:
+            self._event(events, t, "scale_error", detail)
+            self._mem.last_error[key] = detail["error"]
+
+    def _record(self, events: list[tuple[str, str, str, dict[str, Any]]], now: float) -> None:
+        """All of a tick's events in one transaction."""
+        if not events:
+            return
+        with self.store.connector.transaction() as tx:
+            for ns, queue, kind, detail in events:
+                tx.all(
+                    "insert_event",
+                    ns=ns,
+                    queue=queue,
+                    now=now,
+                    kind=kind,
+                    detail=json.dumps(detail, default=str),
+                )
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, leader: Leader | None = None) -> None:
+        """Tick every interval while leading; a standby re-tries the lock each interval."""
+        leading = False
+        while not stop.is_set():
+            if leader is None or leader.try_acquire():
+                if not leading:
+                    log.info("controller leading")
+                    leading = True
+                try:
+                    self.tick()
+                except Exception:  # a failed tick is retried next interval
+                    log.exception("controller tick failed")
+            elif leading:
+                log.warning("controller lost the leadership; standing by")
+                leading = False
+            stop.wait(self.settings.interval_s)
+
+
+def _gone_policy() -> Policy:
+    return Policy(kind="fixed", max=0)

@@ -1,0 +1,117 @@
+"""`lakeshore-controller`: the elastic controller as a process, one leader per plane.
+
+    lakeshore-controller --store ~/.lakeshore/lakeshore.db --interval-s 5 --max-workers 64
+
+Several may run: each contends for the plane's leader lock (a Postgres advisory lock, or a file
+lock beside the SQLite database) before every tick, and a loser waits as a hot standby that
+takes over within one interval of the leader's exit. SIGTERM / SIGINT finish the current tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from .. import __version__
+from ..plane.dispatch import home, open_store
+from ..plane.leader import leader_for
+from .loop import Controller, Settings
+
+LEADER_KEY = "controller"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--store",
+    envvar="LAKESHORE_STORE",
+    default=None,
+    metavar="URL",
+    help="The plane's database: a SQLite path or postgresql:// URL "
+    "(default: $LAKESHORE_HOME/lakeshore.db).",
+)
+@click.option("--interval-s", type=click.FloatRange(0.01), default=5.0, show_default=True)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(0),
+    default=None,
+    help="Global cap on managed daemons; shared out cheapest cost_weight first.",
+)
+@click.option(
+    "--scale-down-window-s",
+    type=click.FloatRange(0),
+    default=300.0,
+    show_default=True,
+    help="Stabilisation window before scaling down (fully_elastic queues use idle_s).",
+)
+@click.option("--boot-timeout-s", type=click.FloatRange(0), default=600.0, show_default=True)
+@click.option("--drain-timeout-s", type=click.FloatRange(0), default=1800.0, show_default=True)
+@click.option(
+    "--plane-url",
+    envvar="LAKESHORE_URL",
+    default=None,
+    help="Where launched daemons reach the plane (default: the --store SQLite file).",
+)
+@click.option(
+    "--plane-token", envvar="LAKESHORE_TOKEN", default=None, help="Token for launched daemons."
+)
+@click.option("--once", is_flag=True, help="Run one tick (if leading) and exit.")
+@click.option("--log-level", default="info", show_default=True)
+@click.version_option(__version__, prog_name="lakeshore-controller")
+def controller_command(
+    store: str | None,
+    interval_s: float,
+    max_workers: int | None,
+    scale_down_window_s: float,
+    boot_timeout_s: float,
+    drain_timeout_s: float,
+    plane_url: str | None,
+    plane_token: str | None,
+    once: bool,
+    log_level: str,
+) -> None:
+    """Scale worker daemons to each queue's elasticity policy, through provider plugins."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    target = store or str(home() / "lakeshore.db")
+    is_postgres = target.startswith(("postgresql://", "postgres://"))
+    settings = Settings(
+        interval_s=interval_s,
+        max_workers=max_workers,
+        scale_down_window_s=scale_down_window_s,
+        boot_timeout_s=boot_timeout_s,
+        drain_timeout_s=drain_timeout_s,
+        plane_url=plane_url or (None if is_postgres else target),
+        plane_token=plane_token,
+    )
+    plane_store = open_store(target)
+    leader = leader_for(target, LEADER_KEY)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        controller = Controller(plane_store, settings)
+        if once:
+            if leader.try_acquire():
+                for d in controller.tick():
+                    click.echo(f"{d.namespace} {d.target}: {d.current} -> {d.desired} ({d.reason})")
+            else:
+                click.echo("another controller leads; did nothing", err=True)
+            return
+        controller.run(stop, leader)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        leader.close()
+        plane_store.close()
+
+
+def main() -> None:
+    controller_command.main(prog_name="lakeshore-controller")

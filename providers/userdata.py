@@ -1,0 +1,104 @@
+"""The cloud-init user-data that turns a fresh VM into one registered Lakeshore daemon.
+
+It installs the package into /opt/lakeshore, writes the plane's URL and token to
+/etc/lakeshore/lakeshore.env (0600, read by systemd before it drops privileges) and the
+daemon's own settings to /etc/lakeshore/daemon-<name>.env, installs `lakeshore-daemon@.service`
+and starts `lakeshore-daemon@<name>`. The unit names the worker `<host>-<instance>`; the env file
+sets LAKESHORE_DAEMON_NAME so the row carries the name the controller tagged the VM with.
+
+The token travels in user-data, which anyone allowed to DescribeInstanceAttribute (and every
+process on the VM, through the metadata service) can read: give these VMs a token scoped to
+their namespace, never an admin token.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from .. import __version__
+from .base import LaunchSpec
+
+UNIT_FALLBACK = """[Unit]
+Description=Lakeshore worker daemon (%i)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=notify
+NotifyAccess=main
+EnvironmentFile=-/etc/lakeshore/lakeshore.env
+EnvironmentFile=-/etc/lakeshore/daemon-%i.env
+Environment=LAKESHORE_HOME=/var/lib/lakeshore
+ExecStart=/opt/lakeshore/bin/lakeshore-daemon --log-json
+User=lakeshore
+StateDirectory=lakeshore
+Restart=on-failure
+KillMode=mixed
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _unit() -> str:
+    """The repository's unit when installed beside the package, else a minimal equivalent."""
+    try:
+        text = resources.files("dreamlake.lakeshore").joinpath("lakeshore-daemon@.service")
+        return text.read_text()
+    except (FileNotFoundError, OSError, ModuleNotFoundError):
+        return UNIT_FALLBACK
+
+
+def _env_line(key: str, value: str) -> str:
+    return f"{key}={shlex.quote(value)}"
+
+
+def render(spec: LaunchSpec, daemon: str, settings: Mapping[str, Any]) -> str:
+    """The user-data script for one daemon named `daemon`."""
+    package = settings.get("package") or f"dreamlake-lakeshore[daemon]=={__version__}"
+    shared = [_env_line("LAKESHORE_NAMESPACE", spec.namespace)]
+    if spec.plane_url:
+        shared.append(_env_line("LAKESHORE_URL", spec.plane_url))
+    if spec.plane_token:
+        shared.append(_env_line("LAKESHORE_TOKEN", spec.plane_token))
+    own = [
+        _env_line("LAKESHORE_DAEMON_NAME", daemon),
+        # click splits a multiple option's environment value on whitespace
+        _env_line("LAKESHORE_DAEMON_QUEUE", " ".join(spec.queues)),
+    ]
+    if "concurrency" in settings:
+        own.append(_env_line("LAKESHORE_DAEMON_CONCURRENCY", str(int(settings["concurrency"]))))
+    labels = {**dict(settings.get("labels") or {}), **spec.labels}
+    if labels:
+        own.append(
+            _env_line("LAKESHORE_DAEMON_LABEL", " ".join(f"{k}={v}" for k, v in labels.items()))
+        )
+    unit = _unit().replace("--queue %i --name %l-%i ", "")  # both come from the env file
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "# Lakeshore daemon bootstrap (rendered by the ec2 provider).",
+            "set -euo pipefail",
+            "id lakeshore >/dev/null 2>&1 || useradd --system --home /var/lib/lakeshore lakeshore",
+            "python3 -m venv /opt/lakeshore",
+            f"/opt/lakeshore/bin/pip install --quiet {shlex.quote(str(package))}",
+            "install -d -m 0755 /etc/lakeshore",
+            "umask 077",
+            "cat > /etc/lakeshore/lakeshore.env <<'LAKESHORE_EOF'",
+            *shared,
+            "LAKESHORE_EOF",
+            f"cat > /etc/lakeshore/daemon-{daemon}.env <<'LAKESHORE_EOF'",
+            *own,
+            "LAKESHORE_EOF",
+            "umask 022",
+            "cat > /etc/systemd/system/lakeshore-daemon@.service <<'LAKESHORE_EOF'",
+            unit.rstrip("\n"),
+            "LAKESHORE_EOF",
+            "systemctl daemon-reload",
+            f"systemctl enable --now lakeshore-daemon@{daemon}",
+            "",
+        ]
+    )

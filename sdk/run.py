@@ -1,0 +1,200 @@
+"""`dls.run`: what a job body knows about the attempt it runs in, and its storage I/O.
+
+    @dls.udf(queue="render")
+    def render(scene: str) -> list[str]:
+        with dls.scope(scene):                          # keys below are "<scene>/..."
+            frames = dls.run.read("inputs/frames.bin")  # reads "<scene>/inputs/frames.bin"
+            dls.run.post({"attempt": dls.run.attempt})  # a VALUE frame on this job's stream
+            return [dls.run.write(f"out/{i}.png", png) for i, png in enumerate(draw(frames))]
+
+Why: file bytes never ride the wire. A body writes what it produces to storage and returns the
+keys; the producer reads them back with `dls.storage(url).read(key)`. `dls.run.id` and
+`dls.run.attempt` let a body name its outputs per attempt, so a retried attempt never reads a
+half-written output of the one before.
+
+The context is set around the body by `execute.run_body`, so it is the same in the in-process
+`run_worker` and in the daemon's child processes (whose storage is the daemon's `--storage`,
+passed down as `LAKESHORE_STORAGE`). It lives in `contextvars`, so it follows the body into its
+coroutines and async generators; a thread the body starts itself sees no job (`dls.run.id` is
+None there) but still reads and writes the same default storage.
+
+Keys are relative to the current `dls.scope(...)` (scopes nest: `a` then `b` is `a/b`); a key
+that starts with '/' ignores the scope. `write` returns the full key, which is what a body
+returns to its producer. Outside any job the I/O functions work on the default storage, so the
+same code runs in a notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import IO, Any
+
+from .errors import DispatchError, InvalidArgument
+from .storage import Storage, check_key, join_key
+from .storage import storage as open_storage
+
+__all__ = [
+    "JobContext",
+    "current",
+    "exists",
+    "job",
+    "key",
+    "open",
+    "post",
+    "read",
+    "scope",
+    "write",
+]
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """The attempt a body runs in: its invocation id, attempt number, storage and stream."""
+
+    id: str
+    attempt: int
+    storage: Storage
+    post: Callable[[Any], None]
+    queue: str | None = None
+
+
+_JOB: ContextVar[JobContext | None] = ContextVar("lakeshore_job", default=None)
+_SCOPE: ContextVar[str] = ContextVar("lakeshore_scope", default="")
+
+#: Keys under this top-level prefix belong to spill (see spill.py); bodies may not write there.
+_RESERVED = "_spill/"
+
+
+class NotInJob(DispatchError):
+    code = "not_in_job"
+
+
+def current() -> JobContext | None:
+    """The job around this call, or None outside one."""
+    return _JOB.get()
+
+
+@contextmanager
+def job(
+    inv_id: str,
+    attempt: int = 1,
+    *,
+    post: Callable[[Any], None],
+    storage: str | Storage | None = None,
+    queue: str | None = None,
+) -> Iterator[JobContext]:
+    """Run the block as the body of attempt `attempt` of `inv_id` (set up by `run_body`).
+
+    A job starts at the storage root: scopes of whoever called the worker do not leak in.
+    """
+    ctx = JobContext(inv_id, attempt, open_storage(storage), post, queue)
+    job_token = _JOB.set(ctx)
+    scope_token = _SCOPE.set("")
+    try:
+        yield ctx
+    finally:
+        _SCOPE.reset(scope_token)
+        _JOB.reset(job_token)
+
+
+@contextmanager
+def scope(prefix: str) -> Iterator[str]:
+    """Prefix every key in the block with `prefix` (nested scopes compose); yields the prefix.
+
+    `prefix` is one or more key segments ("scene7", "runs/42"); the previous scope comes back
+    when the block exits, also when it raises.
+    """
+    if not isinstance(prefix, str):
+        raise InvalidArgument(f"a scope is a str of key segments, got {prefix!r}")
+    full = join_key(_SCOPE.get(), prefix)
+    if full:
+        check_key(full)
+    token = _SCOPE.set(full)
+    try:
+        yield full
+    finally:
+        _SCOPE.reset(token)
+
+
+def current_scope() -> str:
+    """The key prefix in force ('' at the root)."""
+    return _SCOPE.get()
+
+
+def key(name: str) -> str:
+    """The full key `name` stands for here: under the current scope unless it starts with '/'."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"a storage key is a non-empty string, got {name!r}")
+    full = name[1:] if name.startswith("/") else join_key(_SCOPE.get(), name)
+    if name.endswith("/"):
+        raise InvalidArgument(f"storage key {name!r} names a folder, not an object")
+    return check_key(full)
+
+
+def _storage() -> Storage:
+    ctx = _JOB.get()
+    return ctx.storage if ctx is not None else open_storage(None)
+
+
+def _writable(name: str) -> str:
+    full = key(name)
+    if full.startswith(_RESERVED):
+        raise InvalidArgument(f"keys under '{_RESERVED}' are reserved for spilled payloads")
+    return full
+
+
+def read(name: str) -> bytes:
+    """The bytes at `name` (scoped); `NotFound` if there is no such object."""
+    return _storage().read(key(name))
+
+
+def write(name: str, data: bytes | bytearray | memoryview | str) -> str:
+    """Store `data` at `name` (scoped, atomically); returns the full key to hand back."""
+    full = _writable(name)
+    if isinstance(data, str):
+        data = data.encode()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(
+            f"dls.run.write takes bytes (or str), got {type(data).__name__}; "
+            "serialise it first, or return it as the job's result"
+        )
+    return _storage().write(full, data)
+
+
+def open(name: str, mode: str = "rb") -> IO[Any]:
+    """A stream on `name` (scoped): 'rb'/'r' to read, 'wb'/'w' to write.
+
+    A write stream becomes the object only when it is closed without an exception, so a body
+    that fails midway never leaves a torn output under the key.
+    """
+    full = _writable(name) if "w" in mode else key(name)
+    return _storage().open(full, mode)
+
+
+def exists(name: str) -> bool:
+    return _storage().exists(key(name))
+
+
+def post(value: Any = None) -> None:
+    """Append a VALUE frame to this job's stream, as a generator body's `yield` does."""
+    ctx = _JOB.get()
+    if ctx is None:
+        raise NotInJob("dls.run.post works only inside a running job body")
+    ctx.post(value)
+
+
+def __getattr__(name: str) -> Any:
+    """`dls.run.id`, `.attempt`, `.queue` (None outside a job) and `.storage`, read live."""
+    if name in ("id", "attempt", "queue"):
+        ctx = _JOB.get()
+        return getattr(ctx, name) if ctx is not None else None
+    if name == "storage":
+        return _storage()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "id", "attempt", "queue", "storage"])

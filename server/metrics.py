@@ -1,0 +1,319 @@
+"""`/metrics` (Prometheus), `/healthz` and `/readyz` for the control plane.
+
+Two kinds of figures, because they answer different questions:
+
+- Traffic counters and latency histograms are counted by this server process as it answers
+  (submits, claims, completions by terminal state, retries, submit-to-start and end-to-end
+  latency). They are per process, as Prometheus expects: a fleet of replicas is summed with
+  `sum(rate(...))`, and a restart resets them (which `rate` handles).
+- Depth, workers and controller decisions are read from the store at scrape time, so every
+  replica reports the same truth, including what no route saw (a lease the sweeper expired, a
+  deadline that timed a job out, a decision the controller recorded as a queue event).
+
+Counting wraps the route handlers (`instrument`) rather than the store: the handler knows the
+namespace, and a wrapper keeps the hot path free of any metrics call when it is not installed.
+A failure to count is logged and never fails the request it was counting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from ulid import ULID
+
+from ..plane.store import WORKER_STALE_S, SqlStore
+from ..types import TERMINAL_STATES
+from .endpoint import Api, Call, Handler
+
+log = logging.getLogger("lakeshore.server")
+
+#: Queue events that are an operator's lifecycle action; every other kind is a controller
+#: decision (scaled up / down, launched, terminated, ...), whatever names the controller uses.
+LIFECYCLE_EVENTS = frozenset({"created", "patched", "archived", "unarchived", "drained", "deleted"})
+#: Latency buckets from a local round trip (ms) to a long training job (hours).
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    4 * 3600.0,
+    24 * 3600.0,
+)
+#: How many claimed ids remember their (namespace, queue), so a settle needs no store read.
+QUEUE_MEMORY = 100_000
+#: /readyz fails when the store does not answer within this.
+READY_TIMEOUT_S = 2.0
+
+
+def submitted_at(inv_id: str) -> float | None:
+    """When an invocation was submitted: its ULID carries the millisecond it was made."""
+    try:
+        return float(ULID.from_str(inv_id).timestamp)
+    except (ValueError, TypeError):
+        return None
+
+
+class StoreCollector(Collector):
+    """Figures read from the store at scrape time, over every namespace."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "lakeshore_invocations",
+            "Invocations in each state, per queue (queued and running are the live depth)",
+            labels=["namespace", "queue", "state"],
+        )
+        workers = GaugeMetricFamily(
+            "lakeshore_workers",
+            "Worker rows by state; 'stale' is alive or draining with no heartbeat for "
+            f"{WORKER_STALE_S:g}s",
+            labels=["namespace", "state"],
+        )
+        events = CounterMetricFamily(
+            "lakeshore_queue_events",
+            "Queue events recorded in the store, by kind",
+            labels=["namespace", "queue", "kind"],
+        )
+        decisions = CounterMetricFamily(
+            "lakeshore_controller_decisions",
+            "Controller decisions (queue events other than lifecycle actions), by kind",
+            labels=["namespace", "queue", "decision"],
+        )
+        stale_before = time.time() - WORKER_STALE_S
+        with self.store.connector.transaction(write=False) as tx:
+            depth_rows = tx.all("metrics_depth")
+            worker_rows = tx.all("metrics_workers", stale_before=stale_before)
+            event_rows = tx.all("metrics_events")
+        for r in depth_rows:
+            depth.add_metric([r["namespace"], r["queue"], r["state"]], float(r["n"]))
+        by_state: dict[tuple[str, str], float] = {}
+        for r in worker_rows:
+            state = "stale" if r["stale"] and r["state"] != "gone" else r["state"]
+            key = (r["namespace"], state)
+            by_state[key] = by_state.get(key, 0.0) + float(r["n"])
+        for (ns, state), n in sorted(by_state.items()):
+            workers.add_metric([ns, state], n)
+        for r in event_rows:
+            labels = [r["namespace"], r["queue"], r["kind"]]
+            events.add_metric(labels, float(r["n"]))
+            if r["kind"] not in LIFECYCLE_EVENTS:
+                decisions.add_metric(labels, float(r["n"]))
+        yield depth
+        yield workers
+        yield events
+        yield decisions
+
+
+class ServerMetrics:
+    """One app's registry: its traffic counters plus the store collector."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.registry = CollectorRegistry(auto_describe=False)
+        labels = ["namespace", "queue"]
+        self.submits = Counter(
+            "lakeshore_submits",
+            "Invocations accepted by submit (idempotent resubmits included)",
+            labels,
+            registry=self.registry,
+        )
+        self.claims = Counter(
+            "lakeshore_claims", "Attempts handed to workers", labels, registry=self.registry
+        )
+        self.completions = Counter(
+            "lakeshore_completions",
+            "Invocations that reached a terminal state through this server, by state",
+            [*labels, "state"],
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "lakeshore_retries",
+            "Attempts requeued: a nack with retry, or an operator's `jobs retry`",
+            [*labels, "reason"],
+            registry=self.registry,
+        )
+        self.start_latency = Histogram(
+            "lakeshore_submit_to_start_seconds",
+            "First attempts: from submit to the claim that started the job (time spent queued)",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.end_to_end = Histogram(
+            "lakeshore_end_to_end_seconds",
+            "From submit to the terminal state, retries included",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(StoreCollector(store))
+        self._queues: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    # -- what the wrapped handlers report ------------------------------------------------------
+
+    def remember(self, inv_id: str, ns: str, queue: str) -> None:
+        self._queues[inv_id] = (ns, queue)
+        if len(self._queues) > QUEUE_MEMORY:
+            self._queues.popitem(last=False)
+
+    async def queue_of(self, call: Call, inv_id: str) -> tuple[str, str]:
+        """(namespace, queue) of an id: remembered from its claim, else one store read."""
+        known = self._queues.pop(inv_id, None)
+        if known is not None:
+            return known
+        inv = await call.run(self.store.invocation, call.ns, inv_id)
+        return inv.namespace, inv.queue
+
+    def ended(self, ns: str, queue: str, inv_id: str, state: str) -> None:
+        self.completions.labels(ns, queue, state).inc()
+        start = submitted_at(inv_id)
+        if start is not None:
+            self.end_to_end.labels(ns, queue).observe(max(0.0, time.time() - start))
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+def _metrics(call: Call) -> ServerMetrics | None:
+    return getattr(call.request.app.state, "lakeshore_metrics", None)
+
+
+async def _record(call: Call, result: Any, op: str) -> None:  # noqa: C901 - one branch per route
+    m = _metrics(call)
+    if m is None:
+        return
+    if op == "submit":
+        m.submits.labels(call.ns, call.param("queue")).inc(len(result["ids"]))
+    elif op == "claim":
+        claim = result.get("claim")
+        if claim is not None:
+            m.claims.labels(claim.namespace, claim.queue).inc()
+            m.remember(claim.id, claim.namespace, claim.queue)
+            start = submitted_at(claim.id)
+            if claim.attempt == 1 and start is not None:
+                wait = max(0.0, time.time() - start)
+                m.start_latency.labels(claim.namespace, claim.queue).observe(wait)
+    elif op == "ack":
+        inv_id = call.param("id")
+        ns, queue = await m.queue_of(call, inv_id)
+        m.ended(ns, queue, inv_id, "succeeded")
+    elif op == "nack":
+        inv_id = call.param("id")
+        ns, queue = await m.queue_of(call, inv_id)
+        if result["state"] == "queued":
+            m.retries.labels(ns, queue, "nack").inc()
+        else:
+            m.ended(ns, queue, inv_id, result["state"])
+    elif op == "end":
+        inv_id = call.param("id")
+        ns, queue = await m.queue_of(call, inv_id)
+        state = call.body.data.get("state")
+        if state in TERMINAL_STATES:
+            m.ended(ns, queue, inv_id, str(state))
+    elif op == "cancel":
+        if result.get("cancelled"):
+            inv = await call.run(m.store.invocation, call.ns, call.param("id"))
+            if inv.state == "cancelled":  # a kill request ends later, through `end`
+                m.ended(inv.namespace, inv.queue, inv.id, "cancelled")
+    elif op == "retry":
+        m.retries.labels(result.namespace, result.queue, "operator").inc()
+
+
+#: (method, path) of each route that is counted, and what it counts.
+COUNTED = {
+    ("POST", "/queues/{queue}/invocations"): "submit",
+    ("POST", "/claims"): "claim",
+    ("POST", "/invocations/{id}/ack"): "ack",
+    ("POST", "/invocations/{id}/nack"): "nack",
+    ("POST", "/invocations/{id}/end"): "end",
+    ("POST", "/invocations/{id}/cancel"): "cancel",
+    ("POST", "/invocations/{id}/retry"): "retry",
+}
+
+
+def _counted(handler: Handler, op: str) -> Handler:
+    @functools.wraps(handler)
+    async def wrapper(call: Call) -> Any:
+        result = await handler(call)
+        try:
+            await _record(call, result, op)
+        except Exception:  # counting is never worth a failed request
+            log.exception("metrics: could not count %s", op)
+        return result
+
+    return wrapper
+
+
+def instrument(apis: Iterable[Api]) -> list[Api]:
+    """The same routes, with the counted ones wrapped (a no-op until `install` runs)."""
+    out = []
+    for api in apis:
+        op = COUNTED.get((api.method, api.path)) if api.namespaced else None
+        out.append(dataclasses.replace(api, handler=_counted(api.handler, op)) if op else api)
+    return out
+
+
+def install(app: Starlette, store: SqlStore) -> ServerMetrics:
+    """Add /metrics, /healthz and /readyz to `app` and start counting its traffic.
+
+    None of the three needs a token: probes and scrapers rarely carry one, and the figures are
+    counts and names, never payloads. Bind the server to a private interface (or put the
+    scrape path behind your proxy's auth) where queue names are sensitive.
+    """
+    metrics = ServerMetrics(store)
+    app.state.lakeshore_metrics = metrics
+
+    async def scrape(request: Request) -> Response:
+        body = await run_in_threadpool(metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        """Ready when the store answers: a replica that cannot reach it should get no traffic."""
+        try:
+            await asyncio.wait_for(run_in_threadpool(store.ping), READY_TIMEOUT_S)
+        except Exception as exc:
+            detail = f"store unreachable: {type(exc).__name__}: {exc}"
+            return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    app.router.routes.extend(
+        [
+            Route("/metrics", scrape, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+        ]
+    )
+    return metrics

@@ -1,0 +1,41 @@
+"""Named provider configs of a namespace: `lakeshore providers add / ls / show / rm`.
+
+Like the secrets and modes routes (and unlike the queue routes), these create the namespace on
+first use. The config object is checked for shape here and by its plugin when it is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..plane import providers
+from ..plane.providers import ProviderInfo
+from .endpoint import Api, Call
+
+
+async def add_provider(call: Call) -> ProviderInfo:
+    b = call.body
+    b.only("name", "kind", "config")
+    name, kind = b.req_text("name"), b.req_text("kind")
+    config = b.mapping("config") or {}
+    return await call.run(providers.add_provider, call.store, call.ns, name, kind, config)
+
+
+async def list_providers(call: Call) -> dict[str, Any]:
+    return {"providers": await call.run(providers.list_providers, call.store, call.ns)}
+
+
+async def show_provider(call: Call) -> ProviderInfo:
+    return await call.run(providers.get_provider, call.store, call.ns, call.param("name"))
+
+
+async def delete_provider(call: Call) -> None:
+    await call.run(providers.delete_provider, call.store, call.ns, call.param("name"))
+
+
+ROUTES = [
+    Api("POST", "/providers", add_provider, "Add a named provider config; 409 if it exists", 201),
+    Api("GET", "/providers", list_providers, "Named provider configs of the namespace"),
+    Api("GET", "/providers/{name}", show_provider, "One provider config"),
+    Api("DELETE", "/providers/{name}", delete_provider, "Remove a provider config", 204),
+]

@@ -1,0 +1,122 @@
+"""Retention over HTTP: `POST /retention/trim`, and the server's periodic retention task.
+
+The route trims the path's namespace and answers the counts plus the spilled refs of the rows it
+deleted, so that the client (which holds the storage credentials) deletes those objects. The
+periodic task (`lakeshore server --retain-frames-s/--retain-invocations-s`) trims every
+namespace and deletes the refs itself, best effort: a server that cannot reach a storage logs it
+and leaves the object (an orphan costs bytes, never correctness). See `plane/retention.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from ..plane.store import SqlStore
+from ..spill import delete_refs
+from .endpoint import Api, Call
+from .openapi import INT, NUM, SCHEMAS, STR, _nullable, _obj
+
+log = logging.getLogger("lakeshore.server")
+
+#: How often the retention task runs when the server has one.
+RETENTION_INTERVAL_S = 300.0
+
+# The route's schemas, registered beside the others (openapi.SCHEMAS) when this module loads.
+SCHEMAS.setdefault(
+    "RetentionTrim",
+    _obj({"frames_older_than_s": _nullable(NUM), "invocations_older_than_s": _nullable(NUM)}),
+)
+SCHEMAS.setdefault(
+    "Trimmed",
+    _obj(
+        {
+            "frames": INT,
+            "invocations": INT,
+            "refs": {
+                "type": "array",
+                "items": _obj({"url": STR, "key": STR, "size": INT}),
+                "description": "spilled objects of the deleted rows, for the caller to delete",
+            },
+        }
+    ),
+)
+
+
+async def trim(call: Call) -> dict[str, Any]:
+    """Trim this namespace: `{frames_older_than_s, invocations_older_than_s}` (null: keep)."""
+    b = call.body
+    b.only("frames_older_than_s", "invocations_older_than_s")
+    frames = b.number("frames_older_than_s")
+    rows = b.number("invocations_older_than_s")
+    trimmed = await call.run(
+        call.store.trim_retention,
+        frames_older_than_s=frames,
+        invocations_older_than_s=rows,
+        ns=call.ns,
+    )
+    return trimmed.public()
+
+
+ROUTES = [
+    Api(
+        "POST",
+        "/retention/trim",
+        trim,
+        "Trim frames and rows of invocations that ended before the given ages",
+        body="RetentionTrim",
+        response="Trimmed",
+    ),
+]
+
+
+def trim_once(store: SqlStore, frames_s: float | None, invocations_s: float | None) -> None:
+    """One pass over every namespace; the spilled objects of deleted rows are deleted too."""
+    trimmed = store.trim_retention(
+        frames_older_than_s=frames_s, invocations_older_than_s=invocations_s
+    )
+    problems = delete_refs(trimmed.refs)
+    if trimmed.frames or trimmed.invocations:
+        log.info(
+            "retention trimmed %d frames, %d invocations, %d spilled objects",
+            trimmed.frames,
+            trimmed.invocations,
+            len(trimmed.refs) - len(problems),
+        )
+    for line in problems:
+        log.warning("retention could not delete a spilled object: %s", line)
+
+
+async def _loop(
+    store: SqlStore, frames_s: float | None, invocations_s: float | None, interval_s: float
+) -> None:
+    while True:
+        try:
+            await run_in_threadpool(trim_once, store, frames_s, invocations_s)
+        except Exception:  # retried next tick; never kill the loop
+            log.exception("retention trim failed")
+        await asyncio.sleep(interval_s)
+
+
+def start(
+    store: SqlStore,
+    frames_s: float | None,
+    invocations_s: float | None,
+    interval_s: float = RETENTION_INTERVAL_S,
+) -> asyncio.Task[None] | None:
+    """The retention task, started in the app's lifespan; None when both ages are off."""
+    if frames_s is None and invocations_s is None:
+        return None
+    return asyncio.create_task(_loop(store, frames_s, invocations_s, interval_s))
+
+
+async def stop(task: asyncio.Task[None] | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,64 @@
+"""Provider configs and the controller's figures through a real server and the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from click.testing import CliRunner
+
+from dreamlake.lakeshore.cli.main import cli
+from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound
+from dreamlake.lakeshore.plane import HttpDispatch
+
+
+def test_provider_configs_over_http(http_plane: Callable[..., HttpDispatch]) -> None:
+    plane = http_plane()
+    info = plane.add_provider("gpu", "ec2", {"region": "us-east-1", "spot": True})
+    assert (info.namespace, info.kind, info.config["spot"]) == (plane.namespace, "ec2", True)
+    assert [p.name for p in plane.providers()] == ["gpu"]
+    assert plane.provider("gpu").config["region"] == "us-east-1"
+    with pytest.raises(Conflict):
+        plane.add_provider("gpu", "ec2", {})
+    with pytest.raises(InvalidArgument, match="provider name"):
+        plane.add_provider("Not OK", "ec2", {})
+    plane.delete_provider("gpu")
+    with pytest.raises(NotFound):
+        plane.provider("gpu")
+
+
+def test_providers_cli_and_stats_desired_vs_actual(
+    http_plane: Callable[..., HttpDispatch],
+) -> None:
+    plane = http_plane()
+    opts = ["--url", plane.url, "--namespace", plane.namespace]
+    runner = CliRunner(env={"LAKESHORE_TOKEN": plane._client.headers["authorization"][7:]})
+
+    missing = runner.invoke(cli, ["providers", "add", "aws", "--kind", "ec2", *opts])
+    assert missing.exit_code != 0 and "--kind ec2 needs --region" in missing.output
+    added = runner.invoke(
+        cli,
+        ["providers", "add", "aws", "--kind", "ec2", "--region", "eu-west-1"]
+        + ["--instance-type", "g5.xlarge", "--ami", "ami-1", "--spot", "--set", "concurrency=4"]
+        + opts,
+    )
+    assert added.exit_code == 0, added.output
+    shown = json.loads(runner.invoke(cli, ["providers", "show", "aws", "--json", *opts]).output)
+    assert shown["config"] == {
+        "region": "eu-west-1",
+        "instance_type": "g5.xlarge",
+        "ami": "ami-1",
+        "spot": True,
+        "concurrency": 4,
+    }
+    listed = json.loads(runner.invoke(cli, ["providers", "ls", "--json", *opts]).output)
+    assert [p["name"] for p in listed] == ["aws"]
+
+    # queues stats: desired from the controller's newest decision beside the live count
+    plane.create_queue("train", elasticity={"kind": "fixed", "max": 2, "provider": "aws"})
+    stats = json.loads(runner.invoke(cli, ["queues", "stats", "train", "--json", *opts]).output)
+    assert (stats["desired"], stats["actual"]) == ("-", 0)
+
+    assert runner.invoke(cli, ["providers", "rm", "aws", *opts]).exit_code == 0
+    assert json.loads(runner.invoke(cli, ["providers", "ls", "--json", *opts]).output) == []

@@ -1,0 +1,183 @@
+"""The dashboard: its static files, its JSON snapshot, and the page in a real headless Chromium.
+
+The browser test drives the system chromium through Playwright (never `playwright install`).
+It skips, saying why, where either is missing, except under CI=true, where the Makefile must
+have installed them and a skip would hide a broken dashboard. Every wait is a Playwright
+deadline on something the page shows, never a sleep. The screenshot lands in tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dreamlake.lakeshore import codec
+from dreamlake.lakeshore.plane import HttpDispatch
+from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.types import SubmitRequest
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+#: How long the page may take to show a change (it polls every second).
+UI_DEADLINE_MS = 15_000
+
+
+@pytest.fixture
+def plane(server, tenant):
+    p = HttpDispatch(server.url, token=tenant.token, namespace=tenant.namespace)
+    yield p
+    p.close()
+
+
+def test_static_files_are_served_without_a_token(server):
+    index = httpx.get(f"{server.url}/")
+    assert index.status_code == 200 and "text/html" in index.headers["content-type"]
+    assert "/dashboard/app.js" in index.text
+    for name in ("app.js", "msgpack.js", "style.css"):
+        assert httpx.get(f"{server.url}/dashboard/{name}").status_code == 200, name
+
+
+def test_snapshot_needs_the_token_and_reflects_the_plane(server, tenant, plane):
+    url = f"{server.url}/v1/namespaces/{tenant.namespace}/dashboard"
+    assert httpx.get(url, headers={"accept": "application/json"}).status_code == 401
+    plane.create_queue("snap", elasticity={"kind": "fixed", "max": 2})
+    plane.register_worker("snap-w", queues=["snap"], info={"concurrency": 3, "gpus": []})
+    ids = plane.submit("snap", [SubmitRequest(payload=codec.encode(i)) for i in range(3)])
+    job = plane.claim(["snap"], worker="snap-w", wait_s=10.0)
+    assert job is not None
+    plane.ack(job.id, job.lease, None)
+    headers = {"authorization": f"Bearer {tenant.token}", "accept": "application/json"}
+    snap = httpx.get(url, headers=headers).json()
+    (queue,) = [q for q in snap["queues"] if q["name"] == "snap"]
+    assert queue["depth"]["queued"] == 2 and queue["depth"]["succeeded"] == 1
+    assert (queue["members"], queue["slots"]) == (1, 3)
+    assert sum(queue["completed"]) == 1 and queue["window"]["latency_p50"] is not None
+    assert len(queue["completed"]) == snap["window"]["points"]
+    (worker,) = snap["workers"]
+    assert worker["name"] == "snap-w" and worker["heartbeat_age_s"] < 60
+    assert {r["id"] for r in snap["recent"]} == set(ids)
+    assert "result" not in snap["recent"][0]
+    assert any(e["kind"] == "created" and e["queue"] == "snap" for e in snap["events"])
+    me = httpx.get(f"{server.url}/v1/whoami", headers=headers).json()
+    assert me["namespace"] == tenant.namespace
+
+
+def _browser_or_skip():
+    """(sync_playwright, chromium path), or a skip that says what is missing."""
+    missing = []
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+        missing.append("the playwright package (pip install playwright)")
+    chromium = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if chromium is None:
+        missing.append("chromium (apt-get install chromium)")
+    if missing:
+        message = "browser test needs " + " and ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + ": under CI=true the Makefile must have installed them")
+        pytest.skip(message)
+    return sync_playwright, chromium
+
+
+def test_dashboard_page_in_headless_chromium(server, tenant, plane):
+    sync_playwright, chromium = _browser_or_skip()
+    plane.create_queue("browser-q", description="made through the API")
+    gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(2)]
+    worker = plane.register_worker(
+        "browser-worker",
+        queues=["browser-q"],
+        host="gpu-box-1",
+        info={"concurrency": 2, "gpus": gpus},
+    )
+    plane.heartbeat(worker.id, {"busy": 0, "idle": 2})
+    store = open_store(server.store_path)
+    try:  # what the controller records when it scales: the page lists it with its reason
+        detail = {"from": 0, "to": 1, "reason": "backlog 1 > 0 workers"}
+        store.record_event(tenant.namespace, "browser-q", "scaled_up", detail)
+    finally:
+        store.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "dashboard.png"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(UI_DEADLINE_MS)
+            page.goto(server.url + "/")
+            page.fill("#token", tenant.token)
+            page.click("#login-form button[type=submit]")
+            row = page.locator('#queues tr[data-queue="browser-q"]')
+            row.wait_for()
+            assert page.locator("#namespace").inner_text() == tenant.namespace
+
+            def depth(state: str) -> str:
+                return row.locator(f'span.depth[data-state="{state}"]').inner_text()
+
+            # a submit shows up as queued depth within the polling deadline
+            (inv,) = plane.submit("browser-q", [SubmitRequest(payload=codec.encode("hi"))])
+            page.wait_for_function(
+                """() => document.querySelector(
+                    '#queues tr[data-queue="browser-q"] span.depth[data-state="queued"]'
+                ).textContent === '1'"""
+            )
+            job = plane.claim(["browser-q"], worker="browser-worker", wait_s=10.0)
+            assert job is not None and job.id == inv
+            plane.post(inv, "VALUE", codec.encode("step 1 of 2"), lease=job.lease)
+            plane.post(inv, "VALUE", codec.encode({"loss": 0.25}), lease=job.lease)
+            plane.ack(inv, job.lease, codec.encode("done"))
+            page.wait_for_function(
+                """() => document.querySelector(
+                    '#queues tr[data-queue="browser-q"] span.depth[data-state="succeeded"]'
+                ).textContent === '1'"""
+            )
+            assert depth("queued") == "0"
+
+            # drill down: the recent row opens the invocation and its frames
+            page.locator(f'#recent tr[data-id="{inv}"]').click()
+            page.locator("#frames li").nth(1).wait_for()
+            frames = page.locator("#frames li").all_inner_texts()
+            assert frames == ["step 1 of 2", '{"loss":0.25}']
+            assert "succeeded" in page.locator("#detail-fields").inner_text()
+            workers = page.locator('#workers tr[data-worker="browser-worker"]').inner_text()
+            assert "gpu-box-1" in workers and "NVIDIA H100" in workers
+            assert (
+                "reason=backlog 1" in page.locator('#events tr[data-kind="scaled_up"]').inner_text()
+            )
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+
+
+def test_a_bad_token_returns_to_the_login_form(server):
+    sync_playwright, chromium = _browser_or_skip()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(UI_DEADLINE_MS)
+            page.goto(server.url + "/")
+            page.fill("#token", "lks_not-a-real-token")
+            page.click("#login-form button[type=submit]")
+            page.wait_for_function(
+                "() => document.querySelector('#login-error').textContent.length > 0"
+            )
+            assert "Unknown token" in page.locator("#login-error").inner_text()
+            assert page.evaluate("() => sessionStorage.getItem('lakeshore.token')") is None
+        finally:
+            browser.close()

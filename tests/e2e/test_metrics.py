@@ -1,0 +1,122 @@
+"""`/metrics`, `/healthz`, `/readyz` on a real server, checked against known traffic.
+
+Counters are per server process and labelled by namespace, so a fresh namespace on the shared
+session server gives exact figures however many other tests ran before. Gauges and the
+controller-decision counter are read from the store at scrape time, so a queue event written
+straight into the store (as the controller does) shows up without any route seeing it.
+"""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from dreamlake.lakeshore.plane import HttpDispatch
+from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.types import SubmitRequest
+
+WAIT_S = 10.0
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = httpx.get(f"{url}/metrics", timeout=10.0)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_count_known_traffic(server, tenant):
+    ns = tenant.namespace
+    plane = HttpDispatch(server.url, token=tenant.token, namespace=ns)
+    try:
+        ids = plane.submit("work", [SubmitRequest(payload=b"\x90") for _ in range(4)])
+        plane.submit("other", [SubmitRequest(payload=b"\x90")])
+        assert plane.cancel(ids[3]) is True  # queued -> cancelled
+        claims = [plane.claim(["work"], worker="w", wait_s=WAIT_S) for _ in range(3)]
+        assert all(c is not None for c in claims)
+        a, b, c = claims
+        plane.ack(a.id, a.lease, None)
+        assert plane.nack(b.id, b.lease, error="boom", retry=False) == "failed"
+        assert plane.nack(c.id, c.lease, error="flaky", retry=True) == "queued"
+        plane.register_worker("metrics-w", queues=["work"])
+        d = plane.claim(["other"], worker="w", wait_s=WAIT_S)
+        assert d is not None
+        plane.end(d.id, d.lease, state="timeout", error="too slow")
+        plane.retry(d.id)
+    finally:
+        plane.close()
+    store = open_store(server.store_path)
+    try:
+        store.record_event(ns, "work", "scaled_up", {"from": 0, "to": 2, "reason": "backlog 3"})
+    finally:
+        store.close()
+
+    m = scrape(server.url)
+    work = {"namespace": ns, "queue": "work"}
+    other = {"namespace": ns, "queue": "other"}
+    assert value(m, "lakeshore_submits_total", **work) == 4
+    assert value(m, "lakeshore_submits_total", **other) == 1
+    assert value(m, "lakeshore_claims_total", **work) == 3
+    assert value(m, "lakeshore_completions_total", **work, state="succeeded") == 1
+    assert value(m, "lakeshore_completions_total", **work, state="failed") == 1
+    assert value(m, "lakeshore_completions_total", **work, state="cancelled") == 1
+    assert value(m, "lakeshore_completions_total", **other, state="timeout") == 1
+    assert value(m, "lakeshore_retries_total", **work, reason="nack") == 1
+    assert value(m, "lakeshore_retries_total", **other, reason="operator") == 1
+    # histograms: every first-attempt claim, every terminal settle
+    assert value(m, "lakeshore_submit_to_start_seconds_count", **work) == 3
+    assert value(m, "lakeshore_end_to_end_seconds_count", **work) == 3  # ack, nack, cancel
+    assert value(m, "lakeshore_end_to_end_seconds_bucket", **work, le="+Inf") == 3
+    # store gauges at scrape time
+    assert value(m, "lakeshore_invocations", **work, state="queued") == 1  # the retried nack
+    assert value(m, "lakeshore_invocations", **work, state="succeeded") == 1
+    assert value(m, "lakeshore_invocations", **work, state="cancelled") == 1
+    assert value(m, "lakeshore_invocations", **other, state="queued") == 1  # operator retry
+    assert value(m, "lakeshore_workers", namespace=ns, state="alive") == 1
+    assert value(m, "lakeshore_controller_decisions_total", **work, decision="scaled_up") == 1
+    assert value(m, "lakeshore_queue_events_total", **work, kind="created") == 1
+    # a lifecycle event is not a controller decision
+    assert value(m, "lakeshore_controller_decisions_total", **work, decision="created") == 0
+
+
+def test_health_and_readiness_need_no_token(server):
+    assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{server.url}/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+
+
+def test_readyz_is_503_when_the_store_does_not_answer(tmp_path, monkeypatch):
+    """In-process (the store is patched to fail), through the ASGI app without a socket."""
+    import asyncio
+
+    from dreamlake.lakeshore.server.app import create_app
+
+    store = open_store(tmp_path / "ready.db")
+    app = create_app(store)
+
+    async def get(path: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.get(path)
+
+    try:
+        assert asyncio.run(get("/readyz")).status_code == 200
+
+        def unreachable() -> bool:
+            raise ConnectionError("database is gone")
+
+        monkeypatch.setattr(store, "ping", unreachable)
+        response = asyncio.run(get("/readyz"))
+        assert response.status_code == 503
+        assert "database is gone" in response.json()["detail"]
+        assert asyncio.run(get("/healthz")).status_code == 200  # alive, just not ready
+    finally:
+        store.close()

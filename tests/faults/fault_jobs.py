@@ -1,0 +1,43 @@
+"""Job bodies for the fault tests, imported by reference in the daemons' child processes.
+
+Each returns its parent's pid: the daemon that ran it (a slot's child is spawned by the daemon
+and keeps it as parent), so the history checker can tell whose result a row holds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def work(tag: str, seconds: float = 0.0, marker_dir: str | None = None) -> dict[str, Any]:
+    """Touch `marker_dir/tag.<pid>` when it starts (a test can see it run), sleep, report."""
+    if marker_dir:
+        Path(marker_dir, f"{tag}.{os.getpid()}").write_text(str(os.getppid()))
+    if seconds:
+        time.sleep(seconds)
+    return {"tag": tag, "ppid": os.getppid()}
+
+
+def busy(seconds: float, marker: str) -> dict[str, Any]:
+    """Spin on the CPU for `seconds` without a single blocking call."""
+    Path(marker).write_text(str(os.getpid()))
+    deadline = time.perf_counter() + seconds
+    spins = 0
+    while time.perf_counter() < deadline:
+        spins += 1
+    return {"spins": spins, "ppid": os.getppid()}
+
+
+class Booby:
+    """Unpickling this writes `marker`, wherever it happens: it reduces to `exec` of a line, so
+    it needs no import of this module (the server, which must never unpickle, would run it)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        code = f"import os\nwith open({self.marker!r}, 'w') as f:\n    f.write(str(os.getpid()))"
+        return (exec, (code,))

@@ -1,0 +1,146 @@
+"""The ec2 provider against moto's EC2 (`mock_aws`, the one fake this project allows).
+
+A spot capacity error is injected through botocore's own event hooks on top of moto, so the
+fallback to on-demand is exercised on the real client code path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+boto3 = pytest.importorskip("boto3")
+moto = pytest.importorskip("moto")
+
+from dreamlake.lakeshore.providers.base import LaunchSpec, ProviderError  # noqa: E402
+from dreamlake.lakeshore.providers.ec2 import Ec2Provider  # noqa: E402
+from dreamlake.lakeshore.providers.userdata import render  # noqa: E402
+
+REGION = "us-east-1"
+CONFIG = {"region": REGION, "instance_type": "t3.micro", "ami": "ami-12345678"}
+
+
+@pytest.fixture
+def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(key, value)
+    with moto.mock_aws():
+        yield boto3.client("ec2", region_name=REGION)
+
+
+def spec(**kw: Any) -> LaunchSpec:
+    base = dict(
+        namespace="research",
+        queues=("train", "eval"),
+        name="train",
+        target="pool/gpu",
+        plane_url="https://plane.example:8765",
+        plane_token="lks_secret",
+    )
+    return LaunchSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_launch_tags_list_and_terminate(ec2: Any) -> None:
+    p = Ec2Provider("my-ec2", CONFIG, client=ec2)
+    launched = p.launch(spec(), 2)
+    assert [i.daemon for i in launched] == ["train-00", "train-01"]
+
+    found = p.list({"lakeshore:namespace": "research", "lakeshore:target": "pool/gpu"})
+    assert sorted(i.id for i in found) == sorted(i.id for i in launched)
+    tags = found[0].tags
+    assert tags["lakeshore:queue"] == "train" and tags["lakeshore:provider"] == "my-ec2"
+    assert tags["lakeshore:spec"] == spec().config_hash
+    assert p.list({"lakeshore:namespace": "elsewhere"}) == []
+
+    raw = ec2.describe_instances(InstanceIds=[launched[0].id])["Reservations"][0]["Instances"][0]
+    assert raw["InstanceType"] == "t3.micro" and raw["ImageId"] == "ami-12345678"
+
+    p.terminate([launched[0].id])
+    assert [i.id for i in p.list()] == [launched[1].id]
+
+
+def test_match_overrides_the_instance_type(ec2: Any) -> None:
+    p = Ec2Provider("my-ec2", CONFIG, client=ec2)
+    [inst] = p.launch(spec(settings={"instance_type": "g5.xlarge"}), 1)
+    raw = ec2.describe_instances(InstanceIds=[inst.id])["Reservations"][0]["Instances"][0]
+    assert raw["InstanceType"] == "g5.xlarge"
+
+
+def test_spot_is_asked_first(ec2: Any) -> None:
+    seen: list[dict[str, Any]] = []
+    ec2.meta.events.register("provide-client-params.ec2.RunInstances", _record(seen))
+    Ec2Provider("my-ec2", {**CONFIG, "spot": True}, client=ec2).launch(spec(), 1)
+    assert seen[0]["InstanceMarketOptions"]["MarketType"] == "spot"
+
+
+def test_spot_without_capacity_falls_back_to_on_demand(ec2: Any) -> None:
+    seen: list[dict[str, Any]] = []
+    ec2.meta.events.register("provide-client-params.ec2.RunInstances", _record(seen))
+    ec2.meta.events.register("before-call.ec2.RunInstances", _no_spot_capacity)
+    p = Ec2Provider("my-ec2", {**CONFIG, "spot": True}, client=ec2)
+    [inst] = p.launch(spec(), 1)
+    assert ["InstanceMarketOptions" in s for s in seen] == [True, False]
+    assert inst.tags["lakeshore:spot-fallback"] == "on-demand"
+
+
+def test_other_errors_are_not_retried_on_demand(ec2: Any) -> None:
+    ec2.meta.events.register("before-call.ec2.RunInstances", _unauthorized)
+    with pytest.raises(ProviderError, match="UnauthorizedOperation"):
+        Ec2Provider("my-ec2", {**CONFIG, "spot": True}, client=ec2).launch(spec(), 1)
+
+
+def test_config_needs_region_type_and_image() -> None:
+    with pytest.raises(ProviderError, match="needs instance_type, ami"):
+        Ec2Provider("x", {"region": REGION}, client=object())
+
+
+def test_user_data_installs_and_starts_the_named_daemon(ec2: Any) -> None:
+    p = Ec2Provider("my-ec2", {**CONFIG, "concurrency": 4, "labels": {"gpu": "a10"}}, client=ec2)
+    [inst] = p.launch(spec(), 1)
+    attr = ec2.describe_instance_attribute(InstanceId=inst.id, Attribute="userData")
+    import base64
+
+    text = base64.b64decode(attr["UserData"]["Value"]).decode()
+    assert text == render(
+        spec(), "train-00", {**CONFIG, "concurrency": 4, "labels": {"gpu": "a10"}}
+    )
+    assert text.startswith("#!/bin/bash")
+    assert "pip install --quiet 'dreamlake-lakeshore[daemon]==" in text
+    assert "LAKESHORE_URL=https://plane.example:8765" in text
+    assert "LAKESHORE_TOKEN=lks_secret" in text
+    assert "LAKESHORE_DAEMON_NAME=train-00" in text
+    assert "LAKESHORE_DAEMON_QUEUE='train eval'" in text
+    assert "LAKESHORE_DAEMON_CONCURRENCY=4" in text
+    assert "LAKESHORE_DAEMON_LABEL=gpu=a10" in text
+    assert "systemctl enable --now lakeshore-daemon@train-00" in text
+    assert "--queue %i" not in text  # queue and name come from the env file
+
+
+def _record(seen: list[dict[str, Any]]) -> Any:
+    def hook(params: dict[str, Any], **_: Any) -> None:
+        seen.append(dict(params))
+
+    return hook
+
+
+def _error(code: str) -> Any:
+    def hook(params: dict[str, Any], **_: Any) -> Any:
+        spot = "InstanceMarketOptions" in str(params.get("body"))  # the serialised request
+        if code == "InsufficientInstanceCapacity" and not spot:
+            return None  # on-demand goes through to moto
+        body = {"Error": {"Code": code, "Message": f"injected {code}"}}
+        from botocore.awsrequest import AWSResponse
+
+        return (AWSResponse("https://ec2.amazonaws.com/", 400, {}, None), body)
+
+    return hook
+
+
+_no_spot_capacity = _error("InsufficientInstanceCapacity")
+_unauthorized = _error("UnauthorizedOperation")
