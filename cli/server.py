@@ -92,8 +92,8 @@ def server(
             "pip install 'dreamlake-lakeshore[server]'"
         ) from None
     from ..plane.auth import bootstrap
-    from ..signing import load_key
     from ..plane.dispatch import home
+    from ..signing import load_key
 
     sql = open_cli_store(store)
     # Payload signatures (sdk/signing.py): the key stays outside the store, in LAKESHORE_HOME.

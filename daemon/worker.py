@@ -331,11 +331,12 @@ class Daemon:
                 key, claim.namespace, claim.queue, claim.id, claim.payload, claim.signature
             )
         except signing.BadSignature as exc:
-            self._log.error("job.refused", invocation=claim.id, reason=str(exc))
+            reason = str(exc)
+            self._log.error("job.refused", invocation=claim.id, reason=reason)
             self._settle_call(
                 claim,
                 "end",
-                lambda: self.plane.end(claim.id, claim.lease, state="failed", error=str(exc)),
+                lambda: self.plane.end(claim.id, claim.lease, state="failed", error=reason),
             )
             return True
         return False

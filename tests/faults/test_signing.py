@@ -57,6 +57,7 @@ def test_an_embedded_plane_with_a_key_signs_what_it_enqueues(
         assert claim is not None and claim.id == inv
         signing.verify(KEY, plane.namespace, "q", inv, b"body", claim.signature)
     monkeypatch.delenv(signing.KEY_ENV)
+    monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path / "keyless-home"))
     with Dispatch(":memory:") as bare:  # no key anywhere: nothing signed
         bare.submit("q", [SubmitRequest(b"body")])
         claim = bare.claim(["q"], worker="w")
