@@ -80,7 +80,8 @@ WHERE id = (
       AND (deadline_at IS NULL OR deadline_at >= :now)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature;
 
 -- name: claim_filo
 UPDATE invocations
@@ -92,7 +93,8 @@ WHERE id = (
       AND (deadline_at IS NULL OR deadline_at >= :now)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature;
 
 -- name: claim_level
 UPDATE invocations
@@ -104,7 +106,8 @@ WHERE id = (
       AND priority = :priority
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature;
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
@@ -339,7 +342,8 @@ WHERE id = (
       AND (deadline_at IS NULL OR deadline_at >= :now)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority;
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature;
 
 -- name: controller_queues
 SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
@@ -419,9 +423,9 @@ VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :t
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
--- name: signature_of
-SELECT signature FROM invocations WHERE id = :id;
-
 -- name: auth_delete_tokens
 -- `lakeshore tokens revoke`: by the digest prefix `tokens ls` shows (unique, checked first).
 DELETE FROM tokens WHERE hash IN (:hashes) RETURNING hash, namespace, label;
+
+-- name: signature_of
+SELECT signature FROM invocations WHERE id = :id;
