@@ -525,17 +525,23 @@ class Daemon:
             self._free.notify_all()
 
     def _settle_call(self, claim: Claim, verb: str, call: Callable[[], object]) -> bool:
-        """Settle with retries while unreachable; a refusal is logged and dropped, never raised."""
+        """Settle with retries while unreachable; a refusal is logged and dropped, never raised.
+
+        The logs name the attempt: one daemon can hold two attempts of a job at once (its lease
+        ran out on one slot and another slot claimed the requeued job), and which one was refused
+        matters to whoever reads the log.
+        """
+        log = self._log.bind(invocation=claim.id, verb=verb, attempt=claim.attempt)
         try:
             self._call(verb, call)
         except _GaveUp:
-            self._log.error("job.settle_abandoned", invocation=claim.id, verb=verb)
+            log.error("job.settle_abandoned")
             return False
         except LeaseLost as exc:
-            self._log.warning("job.settle_refused", invocation=claim.id, verb=verb, error=str(exc))
+            log.warning("job.settle_refused", error=str(exc))
             return False
         except DispatchError as exc:
-            self._log.error("job.settle_failed", invocation=claim.id, verb=verb, error=str(exc))
+            log.error("job.settle_failed", error=str(exc))
             return False
         return True
 

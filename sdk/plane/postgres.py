@@ -244,8 +244,10 @@ class PostgresConnector:
             ConnectionPool.check_connection(conn)
 
     def close(self) -> None:
-        self.waker.close()
-        self._pool.close()
+        try:
+            self.waker.close()
+        finally:
+            self._pool.close()
 
 
 def _migrate(conninfo: str, schema: str | None) -> str:
@@ -506,7 +508,11 @@ class AdvisoryLeader:
         self._held = False
         #: Why the last attempt failed to reach the server, if it did.
         self.last_error: Exception | None = None
-        self.try_acquire()
+        try:
+            self.try_acquire()
+        except BaseException:
+            self.close()  # nobody gets this object to close: do not leak its connection
+            raise
 
     @property
     def backend_pid(self) -> int | None:
@@ -549,9 +555,19 @@ class AdvisoryLeader:
         self._held = False
 
     def close(self) -> None:
-        self._held = False
-        _close_quietly(self._conn)
-        self._conn = None
+        """Step down and drop the connection; the next contender can win as soon as this returns.
+
+        The lock is unlocked explicitly first: closing the connection alone releases it only
+        when the server's backend has processed the disconnect and exited, which lags the
+        client's close, so a contender asking right after would still lose. Only when the
+        connection is already broken (unlock impossible) does the hand-off wait for the server
+        to notice, as it does for a leader that died.
+        """
+        try:
+            self.release()
+        finally:
+            _close_quietly(self._conn)
+            self._conn = None
 
     def __enter__(self) -> AdvisoryLeader:
         return self

@@ -39,9 +39,23 @@ def test_providers_cli_and_stats_desired_vs_actual(
     assert missing.exit_code != 0 and "--kind ec2 needs --region" in missing.output
     added = runner.invoke(
         cli,
-        ["providers", "add", "aws", "--kind", "ec2", "--region", "eu-west-1"]
-        + ["--instance-type", "g5.xlarge", "--ami", "ami-1", "--spot", "--set", "concurrency=4"]
-        + opts,
+        [
+            "providers",
+            "add",
+            "aws",
+            "--kind",
+            "ec2",
+            "--region",
+            "eu-west-1",
+            "--instance-type",
+            "g5.xlarge",
+            "--ami",
+            "ami-1",
+            "--spot",
+            "--set",
+            "concurrency=4",
+            *opts,
+        ],
     )
     assert added.exit_code == 0, added.output
     shown = json.loads(runner.invoke(cli, ["providers", "show", "aws", "--json", *opts]).output)

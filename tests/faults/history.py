@@ -251,18 +251,24 @@ def absorb_daemon_log(
     A settle the daemon logged as done (job.succeeded / failed / killed / timeout) was accepted;
     job.settle_refused was refused; the tag of an ack is the daemon's pid, which the fault jobs
     return as their parent pid, so `result_tag` can tell whose result a row holds.
+
+    A settle goes to the attempt its line names: one daemon may hold two attempts of a job at
+    once (a lease that ran out on one slot while another slot claimed the requeued job), so the
+    attempt it last claimed is not necessarily the one settling.
     """
     done = {"job.succeeded": "ack", "job.failed": "fail", "job.killed": "end", "job.timeout": "end"}
-    last: dict[str, Attempt] = {}
+    seen: dict[tuple[str, int], Attempt] = {}
     for e in events:
         kind = e.get("event")
         inv_id = e.get("invocation")
-        if not isinstance(inv_id, str):
+        attempt = e.get("attempt")
+        if not isinstance(inv_id, str) or not isinstance(attempt, int):
             continue
+        att = seen.get((inv_id, attempt))
         if kind == "job.claimed":
-            last[inv_id] = history.claim_seen(worker, inv_id, int(e["attempt"]))
-        elif kind in done and inv_id in last:
+            seen[inv_id, attempt] = history.claim_seen(worker, inv_id, attempt)
+        elif kind in done and att is not None:
             tag = pid if done[kind] == "ack" else None
-            history.settle(last[inv_id], done[kind], "accepted", time.time(), tag)
-        elif kind == "job.settle_refused" and inv_id in last:
-            history.settle(last[inv_id], str(e.get("verb")), "refused", time.time())
+            history.settle(att, done[kind], "accepted", time.time(), tag)
+        elif kind == "job.settle_refused" and att is not None:
+            history.settle(att, str(e.get("verb")), "refused", time.time())

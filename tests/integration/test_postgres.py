@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -294,29 +295,32 @@ def test_the_listener_reconnects_after_its_connection_is_killed(
 
 
 def test_second_contender_leads_only_after_the_first_closes(url: str) -> None:
-    with advisory_leader(url, "controller") as first:
-        second = advisory_leader(url, "controller")
+    with ExitStack() as stack:  # both closed however the test ends
+        first = stack.enter_context(advisory_leader(url, "controller"))
+        second = stack.enter_context(advisory_leader(url, "controller"))
         assert first.is_leader
         assert not second.is_leader
         assert not second.try_acquire()
 
-    assert second.try_acquire()
-    assert second.is_leader
-    second.close()
+        first.close()  # unlocks before it disconnects: the hand-off is immediate, no polling
+
+        assert second.try_acquire()
+        assert second.is_leader
 
 
 def test_leadership_passes_on_when_the_leaders_connection_dies(url: str) -> None:
-    first = advisory_leader(url, "controller")
-    second = advisory_leader(url, "controller")
-    assert first.is_leader and not second.is_leader
+    with (
+        advisory_leader(url, "controller") as first,
+        advisory_leader(url, "controller") as second,
+    ):
+        assert first.is_leader and not second.is_leader
 
-    sql(url, "SELECT pg_terminate_backend(%s, 5000)", first.backend_pid)
+        # waits (up to 5 s) until the backend has exited, so its lock is gone
+        assert sql(url, "SELECT pg_terminate_backend(%s, 5000)", first.backend_pid) == [(True,)]
 
-    assert second.try_acquire()
-    assert not first.try_acquire()
-    assert not first.is_leader
-    first.close()
-    second.close()
+        assert second.try_acquire()
+        assert not first.try_acquire()
+        assert not first.is_leader
 
 
 def test_leaders_of_different_schemas_do_not_contend(url: str) -> None:
