@@ -163,9 +163,9 @@ def _inflict(
         daemons[-1].ready()
     elif fault == "sigstop-daemon":
         victim = rng.choice(daemons)
-        victim.send(signal.SIGSTOP)
+        victim.signal(signal.SIGSTOP)
         time.sleep(DAEMON_LEASE_S + rng.uniform(1.0, 2.0))
-        victim.send(signal.SIGCONT)
+        victim.signal(signal.SIGCONT)
     elif fault == "kill9-server":
         srv.kill9()
         time.sleep(rng.uniform(0.0, 0.5))

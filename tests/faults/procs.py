@@ -7,36 +7,22 @@ log, a marker file); none is a bare sleep standing in for synchronisation.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from tests.support.daemons import DaemonProcess as _DaemonProcess
+from tests.support.daemons import pid_alive, wait_until
 from tests.support.server import LAUNCH, _wait_ready, free_port, server_env
+
+__all__ = ["DaemonProcess", "ServerProcess", "pid_alive", "wait_until"]
 
 T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-
-
-def wait_until(check: Callable[[], T | None], *, timeout: float = 20.0, what: str = "it") -> T:
-    """Re-check until `check` returns something truthy; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 class ServerProcess:
@@ -107,23 +93,8 @@ class ServerProcess:
         self.stop()
 
 
-def daemon_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LAKESHORE_", "NOTIFY_SOCKET", "WATCHDOG_"))
-    }
-    env["LAKESHORE_HOME"] = str(home)
-    # The fault jobs are pickled by reference: the daemon's children import them from here.
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-    )
-    env.update(extra)
-    return env
-
-
-class DaemonProcess:
-    """One `lakeshore-daemon` logging JSON lines to a file the test reads."""
+class DaemonProcess(_DaemonProcess):
+    """A daemon on the fault server; its children import the fault jobs from this folder."""
 
     def __init__(
         self,
@@ -137,100 +108,17 @@ class DaemonProcess:
         env: dict[str, str] | None = None,
         log_name: str | None = None,
     ) -> None:
-        self.name = name
-        home.mkdir(parents=True, exist_ok=True)
-        self.log_path = home / f"daemon-{log_name or name}.log"
-        self._log = self.log_path.open("wb")
         extra = {
             "LAKESHORE_URL": url,
             "LAKESHORE_TOKEN": token,
             "LAKESHORE_NAMESPACE": namespace,
             **(env or {}),
         }
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dreamlake.lakeshore.daemon",
-                "--name",
-                name,
-                "--log-json",
-                *args,
-            ],
-            env=daemon_env(home, extra),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+        super().__init__(
+            home,
+            name,
+            args,
+            env=extra,
+            paths=(str(HERE), str(ROOT)),
+            log_path=home / f"daemon-{log_name or name}.log",
         )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line still being written
-        return out
-
-    def find(self, event: str, **fields: Any) -> list[dict[str, Any]]:
-        return [
-            e
-            for e in self.events()
-            if e.get("event") == event and all(e.get(k) == v for k, v in fields.items())
-        ]
-
-    def wait_for(self, event: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
-            found = self.find(event, **fields)
-            if not found and self.proc.poll() is not None:
-                raise AssertionError(
-                    f"daemon {self.name} exited ({self.proc.returncode}) before {event}:\n"
-                    + self.log_tail()
-                )
-            return found[0] if found else None
-
-        return wait_until(check, timeout=timeout, what=f"{event} {fields} from {self.name}")
-
-    def ready(self, timeout: float = 60.0) -> DaemonProcess:
-        self.wait_for("daemon.ready", timeout=timeout)
-        return self
-
-    def send(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def kill9(self) -> None:
-        self.send(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.send(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-            self.send(signal.SIGTERM)
-            self.send(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -115,12 +115,12 @@ def test_a_daemon_paused_past_its_lease_has_its_late_ack_refused(
                 dls.thunk(fault_jobs.work, "paused", rng.uniform(0.5, 1.0), str(markers))
             )
             wait_until(lambda: list(markers.iterdir()), what="the job to start on the sleeper")
-            sleeper.send(signal.SIGSTOP)  # its child runs on (own session) and finishes
+            sleeper.signal(signal.SIGSTOP)  # its child runs on (own session) and finishes
             daemons.append(daemon(server, tmp_path, "rescuer", "-q", "pause").ready())
             row = plane.invocation(inv, wait_s=30)
             assert row.state == "succeeded" and row.attempt == 2, (row.state, row.error)
             assert ppid_of(row) == daemons[1].pid
-            sleeper.send(signal.SIGCONT)
+            sleeper.signal(signal.SIGCONT)
             # Woken, the sleeper settles its finished attempt with a lease that is gone.
             refused = wait_until(
                 lambda: (
@@ -129,7 +129,7 @@ def test_a_daemon_paused_past_its_lease_has_its_late_ack_refused(
                 ),
                 what="the sleeper's late settle to be refused",
             )
-            print(f"late settle: {refused[0]['event']}: {refused[0].get('error', '')}")
+            print(f"late settle: {refused['event']}: {refused.get('error', '')}")
             after = plane.invocation(inv)
             assert (after.state, after.attempt, after.result) == ("succeeded", 2, row.result)
             assert sleeper.proc.poll() is None  # it carries on serving

@@ -263,8 +263,8 @@ def test_daemons_run_only_payloads_the_server_signed(tmp_path: Path, seed: int) 
                 row = plane.invocation(inv, wait_s=30)
                 assert row.state == "failed" and "signature" in (row.error or ""), row
             assert not marker.exists(), "a forged payload ran on the worker"
-            assert len(daemon.find("job.refused")) == 2
-            print(f"signing: seed={seed} refused={len(daemon.find('job.refused'))}")
+            assert len(daemon.find_all("job.refused")) == 2
+            print(f"signing: seed={seed} refused={len(daemon.find_all('job.refused'))}")
     finally:
         daemon.stop()
         srv.stop()
