@@ -23,7 +23,7 @@ from ..plane.base import Plane
 from ..plane.dispatch import home
 from ..plane.providers import ProviderInfo
 from ..providers import registry
-from ..providers.base import TAG_GROUP, TAG_NAMESPACE, LaunchSpec, Provider
+from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider
 from .context import open_plane, plane_options
 from .daemon import daemon
 
@@ -211,15 +211,23 @@ def launch(
             from ..types import check_name
 
             check_name(n, "daemon")
-        instances = _build(info).launch(spec, count)
+        provider = _build(info)
+        instances = provider.launch(spec, count)
         click.echo(f"launched {len(instances)} daemon(s) via {info.name}: {', '.join(names)}")
         if wait:
-            _wait_registered(plane, names, timeout_s)
+            _wait_registered(plane, names, timeout_s, provider, instances)
     finally:
         plane.close()
 
 
-def _wait_registered(plane: Plane, names: list[str], timeout_s: float) -> None:
+def _wait_registered(
+    plane: Plane,
+    names: list[str],
+    timeout_s: float,
+    provider: Provider,
+    instances: list[Instance],
+) -> None:
+    """Until every daemon registered; fails at once when an instance dies before it does."""
     deadline = time.monotonic() + timeout_s
     with Progress(
         TextColumn("[bold]registering"),
@@ -235,6 +243,13 @@ def _wait_registered(plane: Plane, names: list[str], timeout_s: float) -> None:
             progress.update(task, completed=done)
             if done == len(names):
                 return
+            alive = {i.id for i in provider.list()}
+            dead = [i.daemon for i in instances if i.id not in alive and i.daemon not in live]
+            if dead:
+                raise click.ClickException(
+                    f"{len(dead)} daemon(s) exited before registering: {', '.join(dead)} "
+                    "(see the provider's log for the daemon's own message)"
+                )
             if time.monotonic() > deadline:
                 missing = [n for n in names if n not in live]
                 raise click.ClickException(
@@ -289,6 +304,11 @@ def stop(
                 provider.terminate([i.id for i in found])
                 stopped += len(found)
         click.echo(f"terminated {stopped} instance(s)")
+        if not rows and not stopped:
+            raise click.ClickException(
+                f"no daemon named '{name}' (nor a launch '{name}' of NAME-NN daemons) in "
+                f"namespace '{plane.namespace}': see `lakeshore daemon list`"
+            )
     finally:
         plane.close()
 

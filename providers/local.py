@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -125,7 +126,10 @@ class LocalProvider:
         labels = {**dict(settings.get("labels") or {}), **spec.labels}
         for key, value in sorted(labels.items()):
             cmd += ["--label", f"{key}={value}"]
-        cmd += [str(a) for a in settings.get("args", [])]
+        args = settings.get("args", [])
+        # A command line typed as one string (`--set args="--concurrency 2"`) is split like a
+        # shell would, never character by character.
+        cmd += shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
         return cmd
 
     def _env(self, spec: LaunchSpec) -> dict[str, str]:
