@@ -149,7 +149,7 @@ def add(
     for key, value in (("min", min_workers), ("max", max_workers)):
         if value is not None:
             elasticity[key] = value
-    if elasticity["kind"] in ("fixed", "elastic", "fully_elastic") and "max" not in elasticity:
+    if elasticity["kind"] in ("elastic", "fully_elastic") and "max" not in elasticity:
         raise click.UsageError(f"--elasticity {elasticity['kind']} needs --max N")
     admission = _admission(max_depth, on_full)
     with _plane(url, token, namespace) as plane:

@@ -854,7 +854,9 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
             or value[field] < 0
         ):
             raise InvalidArgument(f"elasticity.{field} must be a non-negative number")
-    if kind in ("fixed", "elastic", "fully_elastic") and "max" not in value:
+    # `fixed` without `max` is the Queues page's worked example: a fleet launched by hand
+    # (`daemon launch`), which the controller leaves alone (it holds 0 of its own).
+    if kind in ("elastic", "fully_elastic") and "max" not in value:
         raise InvalidArgument(f"elasticity kind '{kind}' needs 'max'")
     if "min" in value and "max" in value and value["min"] > value["max"]:
         raise InvalidArgument("elasticity.min must not exceed elasticity.max")

@@ -161,3 +161,37 @@ def test_tokens_and_namespaces_commands(server, cli_env):
         ("cli-alice", "default"),
         ("cli-bob", "default"),
     }
+
+
+def test_the_queues_page_worked_example_runs_as_written(cli_env):
+    # Given the Queues page's commands, verbatim
+    lakeshore("queues", "add", "cpu-prep", "--kind", "fifo", "--elasticity", "fixed", env=cli_env)
+    lakeshore(
+        "queues", "add", "training-h100", "--kind", "priority", "--elasticity", "fixed", env=cli_env
+    )
+    lakeshore(
+        "queues",
+        "patch",
+        "training-h100",
+        "--max-depth",
+        "1000",
+        "--on-full",
+        "reject",
+        env=cli_env,
+    )
+
+    # Then both queues exist as declared: a hand-launched fixed fleet, admission applied
+    rows = {
+        q["name"]: q for q in json.loads(lakeshore("queues", "ls", "--json", env=cli_env).stdout)
+    }
+    assert rows["cpu-prep"]["kind"] == "fifo"
+    assert rows["training-h100"]["kind"] == "priority"
+    assert rows["training-h100"]["elasticity"] == {"kind": "fixed"}
+    assert rows["training-h100"]["admission"] == {"max_depth": 1000, "on_full": "reject"}
+
+
+def test_an_elastic_queue_without_max_is_a_usage_error(cli_env):
+    result = lakeshore("queues", "add", "burst", "--elasticity", "elastic", env=cli_env, ok=False)
+
+    assert result.returncode == 2
+    assert "--elasticity elastic needs --max N" in result.stderr

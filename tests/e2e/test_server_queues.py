@@ -132,7 +132,7 @@ def test_patch_elasticity_object_replaces_the_policy(api, ns):
     )
     assert status == 400
     # an invalid replacement changes nothing
-    status, _ = api.call("PATCH", ns("/queues/cpu-prep"), {"elasticity": {"kind": "fixed"}})
+    status, _ = api.call("PATCH", ns("/queues/cpu-prep"), {"elasticity": {"kind": "elastic"}})
     assert status == 400
     assert api.call("GET", ns("/queues/cpu-prep"))[1]["elasticity"]["kind"] == "fully_elastic"
 
