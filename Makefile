@@ -2,30 +2,45 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# One stamp per purpose, so `make demo` installs only what the demo runs (the daemon extra),
+# `make test` the test stack, and only `make bench` the peers it measures.
+DEMO   := $(VENV)/.demo-$(SUM)
+TEST   := $(VENV)/.test-$(SUM)
+BENCH  := $(VENV)/.bench-$(SUM)
 
-.PHONY: demo test check lint bench clean
+.PHONY: demo test check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e '.[dev,bench]'
+$(DEMO): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[daemon]'
+	rm -f $(VENV)/.demo-*
+	touch $@
+
+$(TEST): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[dev]'
 	@# torch is optional for the codec; its CPU wheel ships on this kind of machine.
 	$(BIN)/pip install -q torch==2.13.0 2>/dev/null || echo "torch not installable here: torch codec tests will skip"
 	@# The dashboard's browser test drives the system chromium through playwright (dev extra).
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium unavailable: browser tests skip"
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.test-*
 	touch $@
 
-demo: $(STAMP)
+$(BENCH): $(TEST)
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	rm -f $(VENV)/.bench-*
+	touch $@
+
+demo: $(DEMO)
 	$(BIN)/python examples/demo.py
 
-test: $(STAMP)
+test: $(TEST)
 	$(BIN)/python -m pytest tests -q
 
-check: $(STAMP)
+check: $(TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@# mypy cannot follow the folder-to-package mapping, so it checks a tree of links shaped
@@ -37,7 +52,7 @@ check: $(STAMP)
 	cd .typecheck && MYPYPATH=. ../$(BIN)/mypy --config-file ../pyproject.toml \
 	  --explicit-package-bases -p dreamlake.lakeshore
 
-bench: $(STAMP)
+bench: $(BENCH)
 	$(BIN)/python -m bench
 
 clean:
