@@ -78,6 +78,8 @@ class _Memory:
     quiet_since: dict[str, float] = field(default_factory=dict)
     idle_since: dict[str, float] = field(default_factory=dict)
     drained_at: dict[str, float] = field(default_factory=dict)
+    #: instance id -> (its target, its daemon) for our drains, until we see the instance end
+    drained: dict[str, tuple[Target, str]] = field(default_factory=dict)
     last_desired: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
 
@@ -145,6 +147,7 @@ class Controller:
             budget = self.settings.max_workers - sum(f.current for f in fleets.values())
         decisions = []
         events: list[tuple[str, str, str, dict[str, Any]]] = []
+        self._note_drained_exits(instances, broken, events)
         for key in sorted(fleets):
             t, fleet = found[key], fleets[key]
             desired, reason = raw[key]
@@ -222,6 +225,7 @@ class Controller:
         for inst, row in fleet.idle[: plan.drain]:
             self.store.set_worker_state(row.namespace, row.id, "draining")
             self._mem.drained_at[inst.id] = now
+            self._mem.drained[inst.id] = (t, row.name)
             drained.append(row.name)
         if drained:
             self._event(events, t, "scaled", {**detail, "direction": "down", "drain": drained})
@@ -288,6 +292,29 @@ class Controller:
             self._event(events, t, "scaled", {**detail, "direction": "up", "launch": launched})
         return len(launched)
 
+    def _note_drained_exits(
+        self,
+        instances: list[Instance],
+        broken: set[tuple[str, str | None]],
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> None:
+        """A drained daemon usually exits before a tick terminates its instance: record that end
+        too, so every scale-down is followed by a `terminated` event whichever side finished."""
+        live = {i.id for i in instances}
+        for inst_id, (t, daemon) in list(self._mem.drained.items()):
+            if inst_id in live or (t.namespace, t.policy.provider) in broken:
+                continue
+            del self._mem.drained[inst_id]
+            self._mem.drained_at.pop(inst_id, None)
+            self._mem.idle_since.pop(inst_id, None)
+            detail = {
+                "target": t.key,
+                "instance": inst_id,
+                "daemon": daemon,
+                "reason": "the daemon exited after its drain",
+            }
+            events.extend((t.namespace, q, "terminated", detail) for q in t.queues)
+
     def _terminate(
         self,
         snap: Snapshot,
@@ -310,6 +337,7 @@ class Controller:
                 continue
             for inst, why in items:
                 self._mem.drained_at.pop(inst.id, None)
+                self._mem.drained.pop(inst.id, None)
                 self._mem.idle_since.pop(inst.id, None)
                 self._event(
                     events,

@@ -111,6 +111,13 @@ def test_fully_elastic_queue_scales_from_zero_to_work_and_back(home: Path, plane
         # and after idle_s the fleet goes back to zero: rows gone, processes gone
         wait_until(lambda: not plane.workers(), timeout=20, what="every daemon gone")
         wait_until(lambda: not instances(state_dir), timeout=10, what="no local instances")
+        # every scale-down ends in a `terminated` event, whether the daemon exited first or the
+        # controller terminated its instance (it records that on its next tick)
+        wait_until(
+            lambda: "terminated" in [e["kind"] for e in plane.events("burst", limit=200)],
+            timeout=10,
+            what="a terminated event",
+        )
         kinds = [e["kind"] for e in plane.events("burst", limit=200)]
         assert "scaled" in kinds and "terminated" in kinds
         down = [
