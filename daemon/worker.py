@@ -374,18 +374,24 @@ class Daemon:
 
     def _read_row(self) -> None:
         assert self.worker_id is not None
+        worker_id = self.worker_id
+        self._row_call("worker", lambda: self.plane.worker(worker_id))
+
+    def _row_call(self, what: str, call: Callable[[], WorkerInfo]) -> bool:
+        """Read or write the worker row and apply what comes back; False if it could not."""
         try:
-            row = self.plane.worker(self.worker_id)
+            row = call()
         except NotFound:
             self._row_missing()
-            return
+            return False
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            self._unreachable("worker", exc)
-            return
-        self._reachable("worker")
+            self._unreachable(what, exc)
+            return False
+        self._reachable(what)
         self._apply_row(row)
+        return True
 
     def _apply_row(self, row: WorkerInfo) -> None:
         with self._row_lock:
@@ -442,25 +448,15 @@ class Daemon:
 
     def _beat(self, meter: LoadMeter) -> None:
         assert self.worker_id is not None
-        # Read the row before writing it: `lakeshore daemon drain` sets the row's state, and a
-        # heartbeat that reports `alive` would otherwise overwrite it unseen.
-        self._read_row()
+        # The heartbeat's answer is the row as stored: an operator's `daemon drain` survives the
+        # heartbeat's own `alive` (the store keeps draining and gone), so one call both reports
+        # load and reads membership and state.
         load = meter.measure([s.snapshot() for s in self.slots])
         load["queues"] = list(self._membership)
         state = "draining" if self._draining.is_set() else "alive"
-        try:
-            row = self.plane.heartbeat(self.worker_id, load, state=state)
-        except NotFound:
-            self._row_missing()
-            return
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            self._unreachable("heartbeat", exc)
-            return
-        self._reachable("heartbeat")
-        self._apply_row(row)
-        self.notifier.status(self._status_line())
+        worker_id = self.worker_id
+        if self._row_call("heartbeat", lambda: self.plane.heartbeat(worker_id, load, state=state)):
+            self.notifier.status(self._status_line())
 
     def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s

@@ -35,7 +35,3 @@ class Connector(Protocol):
         """
 
     def close(self) -> None: ...
-
-
-def first(rows: list[Row]) -> Row | None:
-    return rows[0] if rows else None

@@ -40,14 +40,6 @@ VALUES (:ns, :queue, :now, :kind, :detail);
 SELECT id, at, kind, detail FROM queue_events
 WHERE namespace = :ns AND queue = :queue ORDER BY id DESC LIMIT :limit;
 
--- name: insert_invocation
-INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
-    timeout_s, created_at, deadline_at)
-VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at)
-ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
-RETURNING id;
-
 -- name: id_by_key
 SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :key;
 
@@ -415,7 +407,8 @@ WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', '
 RETURNING id;
 
 -- name: insert_invocation_signed
--- insert_invocation with the payload's signature (issue 11); NULL when the plane has no key.
+-- Insert a queued invocation with its payload's signature (NULL when the plane has no key);
+-- a key already used inserts nothing, and the store reads the existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
     timeout_s, created_at, deadline_at, signature)
 VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
