@@ -54,6 +54,13 @@ def jobs() -> list[Job]:
         for normal in modes:
             label = f"lakeshore {plane}{' NORMAL' if normal else ''}"
             out.append(("fanout", label, lambda s, p=plane, n=normal: ls.fanout(s, p, n)))
+    out.append(
+        (
+            "fanout",
+            "lakeshore http-sqlite prefetch 0",
+            lambda s: ls.fanout(s, "http-sqlite", prefetch=0),
+        )
+    )
     peers: list[tuple[str, Callable[[Settings], list[Measurement]]]] = [
         ("celery redis", lambda s: peer.celery(s, "redis")),
         ("celery rabbitmq", lambda s: peer.celery(s, "rabbitmq")),

@@ -75,6 +75,7 @@ def daemons(
     token: str | None = None,
     store: str | None = None,
     normal: bool = False,
+    prefetch: int = 0,
 ) -> Iterator[list[int]]:
     """n daemons with one slot each, on a server (url) or an embedded SQLite file (store)."""
     env = clean_env(LAKESHORE_HOME=str(home))
@@ -85,10 +86,11 @@ def daemons(
             if normal and store:  # over HTTP the server's store sets the durability
                 argv = [sys.executable, "-m", "bench.serve", "daemon", "--store", store]
                 argv += ["--normal", "--queue", queue, "--name", name, "--handler", HANDLER]
+                argv += ["--prefetch", str(prefetch)]
             else:
                 argv = [sys.executable, "-m", "dreamlake.lakeshore.daemon", "--queue", queue]
                 argv += ["--name", name, "--handler", HANDLER, "--log-level", "warning"]
-                argv += ["--log-json"]
+                argv += ["--log-json", "--prefetch", str(prefetch)]
                 if url:
                     argv += ["--url", url, "--token", token or ""]
             proc = stack.enter_context(process(argv, log_dir() / f"daemon-{name}.log", env))
@@ -197,7 +199,14 @@ def _rpc_inprocess(s: Settings, home: Path, normal: bool) -> list[Measurement]:
 # -- fan-out --------------------------------------------------------------------------------------
 
 
-def fanout(s: Settings, plane: str, normal: bool = False) -> list[Measurement]:
+#: Fan-out daemons claim this many ahead (`--prefetch`): a stream of no-op jobs is the case it
+#: is for. One run at the default (0) shows what it buys.
+FANOUT_PREFETCH = 64
+
+
+def fanout(
+    s: Settings, plane: str, normal: bool = False, prefetch: int = FANOUT_PREFETCH
+) -> list[Measurement]:
     """n jobs submitted in batches of 1,000 (one request or transaction each), 2 daemons drain.
 
     On Postgres a fifth of the jobs (it drains at a few hundred a second here): same rate.
@@ -206,7 +215,16 @@ def fanout(s: Settings, plane: str, normal: bool = False) -> list[Measurement]:
     with (
         tempfile.TemporaryDirectory(prefix="bench-ls-") as tmp,
         _plane_for(plane, Path(tmp), normal) as (url, token, store, dur, label),
-        daemons(2, "fan", home=Path(tmp), url=url, token=token, store=store, normal=normal),
+        daemons(
+            2,
+            "fan",
+            home=Path(tmp),
+            url=url,
+            token=token,
+            store=store,
+            normal=normal,
+            prefetch=prefetch,
+        ),
     ):
         p = _plane(url, token, store, normal)
         try:
@@ -226,7 +244,9 @@ def fanout(s: Settings, plane: str, normal: bool = False) -> list[Measurement]:
                     break
         finally:
             p.close()
-    note = "2 daemons x 1 slot, submit_many(1000)"
+    note = f"2 daemons x 1 slot, --prefetch {prefetch}, submit_many(1000)"
+    if prefetch != FANOUT_PREFETCH:
+        label += f", prefetch {prefetch}"
     return [
         Measurement("fanout", "submit", label, subs, "jobs/s", dur, note, jobs),
         Measurement("fanout", "complete", label, comps, "jobs/s", dur, note, jobs),

@@ -166,8 +166,8 @@ def targets(ms: list[Any]) -> list[list[str]]:
     )
     for dur in (full, normal):
         ratio_row(
-            f"embedded drain >= 2x SqliteHuey, {dur}",
-            _find(ms, "embedded", "drain", "lakeshore", dur),
+            f"embedded drain >= 2x SqliteHuey, {dur} (batched as a daemon with --prefetch)",
+            _find(ms, "embedded", "drain", "lakeshore batched 64", dur),
             _find(ms, "embedded", "drain", "huey (SqliteHuey)", dur),
             2.0,
             False,

@@ -2,7 +2,8 @@
 connection runs with synchronous=NORMAL (the CLI always opens FULL, the durable default).
 
     python -m bench.serve server --store PATH --port P [--normal]
-    python -m bench.serve daemon --store PATH --queue Q --name N [--concurrency C] [--normal]
+    python -m bench.serve daemon --store PATH --queue Q --name N [--concurrency C]
+                                                   [--prefetch K] [--normal]
 
 Each does what `lakeshore server` / `lakeshore-daemon` do (cli/server.py, daemon/main.py) with
 `open_store(..., durable=False)`; the FULL figures use the real commands.
@@ -22,6 +23,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--queue", default="default")
     p.add_argument("--name", default="bench")
     p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--prefetch", type=int, default=0)
     p.add_argument("--handler", default=None)
     p.add_argument("--normal", action="store_true")
     a = p.parse_args(argv)
@@ -51,7 +53,11 @@ def main(argv: list[str]) -> None:
     log.configure(json=True, level="warning")
     plane = Dispatch(a.store, durable=not a.normal)
     config = DaemonConfig(
-        name=a.name, queues=(a.queue,), concurrency=a.concurrency, handler=a.handler
+        name=a.name,
+        queues=(a.queue,),
+        concurrency=a.concurrency,
+        prefetch=a.prefetch,
+        handler=a.handler,
     )
     try:
         code = Daemon(plane, config).run()

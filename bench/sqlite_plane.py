@@ -2,7 +2,9 @@
 
 Submit: one durable commit per job on each system (Lakeshore's batch submit shown too).
 Drain: Lakeshore claim + ack (two commits: the job is leased, then settled, so a crash in
-between loses nothing) against Huey's dequeue + execute (one delete: at-most-once).
+between loses nothing) against Huey's dequeue + execute (one delete: at-most-once). Batched:
+what a daemon with --prefetch does, claim_many(64) then ack_many of the results (two commits
+per 64 jobs, each job still leased and fenced).
 Raw floor: INSERT of the same row with its own commit, same pragmas.
 Run: .venv/bin/python -m bench.sqlite_plane [--jobs N]
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.store import new_id
+from dreamlake.lakeshore.types import Ack
 
 from .report import Row, render
 
@@ -46,7 +49,10 @@ def raw_inserts(path: Path, n: int, durable: bool) -> float:
     return rate
 
 
-def lakeshore(path: Path, n: int, durable: bool) -> tuple[float, float, float]:
+BATCH = 64
+
+
+def lakeshore(path: Path, n: int, durable: bool) -> tuple[float, float, float, float]:
     with dls.Dispatch(path, durable=durable) as plane:
         q = dls.SyncQueue("bench", dispatch=plane)
         submit = timed(n, lambda: [q.submit({"i": i}) for i in range(n)] and None)
@@ -64,7 +70,23 @@ def lakeshore(path: Path, n: int, durable: bool) -> tuple[float, float, float]:
                 [q.submit_many([{"i": i} for i in range(500)]) for _ in range(n // 500)] and None
             ),
         )
-    return submit, drained, batch
+
+        def drain_batched() -> None:
+            left = n // 500 * 500
+            while left:
+                claims = plane.claim_many(["bench"], worker="bench", limit=BATCH)
+                assert claims
+                acks = [Ack(c.id, c.lease, dls.encode(noop(dls.decode(c.payload)))) for c in claims]
+                errors = plane.ack_many(acks)
+                assert not any(errors)
+                left -= len(claims)
+
+        batched = timed(n // 500 * 500, drain_batched)
+    return submit, drained, batch, batched
+
+
+def noop(payload: object) -> None:
+    return None
 
 
 def huey(path: Path, n: int, durable: bool) -> tuple[float, float]:
@@ -96,7 +118,7 @@ def measure(n: int) -> list[Row]:
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             raw = raw_inserts(d / "raw.db", n, durable)
-            ls_submit, ls_drain, ls_batch = lakeshore(d / "ls.db", n, durable)
+            ls_submit, ls_drain, ls_batch, ls_batched = lakeshore(d / "ls.db", n, durable)
             h_submit, h_drain = huey(d / "huey.db", n, durable)
         rows += [
             Row(f"submit, synchronous={mode}", "raw sqlite insert", raw, "ops/s", "the floor"),
@@ -112,6 +134,13 @@ def measure(n: int) -> list[Row]:
             ),
             Row(
                 f"drain, synchronous={mode}", "lakeshore", ls_drain, "ops/s", "claim + ack, leased"
+            ),
+            Row(
+                f"drain, synchronous={mode}",
+                f"lakeshore batched {BATCH}",
+                ls_batched,
+                "ops/s",
+                f"claim_many({BATCH}) + ack_many: a daemon with --prefetch",
             ),
         ]
     return rows

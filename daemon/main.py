@@ -66,6 +66,14 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     help="Slots: jobs run at once, one child process each.",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(0, 1000),
+    default=0,
+    show_default=True,
+    help="Jobs claimed ahead of a free slot, in the same request: for streams of short jobs. "
+    "0 claims only for free slots, so a long job never holds a queued one.",
+)
+@click.option(
     "--gpus-per-job",
     type=click.IntRange(0, 64),
     default=0,
@@ -134,6 +142,7 @@ def daemon_command(
     namespace: str | None,
     name: str | None,
     concurrency: int,
+    prefetch: int,
     gpus_per_job: int,
     handler: str | None,
     burst: bool,
@@ -159,6 +168,7 @@ def daemon_command(
         name=name,
         queues=names,
         concurrency=concurrency,
+        prefetch=prefetch,
         gpus_per_job=gpus_per_job,
         handler=handler,
         burst=burst,

@@ -4,7 +4,9 @@ Threads, not asyncio: every plane call blocks (SQLite, or HTTP long-polls), so a
 concern reads top to bottom with no executor hops. The shape follows procrastinate's worker:
 
     main thread     waits for a reason to stop (signal, `daemon drain`, burst done, a crash)
-    claim           while not draining: wait for a free slot, claim, hand the claim to the slot
+    claim           while not draining: wait for room (free slots + prefetch), claim a batch,
+                    hand claims to free slots and keep the rest in the prefetch buffer
+    acks            sends the slots' successes in batches, one commit each (acks.py)
     heartbeat       renew leases (and learn kill requests), report load, re-read the worker row
     watchdog        WATCHDOG=1 to systemd while the heartbeat loop is making progress
     slot-N          one per slot: runs a job in its child, posts frames, settles (see slots.py)
@@ -20,6 +22,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +31,8 @@ from typing import TypeVar
 from .. import signing
 from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
-from ..types import Claim, WorkerInfo
+from ..types import Ack, Claim, WorkerInfo
+from .acks import AckQueue
 from .inventory import Gpu, LoadMeter, check_gpu_plan, detect_gpus, host_facts, slot_gpus
 from .log import get_logger
 from .retry import Backoff, is_transient
@@ -54,6 +58,8 @@ EXTEND_EVERY_S = 5.0
 STOP_NOW_GRACE_S = 1.0
 #: Attempts at marking the row gone on the way out; a row left alive just goes stale.
 GONE_ATTEMPTS = 5
+#: On the way out, how long the last acks may take to reach the plane.
+ACK_FLUSH_S = 30.0
 
 EXIT_OK = 0
 EXIT_CRASHED = 1
@@ -69,6 +75,9 @@ class DaemonConfig:
     name: str
     queues: tuple[str, ...] = ()
     concurrency: int = 1
+    #: Jobs claimed ahead of a free slot, so a stream of short jobs costs one claim per batch.
+    #: 0 (the default) claims only for free slots: a long job never holds another one hostage.
+    prefetch: int = 0
     gpus_per_job: int = 0
     handler: str | None = None
     burst: bool = False
@@ -117,6 +126,8 @@ class Daemon:
         self._beat_at = time.monotonic()
         self._threads: list[threading.Thread] = []
         self._outage: set[str] = set()  # the plane calls failing right now, for one log line each
+        self._buffer: deque[Claim] = deque()  # claimed ahead of a free slot (under self._free)
+        self._acks = AckQueue()
 
     # -- the public controls ------------------------------------------------------------------
 
@@ -180,6 +191,7 @@ class Daemon:
             )
             self._spawn_thread("lakeshore-heartbeat", self._heartbeat_loop)
             self._spawn_thread("lakeshore-claim", self._claim_loop)
+            self._spawn_thread("lakeshore-acks", self._ack_loop)
             if self.notifier.watchdog_interval_s:
                 self._spawn_thread("lakeshore-watchdog", self._watchdog_loop)
             while not (self._draining.is_set() or self._fatal is not None):
@@ -272,16 +284,20 @@ class Daemon:
     def _claim_loop(self) -> None:
         backoff = Backoff()
         while True:
-            slot = self._free_slot()
-            if slot is None:
+            room = self._room()
+            if room is None:
                 return
             queues = self._queues()
+            with self._free:
+                buffered = bool(self._buffer)
             try:
-                claim = self.plane.claim(
+                claims = self.plane.claim_many(
                     queues,
                     worker=self.config.name,
+                    limit=room,
                     lease_s=self.config.lease_s,
-                    wait_s=0.0 if self.config.burst else CLAIM_WAIT_S,
+                    # Long-poll only with nothing in hand: a buffered job must not wait on it.
+                    wait_s=0.0 if self.config.burst or buffered else CLAIM_WAIT_S,
                 )
             except Exception as exc:
                 if is_transient(exc):
@@ -294,24 +310,72 @@ class Daemon:
                 continue
             self._reachable("claim")
             backoff.reset()
-            if claim is None:
-                if self.config.burst and not self._wait_for_work():
+            if not claims:
+                if buffered:
+                    self._wait_for_a_start()
+                elif self.config.burst and not self._wait_for_work():
                     self.drain("burst: the queues are empty")
                     return
                 continue
-            if self._draining.is_set():
-                self._release_unstarted(claim)
+            if not self._take(claims):
                 return
+
+    def _take(self, claims: Sequence[Claim]) -> bool:
+        """Buffer what was claimed and start what fits; False (all released) once draining."""
+        if self._draining.is_set():
+            for claim in claims:
+                self._release_unstarted(claim)
+            return False
+        for claim in claims:
             if self._refused(claim):
                 continue
             self._log.info(
-                "job.claimed",
-                invocation=claim.id,
-                queue=claim.queue,
-                attempt=claim.attempt,
-                slot=slot.index,
+                "job.claimed", invocation=claim.id, queue=claim.queue, attempt=claim.attempt
             )
-            slot.assign(claim)
+            with self._free:
+                self._buffer.append(claim)
+        self._start_buffered()
+        return True
+
+    def _room(self) -> int | None:
+        """How many jobs to claim now (free slots + prefetch - in hand), waiting for room.
+
+        With jobs in hand, wait until half the prefetch is gone: refilling one job at a time
+        would cost a request per job, which is what prefetching is there to save.
+        """
+        refill = max(1, (self.config.prefetch + 1) // 2)
+        with self._free:
+            while not self._draining.is_set() and self._fatal is None:
+                free = sum(1 for s in self.slots if not s.busy)
+                room = free + self.config.prefetch - len(self._buffer)
+                if room > 0 and (not self._buffer or room >= refill):
+                    return room
+                self._free.wait()
+        return None
+
+    def _wait_for_a_start(self) -> None:
+        """Nothing more to claim, but jobs in hand: sleep until a slot takes one of them."""
+        with self._free:
+            held = len(self._buffer)
+            while (
+                len(self._buffer) >= held
+                and self._buffer
+                and not self._draining.is_set()
+                and self._fatal is None
+            ):
+                self._free.wait()
+
+    def _start_buffered(self) -> None:
+        """Hand buffered claims to free slots, oldest first (never while draining)."""
+        with self._free:
+            for slot in self.slots:
+                if not self._buffer or self._draining.is_set():
+                    break
+                if not slot.busy:
+                    claim = self._buffer.popleft()
+                    self._log.debug("job.started", invocation=claim.id, slot=slot.index)
+                    slot.assign(claim)
+            self._free.notify_all()
 
     def _refused(self, claim: Claim) -> bool:
         """Never hand a child a payload from a namespace this daemon does not serve, or one the
@@ -340,15 +404,6 @@ class Daemon:
             )
             return True
         return False
-
-    def _free_slot(self) -> Slot | None:
-        with self._free:
-            while not self._draining.is_set() and self._fatal is None:
-                for slot in self.slots:
-                    if not slot.busy:
-                        return slot
-                self._free.wait()
-        return None
 
     def _wait_for_work(self) -> bool:
         """Burst mode found nothing: wait for running jobs; True if any ran (look again)."""
@@ -429,22 +484,43 @@ class Daemon:
 
     def _renew(self) -> None:
         held = [(slot, claim) for slot in self.slots if (claim := slot.claim) is not None]
-        if not held:
+        with self._free:
+            buffered = list(self._buffer)
+        if not held and not buffered:
             return
+        leases = [c.lease for _, c in held] + [c.lease for c in buffered]
         try:
-            alive = self.plane.renew([c.lease for _, c in held], self.config.lease_s)
+            alive = self.plane.renew(leases, self.config.lease_s)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             self._unreachable("renew", exc)
             return
         self._reachable("renew")
+        self._prune_buffer(buffered, alive)
         for slot, claim in held:
             if claim.id not in alive:
                 if slot.abort(claim.id, "lost"):
                     self._log.warning("job.lease_lost", invocation=claim.id, slot=slot.index)
             elif alive[claim.id] and slot.abort(claim.id, "killed"):
                 self._log.info("job.kill_requested", invocation=claim.id, slot=slot.index)
+
+    def _prune_buffer(self, buffered: Sequence[Claim], alive: Mapping[str, bool]) -> None:
+        """Drop buffered claims whose lease is gone; end those killed before they started."""
+        for claim in buffered:
+            if claim.id in alive and not alive[claim.id]:
+                continue
+            with self._free:
+                if claim not in self._buffer:
+                    continue  # a slot took it meanwhile: the slot's own renewal covers it now
+                self._buffer.remove(claim)
+            if claim.id not in alive:
+                self._log.warning("job.lease_lost", invocation=claim.id, slot=None)
+            else:
+                why = "killed before it started"
+                end = partial(self.plane.end, claim.id, claim.lease, state="killed", error=why)
+                if self._settle_call(claim, "end", end):
+                    self._log.info("job.killed", invocation=claim.id, error=why)
 
     def _beat(self, meter: LoadMeter) -> None:
         assert self.worker_id is not None
@@ -491,10 +567,7 @@ class Daemon:
         plane = self.plane
         log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
         if outcome.kind == "ok":
-            if self._settle_call(
-                claim, "ack", lambda: plane.ack(claim.id, claim.lease, outcome.result)
-            ):
-                log.info("job.succeeded")
+            self._acks.put(claim, outcome.result)  # logged once its batch commits
         elif outcome.kind == "error":
             if self._settle_call(
                 claim,
@@ -517,8 +590,34 @@ class Daemon:
                 log.info(f"job.{outcome.kind}", error=outcome.error)
 
     def slot_free(self, slot: Slot) -> None:
-        with self._free:
-            self._free.notify_all()
+        self._start_buffered()
+
+    def _ack_loop(self) -> None:
+        while (batch := self._acks.take()) is not None:
+            try:
+                self._send_acks(batch)
+            finally:
+                self._acks.done(batch)
+
+    def _send_acks(self, batch: Sequence[tuple[Claim, Ack]]) -> None:
+        acks = [ack for _, ack in batch]
+        errors: Sequence[BaseException | None]
+        try:
+            errors = self._call("ack", lambda: self.plane.ack_many(acks))
+        except _GaveUp:
+            errors = [_GaveUp("ack")] * len(batch)
+        except DispatchError as exc:
+            errors = [exc] * len(batch)
+        for (claim, _), error in zip(batch, errors, strict=True):
+            log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
+            if error is None:
+                log.info("job.succeeded")
+            elif isinstance(error, _GaveUp):
+                log.error("job.settle_abandoned", verb="ack")
+            elif isinstance(error, LeaseLost):
+                log.warning("job.settle_refused", verb="ack", error=str(error))
+            else:
+                log.error("job.settle_failed", verb="ack", error=str(error))
 
     def _settle_call(self, claim: Claim, verb: str, call: Callable[[], object]) -> bool:
         """Settle with retries while unreachable; a refusal is logged and dropped, never raised.
@@ -580,6 +679,7 @@ class Daemon:
 
     def _shut_down(self) -> None:
         self._log.info("daemon.draining", reason=self._stop_reason, urgent=self._urgent.is_set())
+        self._release_buffer()  # at once, so other daemons can take them while these finish
         self.notifier.stopping(self._status_line())
         self._wait_for_slots()
         grace = STOP_NOW_GRACE_S if self._urgent.is_set() else self.config.kill_grace_s
@@ -592,6 +692,10 @@ class Daemon:
         for slot in self.slots:
             slot.join()
         self._release_orphans()
+        self._release_buffer()
+        self._acks.close()
+        if not self._acks.wait_idle(ACK_FLUSH_S):
+            self._log.error("daemon.acks_unsent")
         self._halt.set()
         with self._free:
             self._free.notify_all()
@@ -627,6 +731,14 @@ class Daemon:
                 self._settle_call(
                     claim, "release", partial(self.plane.release, claim.id, claim.lease)
                 )
+
+    def _release_buffer(self) -> None:
+        """Claims still waiting for a slot go back unrun, attempt unspent."""
+        with self._free:
+            unstarted = list(self._buffer)
+            self._buffer.clear()
+        for claim in unstarted:
+            self._release_unstarted(claim)
 
     def _mark_gone(self) -> None:
         if self.worker_id is None:

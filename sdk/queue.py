@@ -382,10 +382,21 @@ class SyncQueue:
         queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
         it from the payload's `priority_field`; otherwise it is 0.
         """
+        req = self._request(payload, envelope, key, priority, max_attempts, timeout_s)
+        return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
+
+    def _request(
+        self,
+        payload: Any = None,
+        envelope: Envelope | None = None,
+        key: str | None = None,
+        priority: float | None = None,
+        max_attempts: int = 3,
+        timeout_s: float | None = None,
+    ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
-        req = encode_submit(payload, envelope, key, priority, max_attempts, timeout_s, self.run_id)
-        return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
+        return encode_submit(payload, envelope, key, priority, max_attempts, timeout_s, self.run_id)
 
     def submit_many(
         self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
@@ -406,8 +417,19 @@ class SyncQueue:
             raise TimeoutError(f"invocation {inv_id} still {inv.state} after {timeout}s")
         return result_of(inv)
 
-    def call(self, payload: Any = None, *, timeout: float = 30.0, **kw: Any) -> Any:
-        return self.result(self.submit(payload, **kw), timeout=timeout)
+    def call(
+        self, payload: Any = None, *, timeout: float = 30.0, block_s: float = 30.0, **kw: Any
+    ) -> Any:
+        """Submit and wait for the result: one request over HTTP (submit-and-wait).
+
+        Takes `submit`'s keywords; raises TimeoutError if the job has not ended in `timeout`
+        (it keeps its place in the queue: `result(id)` can still collect it).
+        """
+        req = self._request(payload, **kw)
+        inv = self.dispatch.submit_and_wait(self.name, req, wait_s=timeout, block_s=block_s)
+        if not inv.terminal:
+            raise TimeoutError(f"invocation {inv.id} still {inv.state} after {timeout}s")
+        return result_of(inv)
 
     def stream(self, inv_id: str, *, since: int = -1, timeout: float = 30.0) -> Iterator[Any]:
         """Decoded VALUE frames after `since`, live; END stops, ERROR raises."""
@@ -552,8 +574,7 @@ class Queue:
         return await asyncio.to_thread(self.sync.result, inv_id, timeout=timeout)
 
     async def call(self, payload: Any = None, *, timeout: float = 30.0, **kw: Any) -> Any:
-        inv = await self.submit(payload, **kw)
-        return await self.result(inv, timeout=timeout)
+        return await asyncio.to_thread(self.sync.call, payload, timeout=timeout, **kw)
 
     async def stream(
         self, inv_id: str, *, since: int = -1, timeout: float = 30.0

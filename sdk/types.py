@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .errors import InvalidArgument
 
@@ -116,6 +116,14 @@ class Claim:
     priority: float = 0.0
     #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
     signature: str | None = None
+
+
+class Ack(NamedTuple):
+    """One attempt to settle as succeeded in a batch (`Plane.ack_many`)."""
+
+    id: str
+    lease: str
+    result: bytes | None
 
 
 @dataclass(frozen=True)

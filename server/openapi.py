@@ -119,7 +119,7 @@ SCHEMAS: dict[str, Any] = {
             _ref("SubmitItem"),
         ]
     },
-    "IdList": _obj({"ids": STRS}),
+    "IdList": _obj({"ids": STRS, "invocation": _ref("Invocation")}),
     "Count": _obj({"count": INT}),
     "Invocation": _obj(
         {
@@ -151,6 +151,7 @@ SCHEMAS: dict[str, Any] = {
             "kind": STR,
             "temperature": NUM,
             "wait": NUM,
+            "limit": INT,
         },
         ("worker",),
     ),
@@ -168,8 +169,29 @@ SCHEMAS: dict[str, Any] = {
             "signature": _nullable(STR),
         }
     ),
-    "ClaimResult": _obj({"claim": _nullable(_ref("Claim"))}),
+    "ClaimResult": _obj(
+        {"claim": _nullable(_ref("Claim")), "claims": {"type": "array", "items": _ref("Claim")}}
+    ),
     "Ack": _obj({"lease": STR, "result": _nullable(BYTES)}, ("lease",)),
+    "AckBatch": _obj(
+        {
+            "acks": {
+                "type": "array",
+                "items": _obj(
+                    {"id": STR, "lease": STR, "result": _nullable(BYTES)}, ("id", "lease")
+                ),
+            }
+        },
+        ("acks",),
+    ),
+    "AckErrors": _obj(
+        {
+            "errors": {
+                "type": "array",
+                "items": _nullable(_obj({"code": STR, "message": STR})),
+            }
+        }
+    ),
     "Nack": _obj({"lease": STR, "error": STR, "retry": BOOL}, ("lease",)),
     "NackResult": _obj({"state": STR}),
     "End": _obj(
@@ -219,6 +241,7 @@ QUERY_TYPES = {
     "verbose": BOOL,
     "limit": INT,
     "wait": NUM,
+    "result_wait": NUM,
     "since": INT,
 }
 

@@ -13,9 +13,9 @@ from typing import Any
 import msgpack
 
 from ..errors import InvalidArgument
-from ..plane.store import SqlStore, topic_channel
+from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import work_key
-from ..types import DEFAULT_QUEUE, Claim, Frame, Invocation, SubmitRequest, check_name
+from ..types import DEFAULT_QUEUE, Ack, Claim, Frame, Invocation, SubmitRequest, check_name
 from .endpoint import Api, Call
 from .longpoll import admit, wait_until
 from .wire import Fields
@@ -46,9 +46,25 @@ async def submit(call: Call) -> dict[str, Any]:
             )
         )
     wait_s = call.query.number("wait", 0.0)
+    result_wait = call.query.number("result_wait", 0.0) or 0.0
+    if result_wait > 0 and len(requests) != 1:
+        raise InvalidArgument(
+            f"'result_wait' waits for one invocation; this request submits {len(requests)}"
+        )
     queue = call.param("queue")
     ids = await admit(call.store, lambda: call.store.submit(call.ns, queue, requests), wait_s)
-    return {"ids": ids}
+    if result_wait <= 0:
+        return {"ids": ids}
+    # Submit-and-wait: an RPC in one round trip. The row comes back terminal, or as it stands
+    # when the wait runs out (the client then polls `GET /invocations/{id}`).
+    inv = await wait_until(
+        call.store,
+        lambda: call.store.invocation(call.ns, ids[0]),
+        lambda i: i.terminal,
+        result_wait,
+        call.request,
+    )
+    return {"ids": ids, "invocation": inv}
 
 
 def _payload(item: Fields) -> bytes:
@@ -87,9 +103,10 @@ async def cancel(call: Call) -> dict[str, bool]:
     return {"cancelled": done}
 
 
-async def claim(call: Call) -> dict[str, Claim | None]:
+async def claim(call: Call) -> dict[str, Any]:
+    """`{claim}` for one job; with `limit`, `{claims: [...]}`: up to that many in one commit."""
     b = call.body
-    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait")
+    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit")
     queues = b.str_list("queues")
     worker = b.req_text("worker")
     lease_s = b.number("lease_s", 60.0) or 0.0
@@ -100,21 +117,47 @@ async def claim(call: Call) -> dict[str, Claim | None]:
     if temperature < 0:
         raise InvalidArgument("field 'temperature' must be >= 0")
     wait_s = b.number("wait", 0.0) or 0.0
+    batch = "limit" in b.data
+    limit = b.integer("limit", 1)
+    if not 1 <= limit <= MAX_BATCH:
+        raise InvalidArgument(f"field 'limit' must be an integer in [1, {MAX_BATCH}]")
 
-    def fetch() -> Claim | None:
-        return call.store.claim(
-            call.ns, queues, worker=worker, lease_s=lease_s, kind=kind, temperature=temperature
+    def fetch() -> list[Claim]:
+        return call.store.claim_many(
+            call.ns,
+            queues,
+            worker=worker,
+            lease_s=lease_s,
+            limit=limit,
+            kind=kind,
+            temperature=temperature,
         )
 
     work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
-    got = await wait_until(
-        call.store, fetch, lambda c: c is not None, wait_s, call.request, work=work
-    )
-    if got is not None and await call.request.is_disconnected():
-        # Nobody will read this claim: give it back now rather than after the lease runs out.
-        await call.run(call.store.release, got.id, got.lease)
-        return {"claim": None}
-    return {"claim": got}
+    got = await wait_until(call.store, fetch, bool, wait_s, call.request, work=work)
+    if got and await call.request.is_disconnected():
+        # Nobody will read these claims: give them back now rather than after the lease runs out.
+        for c in got:
+            await call.run(call.store.release, c.id, c.lease)
+        got = []
+    if batch:
+        return {"claims": got}
+    return {"claim": got[0] if got else None}
+
+
+async def ack_many(call: Call) -> dict[str, list[dict[str, str] | None]]:
+    """Settle a batch as succeeded in one commit; per ack, null or the error it met."""
+    b = call.body
+    b.only("acks")
+    items = b.items("acks")
+    if len(items) > MAX_BATCH:
+        raise InvalidArgument(f"field 'acks' takes at most {MAX_BATCH} items, not {len(items)}")
+    acks = []
+    for item in items:
+        item.only("id", "lease", "result")
+        acks.append(Ack(item.req_text("id"), item.req_text("lease"), item.blob("result")))
+    errors = await call.run(call.store.ack_many, acks, ns=call.ns)
+    return {"errors": [None if e is None else {"code": e.code, "message": str(e)} for e in errors]}
 
 
 def _owned(store: SqlStore, ns: str, inv_id: str) -> None:
@@ -126,11 +169,8 @@ async def ack(call: Call) -> None:
     b.only("lease", "result")
     lease, result = b.req_text("lease"), b.blob("result")
 
-    def run() -> None:
-        _owned(call.store, call.ns, call.param("id"))
-        call.store.ack(call.param("id"), lease, result)
-
-    await call.run(run)
+    # The namespace is checked inside the settle's own transaction: no read before it.
+    await call.run(call.store.ack, call.param("id"), lease, result, ns=call.ns)
 
 
 async def nack(call: Call) -> dict[str, str]:
@@ -238,11 +278,12 @@ ROUTES = [
         "/queues/{queue}/invocations",
         submit,
         "Submit one or a batch in one transaction; a known key returns its existing id; "
-        "?wait=S waits for room on a full on_full=block queue (else 429)",
+        "?wait=S waits for room on a full on_full=block queue (else 429); "
+        "?result_wait=S (one item) also waits for it to end and answers the invocation",
         status=201,
         body="SubmitBatch",
         response="IdList",
-        query=("wait",),
+        query=("wait", "result_wait"),
     ),
     Api(
         "GET",
@@ -272,9 +313,18 @@ ROUTES = [
         "POST",
         "/claims",
         claim,
-        "Claim the next job; 'wait' long-polls (capped at 60 s)",
+        "Claim the next job; 'limit' claims up to that many in one commit ({claims: [...]}); "
+        "'wait' long-polls (capped at 60 s) for the first",
         body="ClaimRequest",
         response="ClaimResult",
+    ),
+    Api(
+        "POST",
+        "/acks",
+        ack_many,
+        "Settle up to 1000 claims as succeeded in one commit; per ack, null or its error",
+        body="AckBatch",
+        response="AckErrors",
     ),
     Api(
         "POST",

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..types import Claim, Frame, Invocation, QueueInfo, SubmitRequest, WorkerInfo
+from ..errors import DispatchError
+from ..types import Ack, Claim, Frame, Invocation, QueueInfo, SubmitRequest, WorkerInfo
 from .providers import ProviderInfo
 
 
@@ -22,6 +23,11 @@ class Plane(Protocol):
         self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
     ) -> list[str]:
         """Enqueue; a queue with `on_full: block` makes this wait up to wait_s for room."""
+
+    def submit_and_wait(
+        self, queue: str, request: SubmitRequest, *, wait_s: float, block_s: float = 0.0
+    ) -> Invocation:
+        """Enqueue one and wait up to wait_s for it to end: an RPC in one round trip."""
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         """The invocation row; with wait_s, first wait up to that long for a terminal state."""
@@ -47,7 +53,23 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
     ) -> Claim | None: ...
+    def claim_many(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        limit: int,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+    ) -> list[Claim]:
+        """Up to `limit` jobs in one durable write; waits up to wait_s for the first."""
+
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None: ...
+    def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
+        """Settle many as succeeded in one durable write; per ack, the refusal or None."""
+
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str: ...
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None: ...
     def release(self, inv_id: str, lease: str) -> bool: ...

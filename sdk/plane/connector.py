@@ -27,11 +27,15 @@ class Connector(Protocol):
     dialect: Dialect
     waker: Waker
 
-    def transaction(self, *, write: bool = True) -> AbstractContextManager[Transaction]:
+    def transaction(
+        self, *, write: bool = True, durable: bool = True
+    ) -> AbstractContextManager[Transaction]:
         """A transaction that commits on exit and rolls back on an exception.
 
         `write=True` takes the write lock up front (SQLite BEGIN IMMEDIATE), so a claim never
-        fails half-way on a lock upgrade.
+        fails half-way on a lock upgrade. `durable=False` commits without waiting for the disk:
+        a power cut may undo it (never corrupt it), so it is only for writes whose loss repeats
+        work rather than losing any: a claim undone just runs its job again.
         """
 
     def close(self) -> None: ...

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import signing
-from ..errors import QueueFullError
+from ..errors import DispatchError, QueueFullError
 from ..types import (
     DEFAULT_NAMESPACE,
+    Ack,
     Claim,
     Frame,
     Invocation,
@@ -113,6 +114,12 @@ class Dispatch:
                 retry = full.retry_after_s or SAFETY_POLL_S
                 waker.wait(generation, min(remaining, retry, SAFETY_POLL_S))
 
+    def submit_and_wait(
+        self, queue: str, request: SubmitRequest, *, wait_s: float, block_s: float = 0.0
+    ) -> Invocation:
+        (inv_id,) = self.submit(queue, [request], wait_s=block_s)
+        return self.invocation(inv_id, wait_s=wait_s)
+
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def fetch() -> Invocation:
             inv = self.store.invocation(self.namespace, inv_id)
@@ -173,8 +180,35 @@ class Dispatch:
 
         return self._wait_for(fetch, lambda c: c is not None, wait_s)
 
+    def claim_many(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        limit: int,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+    ) -> list[Claim]:
+        def fetch() -> list[Claim]:
+            return self.store.claim_many(
+                self.namespace,
+                queues,
+                worker=worker,
+                lease_s=lease_s,
+                limit=limit,
+                kind=kind,
+                temperature=temperature,
+            )
+
+        return self._wait_for(fetch, bool, wait_s)
+
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
         self.store.ack(inv_id, lease, result)
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
+        return self.store.ack_many(acks)
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         return self.store.nack(inv_id, lease, error=error, retry=retry)

@@ -9,6 +9,8 @@ module imports only httpx and msgpack, so a producer never pulls in the server s
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ import msgpack
 from ..errors import ERRORS_BY_CODE, DispatchError, InvalidArgument, QueueFullError
 from ..types import (
     DEFAULT_NAMESPACE,
+    Ack,
     Claim,
     Frame,
     Invocation,
@@ -30,6 +33,7 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
+from . import http11
 from .providers import ProviderInfo
 from .retention import Trimmed
 
@@ -93,6 +97,12 @@ class HttpDispatch:
         self._client = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
+        # The lean path (http11.py) for plain http; httpx for TLS, proxies and test transports.
+        self._fast = (
+            http11.Connections(self.url, headers)
+            if transport is None and http11.usable(self.url)
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"HttpDispatch({self.url!r}, namespace={self.namespace!r})"
@@ -105,6 +115,8 @@ class HttpDispatch:
 
     def close(self) -> None:
         self._client.close()
+        if self._fast is not None:
+            self._fast.close()
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -121,35 +133,45 @@ class HttpDispatch:
         url = (self._prefix + path) if namespaced else path
         content = msgpack.packb(body, use_bin_type=True) if body is not None else None
         headers = {"content-type": MSGPACK} if content is not None else None
-        try:
-            response = self._client.request(
-                method,
-                url,
-                content=content,
-                headers=headers,
-                params=params,
-                timeout=wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s,
-            )
-        except httpx.HTTPError as exc:
-            raise DispatchError(f"cannot reach the control plane at {self.url}: {exc}") from exc
-        if response.status_code == 204:
+        timeout = wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s
+        if self._fast is not None:
+            try:
+                status, content_type, raw = self._fast.request(
+                    method, url + http11.query_string(params), content, headers, timeout
+                )
+            except (OSError, http.client.HTTPException) as exc:
+                cause = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+                raise DispatchError(
+                    f"cannot reach the control plane at {self.url}: {exc!r}"
+                ) from cause
+        else:
+            try:
+                response = self._client.request(
+                    method, url, content=content, headers=headers, params=params, timeout=timeout
+                )
+            except httpx.HTTPError as exc:
+                raise DispatchError(f"cannot reach the control plane at {self.url}: {exc}") from exc
+            status = response.status_code
+            content_type = response.headers.get("content-type", "")
+            raw = response.content
+        if status == 204:
             return None
-        data = self._decode(response)
-        if response.status_code >= 400:
-            raise self._error(response.status_code, data)
+        data = self._decode(status, content_type, raw)
+        if status >= 400:
+            raise self._error(status, data)
         return data
 
     @staticmethod
-    def _decode(response: httpx.Response) -> Any:
+    def _decode(status: int, content_type: str, raw: bytes) -> Any:
         try:
-            if "json" in response.headers.get("content-type", ""):
-                return response.json()
-            return msgpack.unpackb(response.content, raw=False)
+            if "json" in content_type:
+                return json.loads(raw)
+            return msgpack.unpackb(raw, raw=False)
         except Exception:
-            if response.status_code >= 400:
+            if status >= 400:
                 return None
             raise DispatchError(
-                f"undecodable response from the control plane (HTTP {response.status_code})"
+                f"undecodable response from the control plane (HTTP {status})"
             ) from None
 
     @staticmethod
@@ -187,6 +209,30 @@ class HttpDispatch:
         self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
     ) -> list[str]:
         """One request; on a full `on_full: block` queue the server waits up to wait_s for room."""
+        return list(self._post_submit(queue, requests, wait_s)["ids"])
+
+    def submit_and_wait(
+        self, queue: str, request: SubmitRequest, *, wait_s: float, block_s: float = 0.0
+    ) -> Invocation:
+        """One request that submits and then holds until the job ends (`?result_wait=`)."""
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        data = self._post_submit(
+            queue, [request], block_s, result_wait=min(max(wait_s, 0.0), SERVER_WAIT_CAP_S)
+        )
+        answer = data.get("invocation")
+        if answer is not None and (inv := _record(Invocation, answer)).terminal:
+            return inv
+        remaining = max(0.0, deadline - time.monotonic())
+        return self.invocation(data["ids"][0], wait_s=remaining)
+
+    def _post_submit(
+        self,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        block_s: float,
+        *,
+        result_wait: float = 0.0,
+    ) -> dict[str, Any]:
         items = [
             {
                 "payload": r.payload,
@@ -198,18 +244,17 @@ class HttpDispatch:
             for r in requests
         ]
         path = f"/queues/{_segment(queue)}/invocations"
-        deadline = time.monotonic() + max(wait_s, 0.0)
+        deadline = time.monotonic() + max(block_s, 0.0)
         while True:
             wait = min(max(0.0, deadline - time.monotonic()), SERVER_WAIT_CAP_S)
+            params: dict[str, Any] = {"wait": wait} if wait > 0 else {}
+            if result_wait > 0:
+                params["result_wait"] = result_wait
             try:
-                data = self._request(
-                    "POST",
-                    path,
-                    {"items": items},
-                    params={"wait": wait} if wait > 0 else None,
-                    wait_s=wait,
+                data: dict[str, Any] = self._request(
+                    "POST", path, {"items": items}, params=params or None, wait_s=wait + result_wait
                 )
-                return list(data["ids"])
+                return data
             except QueueFullError as full:
                 if not full.block or deadline - time.monotonic() <= 0:
                     raise
@@ -296,10 +341,47 @@ class HttpDispatch:
 
         return self._long_poll(wait_s, once, lambda c: c is not None)
 
+    def claim_many(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        limit: int,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+    ) -> list[Claim]:
+        def once(wait: float) -> list[Claim]:
+            body = {
+                "queues": list(queues),
+                "worker": worker,
+                "limit": limit,
+                "lease_s": lease_s,
+                "kind": kind,
+                "temperature": temperature,
+                "wait": wait,
+            }
+            data = self._request("POST", "/claims", body, wait_s=wait)
+            return [_record(Claim, c) for c in data["claims"]]
+
+        return self._long_poll(wait_s, once, bool)
+
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
         self._request(
             "POST", f"/invocations/{_segment(inv_id)}/ack", {"lease": lease, "result": result}
         )
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
+        items = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
+        data = self._request("POST", "/acks", {"acks": items})
+        return [None if e is None else self._item_error(e) for e in data["errors"]]
+
+    @classmethod
+    def _item_error(cls, err: dict[str, Any]) -> DispatchError:
+        """One refusal inside a batch answer, as the error a single call would have raised."""
+        status = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError).status
+        return cls._error(status, {"error": err})
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         data = self._request(

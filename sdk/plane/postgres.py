@@ -219,16 +219,22 @@ class PostgresConnector:
         return f"PostgresConnector(schema={self.schema!r})"
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[PostgresTransaction]:
+    def transaction(
+        self, *, write: bool = True, durable: bool = True
+    ) -> Iterator[PostgresTransaction]:
         """A pooled connection in a transaction: COMMIT on exit, ROLLBACK on an exception.
 
         `write` only decides whether the locks in `_LOCK_BEFORE` are taken: Postgres needs no
         up-front write lock (SQLite's BEGIN IMMEDIATE), rows are locked as they are written.
+        `durable=False` commits without waiting for the WAL flush (synchronous_commit off for
+        this transaction only; a crash may undo it, never corrupt it).
         """
         try:
             with self._pool.connection() as conn:
                 try:
                     with conn.transaction():
+                        if write and not durable:
+                            conn.execute("SET LOCAL synchronous_commit TO OFF")
                         yield PostgresTransaction(conn, write=write)
                 finally:
                     self._used[id(conn)] = time.monotonic()

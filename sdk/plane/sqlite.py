@@ -51,6 +51,7 @@ class SqliteConnector:
     def __init__(self, path: str | Path, *, durable: bool = True) -> None:
         self.path = str(path)
         self.memory = self.path == ":memory:"
+        self.durable = durable and not self.memory
         self.waker = Waker()
         self._lock = threading.RLock()
         if not self.memory:
@@ -81,15 +82,26 @@ class SqliteConnector:
                 self._conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[SqliteTransaction]:
+    def transaction(
+        self, *, write: bool = True, durable: bool = True
+    ) -> Iterator[SqliteTransaction]:
+        # In WAL mode the setting is read at COMMIT: NORMAL skips this commit's fsync, and the
+        # next durable commit's fsync carries its frames to disk too (the WAL is sequential).
+        relax = write and not durable and self.durable
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            if relax:
+                self._conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                yield SqliteTransaction(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield SqliteTransaction(self._conn)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            finally:
+                if relax:
+                    self._conn.execute("PRAGMA synchronous = FULL")
 
     def close(self) -> None:
         self.waker.close()

@@ -179,6 +179,39 @@ def test_call_forwards_submit_options(plane: PlaneEnv) -> None:
     assert (status.key, status.priority, status.state) == ("rpc-1", 3.0, "succeeded")
 
 
+def test_call_times_out_and_leaves_the_job_queued(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+
+    with pytest.raises(TimeoutError, match="still queued"):
+        q.call({"x": 1}, timeout=0.2)
+
+    assert q.count("queued") == 1
+
+
+def test_call_of_a_key_that_already_ended_answers_at_once(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    server = plane.peer.start("serve", queue="gpu", n=1)
+    assert q.call({"op": "double", "x": 2}, key="done-once", timeout=20.0) == 4
+    assert server.result() == 1
+
+    # Nobody serves the queue now: the same key names the ended invocation.
+    assert q.call({"op": "double", "x": 2}, key="done-once", timeout=5.0) == 4
+
+
+def test_submit_and_wait_answers_the_ended_invocation(plane: PlaneEnv) -> None:
+    from dreamlake.lakeshore.types import SubmitRequest
+
+    server = plane.peer.start("serve", queue="gpu", n=1)
+
+    inv = plane.dispatch.submit_and_wait(
+        "gpu", SubmitRequest(dls.encode({"op": "double", "x": 21})), wait_s=20.0
+    )
+
+    assert server.result() == 1
+    assert inv.state == "succeeded" and dls.decode(inv.result or b"") == 42
+    assert inv.attempt == 1 and inv.queue == "gpu"
+
+
 def test_same_key_returns_the_same_id(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
 

@@ -341,3 +341,132 @@ def test_sweeper_requeues_an_expired_lease_without_any_claim(api, ns):
     while row["state"] != "queued" and time.monotonic() < deadline:
         status, row = api.call("GET", ns(f"/invocations/{inv}"), params={"wait": 0.5})
     assert row["state"] == "queued"
+
+
+def test_claim_with_limit_answers_a_list_in_one_request(api, ns):
+    ids = [_submit(api, ns) for _ in range(3)]
+
+    status, body = api.call("POST", ns("/claims"), {"queues": ["jobs"], "worker": "w", "limit": 2})
+
+    assert status == 200 and set(body) == {"claims"}
+    assert [c["id"] for c in body["claims"]] == ids[:2]
+    assert api.call("GET", ns("/queues/jobs/count"), params={"state": "running"})[1] == {"count": 2}
+
+
+@pytest.mark.parametrize("limit", [0, 1001, "2", 1.5])
+def test_claim_limit_out_of_range_is_400_and_claims_nothing(api, ns, limit):
+    _submit(api, ns)
+
+    status, body = api.call(
+        "POST", ns("/claims"), {"queues": ["jobs"], "worker": "w", "limit": limit}
+    )
+
+    assert status == 400 and "limit" in body["error"]["message"]
+    assert api.call("GET", ns("/queues/jobs/count"))[1] == {"count": 1}
+
+
+def test_acks_settle_a_batch_and_name_each_refusal(api, ns):
+    inv = _submit(api, ns)
+    claim = _claim(api, ns)
+
+    status, body = api.call(
+        "POST",
+        ns("/acks"),
+        {
+            "acks": [
+                {"id": claim["id"], "lease": claim["lease"], "result": b"r"},
+                {"id": "01J00000000000000000000000", "lease": "x"},
+            ]
+        },
+    )
+
+    assert status == 200
+    assert body["errors"][0] is None
+    assert body["errors"][1]["code"] == "not_found"
+    status, row = api.call("GET", ns(f"/invocations/{inv}"))
+    assert row["state"] == "succeeded" and row["result"] == b"r"
+
+
+def test_acks_cannot_settle_another_namespaces_invocation(api, ns, server, make_tenant):
+    from tests.support.client import Api
+
+    other = make_tenant()
+    theirs = Api(server.url, other.token)
+    try:
+        their_ns = f"/v1/namespaces/{other.namespace}"
+        _, sub = theirs.call("POST", their_ns + "/queues/jobs/invocations", {"payload": b"p"})
+        _, got = theirs.call("POST", their_ns + "/claims", {"queues": ["jobs"], "worker": "w"})
+        claim = got["claim"]
+
+        status, body = api.call(
+            "POST", ns("/acks"), {"acks": [{"id": claim["id"], "lease": claim["lease"]}]}
+        )
+
+        assert status == 200 and body["errors"][0]["code"] == "not_found"
+        assert theirs.call("GET", their_ns + f"/invocations/{sub['ids'][0]}")[1]["state"] == (
+            "running"
+        )
+    finally:
+        theirs.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "acks"),
+        ({"acks": "x"}, "acks"),
+        ({"acks": [{"lease": "l"}]}, "acks[0].id"),
+        ({"acks": [{"id": "i"}]}, "acks[0].lease"),
+        ({"acks": [{"id": "i", "lease": "l", "extra": 1}]}, "extra"),
+        ({"acks": [{"id": "i", "lease": "l"}] * 1001}, "acks"),
+    ],
+)
+def test_malformed_acks_are_400_naming_the_field(api, ns, body, field):
+    status, err = api.call("POST", ns("/acks"), body)
+
+    assert status == 400 and field in err["error"]["message"]
+
+
+def test_submit_with_result_wait_answers_the_invocation_as_it_stands(api, ns):
+    status, body = api.call(
+        "POST", ns("/queues/jobs/invocations"), {"payload": b"p"}, params={"result_wait": 0.1}
+    )
+
+    assert status == 201 and len(body["ids"]) == 1
+    assert body["invocation"]["id"] == body["ids"][0]
+    assert body["invocation"]["state"] == "queued"  # nobody served it within the wait
+
+
+def test_submit_with_result_wait_is_woken_by_the_ack(api, ns):
+    answer = {}
+
+    def submit() -> None:
+        answer["got"] = api.call(
+            "POST", ns("/queues/jobs/invocations"), {"payload": b"p"}, params={"result_wait": 20}
+        )
+
+    producer = threading.Thread(target=submit)
+    producer.start()
+    claim = None
+    while claim is None:
+        claim = _claim(api, ns, wait=5)
+    api.call(
+        "POST", ns(f"/invocations/{claim['id']}/ack"), {"lease": claim["lease"], "result": b"r"}
+    )
+    producer.join(20)
+
+    status, body = answer["got"]
+    assert status == 201
+    assert body["invocation"]["state"] == "succeeded" and body["invocation"]["result"] == b"r"
+
+
+def test_result_wait_on_a_batch_is_400_and_submits_nothing(api, ns):
+    status, body = api.call(
+        "POST",
+        ns("/queues/jobs/invocations"),
+        {"items": [{"payload": b"a"}, {"payload": b"b"}]},
+        params={"result_wait": 1},
+    )
+
+    assert status == 400 and "result_wait" in body["error"]["message"]
+    assert api.call("GET", ns("/queues/jobs/count"))[1] == {"count": 0}

@@ -201,6 +201,10 @@ class ForeignPlane:
         got = self.inner.claim(*args, **kw)
         return dataclasses.replace(got, namespace="someone-else") if got else None
 
+    def claim_many(self, *args: Any, **kw: Any) -> list[Claim]:
+        got = self.inner.claim_many(*args, **kw)
+        return [dataclasses.replace(c, namespace="someone-else") for c in got]
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

@@ -330,3 +330,16 @@ def test_leaders_of_different_schemas_do_not_contend(url: str) -> None:
         advisory_leader(elsewhere, "controller") as there,
     ):
         assert here.is_leader and there.is_leader
+
+
+def test_a_non_durable_transaction_turns_synchronous_commit_off_for_itself_only(
+    plane: dls.Dispatch,
+) -> None:
+    connector = connector_of(plane)
+    with connector.transaction(durable=False) as tx:
+        inside = tx._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
+    with connector.transaction() as tx:
+        after = tx._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
+
+    assert inside["synchronous_commit"] == "off"
+    assert after["synchronous_commit"] == "on"

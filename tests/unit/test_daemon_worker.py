@@ -131,7 +131,7 @@ def test_an_outage_is_ridden_out_and_the_job_still_settles(plane: Dispatch) -> N
         inv = q.submit(dls.thunk(time.sleep, 0.5))
         wait_until(lambda: q.status(inv).state == "running", what="running")
         faulty.down.set()
-        wait_until(lambda: faulty.calls.count("ack") >= 1, what="an ack attempt while down")
+        wait_until(lambda: faulty.calls.count("ack_many") >= 1, what="an ack attempt while down")
         assert q.status(inv).state == "running"  # its outcome is held, not lost
         faulty.down.clear()
         assert q.result(inv, timeout=20) is None
@@ -158,8 +158,53 @@ def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> No
     assert stale is not None
     fresh = wait_until(lambda: plane.claim(["q"], worker="new", lease_s=30), what="re-dispatch")
     daemon = Daemon(plane, DaemonConfig(name="late"), gpus=[])
-    daemon.settle(stale, Outcome("ok", result=dls.encode(2)))  # logged, never raised
+    daemon.settle(stale, Outcome("ok", result=dls.encode(2)))  # queued for the ack thread
+    daemon._acks.close()
+    daemon._ack_loop()  # sends the batch: the refusal is logged, never raised
     with pytest.raises(LeaseLost):
         plane.ack(stale.id, stale.lease, dls.encode(2))
     plane.ack(fresh.id, fresh.lease, dls.encode(2))
     assert q.result(stale.id, timeout=1) == 2
+
+
+def test_prefetch_claims_ahead_and_every_job_still_runs_once(plane: Dispatch) -> None:
+    q = dls.SyncQueue("q", dispatch=plane)
+    gate = q.submit(dls.thunk(time.sleep, 1.0))
+    rest = [q.submit(dls.thunk(operator.add, n, 1)) for n in range(6)]
+    running = Running(plane, prefetch=4)
+    try:
+        # One slot busy with the gate, four claimed ahead of it, two left queued.
+        wait_until(lambda: q.count("running") == 5, what="a prefetched batch")
+        assert q.count("queued") == 2
+        assert [q.result(i, timeout=20) for i in rest] == [n + 1 for n in range(6)]
+        assert q.result(gate, timeout=20) is None
+    finally:
+        assert running.stop() == EXIT_OK
+    assert {plane.invocation(i).attempt for i in [gate, *rest]} == {1}
+
+
+def test_a_drain_gives_prefetched_jobs_back_unspent(plane: Dispatch) -> None:
+    q = dls.SyncQueue("q", dispatch=plane)
+    gate = q.submit(dls.thunk(time.sleep, 1.0))
+    rest = [q.submit(dls.thunk(operator.add, n, 1)) for n in range(3)]
+    running = Running(plane, prefetch=3)
+    wait_until(lambda: q.count("running") == 4, what="a prefetched batch")
+
+    assert running.stop() == EXIT_OK
+
+    assert q.result(gate, timeout=1) is None  # the running job finished
+    assert [(q.status(i).state, q.status(i).attempt) for i in rest] == [("queued", 0)] * 3
+
+
+def test_a_prefetched_job_killed_before_it_starts_ends_killed(plane: Dispatch) -> None:
+    q = dls.SyncQueue("q", dispatch=plane)
+    gate = q.submit(dls.thunk(time.sleep, 3.0))
+    waiting = q.submit(dls.thunk(operator.add, 1, 1))
+    running = Running(plane, prefetch=1)
+    try:
+        wait_until(lambda: q.count("running") == 2, what="a prefetched job")
+        assert q.cancel(waiting, kill=True)
+        wait_until(lambda: q.status(waiting).state == "killed", what="the kill")
+        assert q.result(gate, timeout=20) is None
+    finally:
+        assert running.stop() == EXIT_OK

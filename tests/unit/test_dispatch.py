@@ -163,3 +163,28 @@ def test_repr_and_context_manager(tmp_path: Path) -> None:
     with dls.Dispatch(":memory:", namespace="lab") as d:
         assert repr(d) == "Dispatch(':memory:', namespace='lab')"
         assert isinstance(d, dls.Plane)
+
+
+def _synchronous(plane: dls.Dispatch) -> int:
+    with plane.store.connector.transaction(write=False) as tx:
+        conn = tx._conn  # type: ignore[attr-defined]
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+
+def test_a_claim_commits_without_fsync_and_restores_full_after(tmp_path: Path) -> None:
+    """Claims skip the disk flush (a power cut only re-runs a job); every other write keeps
+    synchronous=FULL, including after a claim that raised."""
+    full, normal = 2, 1
+    with dls.Dispatch(tmp_path / "db.sqlite") as plane:
+        connector = plane.store.connector
+        seen = []
+        with connector.transaction(durable=False) as tx:
+            seen.append(int(tx._conn.execute("PRAGMA synchronous").fetchone()[0]))  # type: ignore[attr-defined]
+        assert seen == [normal] and _synchronous(plane) == full
+        with pytest.raises(RuntimeError), connector.transaction(durable=False):
+            raise RuntimeError("a claim that failed half-way")
+        assert _synchronous(plane) == full
+        q = dls.SyncQueue("gpu", dispatch=plane)
+        q.submit(1)
+        assert q.claim() is not None
+        assert _synchronous(plane) == full

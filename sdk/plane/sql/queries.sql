@@ -75,6 +75,21 @@ WHERE id = (
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature;
 
+-- name: claim_fifo_batch
+-- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
+-- shares one lease: every settle is still fenced by id and lease, and one worker holds them all.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id IN (
+    SELECT id FROM invocations
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
+      AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature;
+
 -- name: claim_filo
 UPDATE invocations
 SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
@@ -422,3 +437,7 @@ DELETE FROM tokens WHERE hash IN (:hashes) RETURNING hash, namespace, label;
 
 -- name: signature_of
 SELECT signature FROM invocations WHERE id = :id;
+
+-- name: ids_in_namespace
+-- Which of a batch's ids belong to the caller's namespace (a batch ack refuses the others).
+SELECT id FROM invocations WHERE namespace = :ns AND id IN (:ids);

@@ -1,0 +1,92 @@
+"""The SDK's lean HTTP/1.1 path: keep-alive reuse, and a connection the server closed."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from dreamlake.lakeshore.plane import http11
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    #: The server hangs up after each answer without saying so (no `Connection: close`), as
+    #: uvicorn does to a keep-alive connection that sat idle past its timeout.
+    hang_up = False
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        self.server.peers.add(self.client_address)  # type: ignore[attr-defined]
+        reply = b"echo:" + body + b":" + self.path.encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/octet-stream")
+        self.send_header("content-length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+        if self.hang_up:
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def __init__(self, handler: type[_Handler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.peers: set[tuple[str, int]] = set()
+        self.closed = threading.Semaphore(0)
+
+    def shutdown_request(self, request: object) -> None:
+        super().shutdown_request(request)  # type: ignore[arg-type]
+        self.closed.release()
+
+
+@pytest.fixture(params=[False, True], ids=["keep-alive", "server-hangs-up"])
+def server(request: pytest.FixtureRequest) -> Iterator[_Server]:
+    handler = type("H", (_Handler,), {"hang_up": request.param})
+    srv = _Server(handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_requests_reuse_a_connection_until_the_server_closes_it(server: _Server) -> None:
+    """A keep-alive connection the server closed while idle is replaced before it is used."""
+    host, port = server.server_address[:2]
+    hangs_up = server.RequestHandlerClass.hang_up  # type: ignore[attr-defined]
+    conns = http11.Connections(f"http://{host}:{port}/base/", {"user-agent": "t"})
+    answers = []
+    try:
+        for i in range(3):
+            answers.append(conns.request("POST", f"/p{i}", b"x", None, 5.0))
+            if hangs_up:
+                assert server.closed.acquire(timeout=5)  # idle, and closed by the server
+    finally:
+        conns.close()
+
+    assert [a[2] for a in answers] == [b"echo:x:/base/p0", b"echo:x:/base/p1", b"echo:x:/base/p2"]
+    assert all(a[0] == 200 and a[1] == "application/octet-stream" for a in answers)
+    assert len(server.peers) == (3 if hangs_up else 1)
+
+
+def test_query_strings_are_written_as_httpx_writes_them() -> None:
+    assert http11.query_string(None) == ""
+    assert http11.query_string({"wait": 0.5, "force": True, "skip": None}) == "?wait=0.5&force=true"
+
+
+def test_only_plain_http_without_a_proxy_takes_the_lean_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert http11.usable("http://127.0.0.1:8765")
+    assert not http11.usable("https://cp.example.com")
+    monkeypatch.setenv("http_proxy", "http://proxy:3128")
+    assert not http11.usable("http://cp.example.com:8765")
+    monkeypatch.setenv("no_proxy", "cp.example.com")
+    assert http11.usable("http://cp.example.com:8765")
