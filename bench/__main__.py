@@ -75,10 +75,25 @@ def jobs() -> list[Job]:
         ("ray", peer.ray),
     ]
     out += [("peers", label, run) for label, run in peers]
+    from . import payload
+
+    out += [
+        ("payload", "lakeshore http payloads", payload.lakeshore),
+        ("payload", "rq payloads", payload.rq),
+        ("payload", "ray payloads", payload.ray),
+    ]
+    for label, reason in payload.left_out().items():
+        out.append(("payload", label, lambda s, r=reason: _cannot(r)))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
     out.append(("scale", "idle long-polls", scale.measure))
+    out.append(("scale", "idle long-polls, 2 postgres replicas", scale.measure_replicas))
     return out
+
+
+def _cannot(reason: str) -> list[Measurement]:
+    """A peer this suite cannot measure: listed under "left out" with the reason."""
+    raise RuntimeError(reason)
 
 
 #: A job that runs longer than this is stopped (and reported as left out).

@@ -62,7 +62,10 @@ def server(home: Path, store: str, normal: bool = False) -> Iterator[tuple[str, 
     with process(argv, log, env) as proc:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: httpx.get(f"{url}/v1/hello").status_code == 200, 60, "server", log)
-        yield url, (home / "token").read_text().strip(), proc.pid
+        # A replica joining a store that already has an admin token writes no token file.
+        token_file = home / "token"
+        token = token_file.read_text().strip() if token_file.exists() else ""
+        yield url, token, proc.pid
 
 
 @contextlib.contextmanager
@@ -76,9 +79,10 @@ def daemons(
     store: str | None = None,
     normal: bool = False,
     prefetch: int = 0,
+    env: dict[str, str] | None = None,
 ) -> Iterator[list[int]]:
     """n daemons with one slot each, on a server (url) or an embedded SQLite file (store)."""
-    env = clean_env(LAKESHORE_HOME=str(home))
+    env = clean_env(LAKESHORE_HOME=str(home), **(env or {}))
     with contextlib.ExitStack() as stack:
         pids = []
         for i in range(n):

@@ -1,10 +1,11 @@
-"""Scale: many idle daemons long-polling one server, simulated by one asyncio client process.
+"""Scale: many idle daemons long-polling a server, simulated by an asyncio client process.
 
 Each simulated daemon holds `POST /claims` with wait=20 s on a queue of its own that never gets
 work (an idle daemon's claim), and asks again when it returns. Meanwhile one real
 `lakeshore-daemon` serves queue `live`: the figures are the server's CPU and RSS while only the
 idle polls are held, and, with and without them, a producer's `q.call` p50/p99 through that
-daemon and the latency of a claim on a queue that has work (a daemon's claim), p99.
+daemon and the latency of a claim on a queue that has work (a daemon's claim), p99. Then the
+same over two server replicas on Postgres (half the polls on each).
 
     python -m bench.scale idle-clients URL TOKEN N   # the simulated daemons (a child process)
 """
@@ -12,6 +13,7 @@ daemon and the latency of a claim on a queue that has work (a daemon's claim), p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 import dreamlake.lakeshore as dls
 
 from .common import (
+    POSTGRES_URL,
     Measurement,
     Settings,
     clean_env,
@@ -31,7 +34,7 @@ from .common import (
     rss_mib,
     tree,
 )
-from .lakeshore_runs import FULL, _ready, daemons, server
+from .lakeshore_runs import FULL, PG_DURABILITY, _ready, daemons, server
 
 
 async def idle_clients(url: str, token: str, n: int) -> None:
@@ -69,83 +72,113 @@ def claim_latencies(plane: dls.Plane, n: int) -> list[float]:
 
 
 def measure(s: Settings) -> list[Measurement]:
-    n = s.scale_clients
-    calls = min(s.calls, 500)
-    system = "lakeshore http (sqlite)"
-    out: list[Measurement] = []
+    """One server on SQLite: every poll, the daemon and the producer on it."""
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         home = Path(tmp)
-        with (
-            server(home / "srv", str(home / "srv" / "lakeshore.db")) as (url, token, spid),
-            daemons(1, "live", home=home, url=url, token=token),
-            dls.HttpDispatch(url, token=token) as plane,
-        ):
-            q = dls.SyncQueue("live", dispatch=plane)
-            _ready(q)
+        with server(home / "srv", str(home / "srv" / "lakeshore.db")) as srv:
+            return _measure(s, home, "lakeshore http (sqlite)", FULL, [srv])
 
-            def probe(label: str) -> None:
-                lat = rpc_loop(lambda i: q.call(i, timeout=10), calls, s.rpc_cap_s, 20)
-                claims = claim_latencies(plane, min(calls, 300))
-                out.extend(
-                    [
-                        Measurement(
-                            "scale",
-                            f"q.call p50, {label}",
-                            system,
-                            [pct(lat, 50)],
-                            "ms",
-                            FULL,
-                            "",
-                            len(lat),
-                        ),
-                        Measurement(
-                            "scale",
-                            f"q.call p99, {label}",
-                            system,
-                            [pct(lat, 99)],
-                            "ms",
-                            FULL,
-                            "",
-                            len(lat),
-                        ),
-                        Measurement(
-                            "scale",
-                            f"claim p99, {label}",
-                            system,
-                            [pct(claims, 99)],
-                            "ms",
-                            FULL,
-                            "claim on a queue with work",
-                            len(claims),
-                        ),
-                    ]
-                )
 
-            probe("alone")
-            argv = [sys.executable, "-m", "bench.scale", "idle-clients", url, token, str(n)]
-            with process(argv, log_dir() / "scale-clients.log", clean_env()) as clients:
-                time.sleep(3.0)  # every poll sent and held
-                procs = tree(spid)
-                before, t0 = cpu_seconds(procs), time.monotonic()
-                time.sleep(s.scale_s)
-                cpu = 100 * (cpu_seconds(procs) - before) / (time.monotonic() - t0)
-                rss = rss_mib(tree(spid))
-                client_alive = clients.poll() is None
-                out += [
+def measure_replicas(s: Settings) -> list[Measurement]:
+    """Two server replicas on one Postgres schema: the polls split between them, the daemon on
+    one and the producer on the other, so every call's wake-ups cross replicas (NOTIFY)."""
+    from dreamlake.lakeshore.plane.postgres import scratch_schema
+
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp,
+        scratch_schema(POSTGRES_URL, "bench_scale") as scoped,
+    ):
+        home = Path(tmp)
+        with server(home / "a", scoped) as a, server(home / "b", scoped) as b:
+            system = "lakeshore http (postgres, 2 replicas)"
+            return _measure(s, home, system, PG_DURABILITY, [a, b])
+
+
+def _measure(
+    s: Settings, home: Path, system: str, dur: str, servers: list[tuple[str, str, int]]
+) -> list[Measurement]:
+    n = s.scale_clients
+    calls = min(s.calls, 500)
+    out: list[Measurement] = []
+    (url, token, _), (producer_url, _, _) = servers[0], servers[-1]
+    with (
+        daemons(1, "live", home=home, url=url, token=token),
+        dls.HttpDispatch(producer_url, token=token) as plane,
+    ):
+        q = dls.SyncQueue("live", dispatch=plane)
+        _ready(q)
+
+        def probe(label: str) -> None:
+            lat = rpc_loop(lambda i: q.call(i, timeout=10), calls, s.rpc_cap_s, 20)
+            claims = claim_latencies(plane, min(calls, 300))
+            note = "claim on a queue with work"
+            out.extend(
+                [
                     Measurement(
                         "scale",
-                        f"server CPU, {n} idle polls",
+                        f"q.call p50, {label}",
                         system,
-                        [cpu],
-                        "%",
-                        FULL,
-                        "% of one core",
+                        [pct(lat, 50)],
+                        "ms",
+                        dur,
+                        "",
+                        len(lat),
                     ),
-                    Measurement("scale", f"server RSS, {n} idle polls", system, [rss], "MiB", FULL),
+                    Measurement(
+                        "scale",
+                        f"q.call p99, {label}",
+                        system,
+                        [pct(lat, 99)],
+                        "ms",
+                        dur,
+                        "",
+                        len(lat),
+                    ),
+                    Measurement(
+                        "scale",
+                        f"claim p99, {label}",
+                        system,
+                        [pct(claims, 99)],
+                        "ms",
+                        dur,
+                        note,
+                        len(claims),
+                    ),
                 ]
-                probe(f"{n} idle polls")
-                if not client_alive:
-                    raise RuntimeError("the simulated daemons exited early; see scale-clients.log")
+            )
+
+        probe("alone")
+        with contextlib.ExitStack() as stack:
+            clients = []
+            for i, (srv_url, _, _) in enumerate(servers):
+                share = n // len(servers) + (1 if i < n % len(servers) else 0)
+                argv = [sys.executable, "-m", "bench.scale", "idle-clients", srv_url, token]
+                argv.append(str(share))
+                log = log_dir() / f"scale-clients-{i}.log"
+                clients.append(stack.enter_context(process(argv, log, clean_env())))
+            time.sleep(3.0)  # every poll sent and held
+            procs = [p for _, _, pid in servers for p in tree(pid)]
+            before, t0 = cpu_seconds(procs), time.monotonic()
+            time.sleep(s.scale_s)
+            cpu = 100 * (cpu_seconds(procs) - before) / (time.monotonic() - t0)
+            rss = rss_mib([p for _, _, pid in servers for p in tree(pid)])
+            alive = all(c.poll() is None for c in clients)
+            where = "one core" if len(servers) == 1 else f"one core, {len(servers)} servers"
+            out += [
+                Measurement(
+                    "scale",
+                    f"server CPU, {n} idle polls",
+                    system,
+                    [cpu],
+                    "%",
+                    dur,
+                    f"% of {where}",
+                ),
+                Measurement("scale", f"server RSS, {n} idle polls", system, [rss], "MiB", dur),
+            ]
+            probe(f"{n} idle polls")
+            if not alive:
+                raise RuntimeError("the simulated daemons exited early; see scale-clients-*.log")
     return out
 
 

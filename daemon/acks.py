@@ -14,7 +14,9 @@ writes a journal frame the caller may be streaming.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 
 from ..types import Ack, Claim
 
@@ -22,6 +24,10 @@ from ..types import Ack, Claim
 MAX_ACKS = 256
 #: Most result bytes in one request: a batch stays far below the server's 64 MiB body limit.
 MAX_ACK_BYTES = 8 * 1024 * 1024
+#: While the daemon has more jobs in hand, a batch waits up to this long for company: a
+#: no-op job ends every fraction of a millisecond, and a request per one or two acks made the
+#: control plane's per-request cost the limit of a drain. An idle daemon sends at once.
+ACK_LINGER_S = 0.005
 
 
 class AckQueue:
@@ -38,13 +44,23 @@ class AckQueue:
             self._items.append((claim, Ack(claim.id, claim.lease, result)))
             self._cond.notify_all()
 
-    def take(self) -> list[tuple[Claim, Ack]] | None:
-        """The next batch (at least one ack), or None once closed and empty."""
+    def take(self, busy: Callable[[], bool] = lambda: False) -> list[tuple[Claim, Ack]] | None:
+        """The next batch (at least one ack), or None once closed and empty.
+
+        While `busy()` (more jobs are about to end), wait up to ACK_LINGER_S for a fuller batch.
+        """
         with self._cond:
             while not self._items:
                 if self._closed:
                     return None
                 self._cond.wait()
+            if busy() and not self._closed:
+                deadline = time.monotonic() + ACK_LINGER_S
+                while len(self._items) < MAX_ACKS and not self._closed and busy():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
             batch: list[tuple[Claim, Ack]] = []
             size = 0
             while self._items and len(batch) < MAX_ACKS:

@@ -593,7 +593,7 @@ class Daemon:
         self._start_buffered()
 
     def _ack_loop(self) -> None:
-        while (batch := self._acks.take()) is not None:
+        while (batch := self._acks.take(busy=lambda: bool(self._buffer))) is not None:
             try:
                 self._send_acks(batch)
             finally:

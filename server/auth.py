@@ -15,12 +15,12 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..errors import Unauthorized
 from ..plane.auth import authorize, hash_token, lookup
 from ..plane.store import SqlStore
+from .blocking import run_blocking
 
 GRANT_TTL_S = 5.0
 GRANT_CACHE_SIZE = 4096
@@ -75,6 +75,6 @@ async def authenticate(
     key = (hash_token(token), ns)
     if grants is not None and grants.allowed(key):
         return
-    await run_in_threadpool(_check, store, token, ns)
+    await run_blocking(_check, store, token, ns)
     if grants is not None:
         grants.grant(key)

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -22,6 +21,7 @@ from starlette.routing import Route
 from ..errors import DispatchError
 from ..plane.store import SqlStore
 from .auth import Grants, authenticate
+from .blocking import run_blocking
 from .wire import Fields, Query, decode_body, error_response, read_body, respond, wants_json
 
 log = logging.getLogger("lakeshore.server")
@@ -61,7 +61,7 @@ class Call:
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a worker thread."""
-        return await run_in_threadpool(fn, *args, **kwargs)
+        return await run_blocking(fn, *args, **kwargs)
 
 
 Handler = Callable[[Call], Awaitable[Any]]

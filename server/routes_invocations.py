@@ -14,10 +14,10 @@ import msgpack
 
 from ..errors import InvalidArgument
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
-from ..plane.wakeup import work_key
+from ..plane.wakeup import READERS, work_key
 from ..types import DEFAULT_QUEUE, Ack, Claim, Frame, Invocation, SubmitRequest, check_name
 from .endpoint import Api, Call
-from .longpoll import admit, wait_until
+from .longpoll import admit, hung_up, wait_until
 from .wire import Fields
 
 ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s")
@@ -63,6 +63,7 @@ async def submit(call: Call) -> dict[str, Any]:
         lambda i: i.terminal,
         result_wait,
         call.request,
+        work=[READERS],
     )
     return {"ids": ids, "invocation": inv}
 
@@ -93,6 +94,7 @@ async def get_invocation(call: Call) -> Invocation:
         lambda inv: inv.terminal,
         wait_s,
         call.request,
+        work=[READERS],
     )
 
 
@@ -135,7 +137,7 @@ async def claim(call: Call) -> dict[str, Any]:
 
     work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
     got = await wait_until(call.store, fetch, bool, wait_s, call.request, work=work)
-    if got and await call.request.is_disconnected():
+    if got and await hung_up(call.request):
         # Nobody will read these claims: give them back now rather than after the lease runs out.
         for c in got:
             await call.run(call.store.release, c.id, c.lease)
@@ -238,7 +240,7 @@ async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str
         return frames, inv is not None and inv.terminal and not frames
 
     frames, ended = await wait_until(
-        call.store, fetch, lambda r: bool(r[0]) or r[1], wait_s, call.request
+        call.store, fetch, lambda r: bool(r[0]) or r[1], wait_s, call.request, work=[READERS]
     )
     return {"frames": frames, "ended": ended}
 

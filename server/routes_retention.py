@@ -14,10 +14,9 @@ import contextlib
 import logging
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
 from ..plane.store import SqlStore
 from ..spill import delete_refs
+from .blocking import run_blocking
 from .endpoint import Api, Call
 from .openapi import INT, NUM, SCHEMAS, STR, _nullable, _obj
 
@@ -96,7 +95,7 @@ async def _loop(
 ) -> None:
     while True:
         try:
-            await run_in_threadpool(trim_once, store, frames_s, invocations_s)
+            await run_blocking(trim_once, store, frames_s, invocations_s)
         except Exception:  # retried next tick; never kill the loop
             log.exception("retention trim failed")
         await asyncio.sleep(interval_s)

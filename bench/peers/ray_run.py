@@ -26,13 +26,43 @@ def init(cpus: int) -> None:
         num_cpus=cpus,
         include_dashboard=False,
         log_to_driver=False,
-        object_store_memory=200 * 2**20,
+        object_store_memory=400 * 2**20,
         logging_level="error",
         _node_ip_address="127.0.0.1",
     )
 
 
+@ray.remote
+def echo(x: object) -> object:
+    return x
+
+
+def payload(a: dict[str, object]) -> None:
+    """The payload suite: `ray.get(echo.remote(array))` per size, latencies in ms per rep."""
+    import numpy as np
+
+    init(1)
+    out: dict[str, list[list[float]]] = {}
+    for label, size in a["sizes"].items():  # type: ignore[attr-defined]
+        data = np.arange(size // 4, dtype=np.float32)
+        assert np.array_equal(ray.get(echo.remote(data)), data)
+        reps = []
+        for _ in range(a["reps"]):  # type: ignore[attr-defined]
+            times = []
+            for _ in range(a["calls"][label]):  # type: ignore[index]
+                t0 = time.perf_counter()
+                ray.get(echo.remote(data))
+                times.append((time.perf_counter() - t0) * 1000)
+            reps.append(times)
+        out[label] = reps
+    ray.shutdown()
+    print(json.dumps(out))
+
+
 def main() -> None:
+    if sys.argv[1] == "payload":
+        payload(json.loads(sys.argv[2]))
+        return
     a = json.loads(sys.argv[1])
     init(1)
     ray.get([noop.remote(0) for _ in range(10)])  # workers up

@@ -319,6 +319,10 @@ class NotifyRelay:
         self._cond = threading.Condition()
         self._requested = 0
         self._sent = 0
+        #: What the requests not yet sent may have changed: work keys (and `READERS`), or None
+        #: for anything. One NOTIFY carries their union, so another replica wakes only the
+        #: waiters they concern (500 idle claims must not re-read on every commit elsewhere).
+        self._pending: frozenset[str] | None = frozenset()
         self._closed = threading.Event()
         self._sender: threading.Thread | None = None
         self._listener: threading.Thread | None = None
@@ -330,10 +334,14 @@ class NotifyRelay:
 
     # -- the writer side -------------------------------------------------------------------
 
-    def send(self) -> None:
+    def send(self, keys: frozenset[str] | None = None) -> None:
         if self._closed.is_set():
             return
         with self._cond:
+            if keys is None or self._pending is None:
+                self._pending = None
+            else:
+                self._pending |= keys
             self._requested += 1
             if self._sender is None:
                 self._sender = threading.Thread(
@@ -351,7 +359,6 @@ class NotifyRelay:
     def _send_loop(self) -> None:
         conn: psycopg.Connection[Any] | None = None
         backoff = BACKOFF_FIRST_S
-        notify = _engine("notify", channel=self._channel, payload=self._token)
         last = -NOTIFY_GAP_S
         while True:
             with self._cond:
@@ -362,10 +369,12 @@ class NotifyRelay:
                 if gap > 0:  # a burst: let it gather, then one NOTIFY covers it
                     self._cond.wait_for(self._closed.is_set, gap)
                 target = self._requested
+                keys, self._pending = self._pending, frozenset()
+            payload = encode_wake(self._token, keys)
             try:
                 if conn is None:
                     conn = self._connect("notify", "-c synchronous_commit=off")
-                conn.execute(*notify)
+                conn.execute(*_engine("notify", channel=self._channel, payload=payload))
                 last = time.monotonic()
                 backoff = BACKOFF_FIRST_S
             except psycopg.Error as exc:
@@ -406,9 +415,9 @@ class NotifyRelay:
             try:
                 with self._connect("listen") as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    self.listening.set()
                     backoff = BACKOFF_FIRST_S
                     waker.notify(local_only=True)  # re-check what arrived while nobody listened
+                    self.listening.set()
                     self._pump(conn, waker)
             except (psycopg.Error, OSError) as exc:
                 if not self._closed.is_set():
@@ -429,8 +438,17 @@ class NotifyRelay:
                 return
             if not readable:
                 conn.execute("SELECT 1")  # a silent connection: prove it is alive
-            if any(n.payload != self._token for n in conn.notifies(timeout=0)):
-                waker.notify(local_only=True)
+            keys: frozenset[str] | None = frozenset()
+            woken = False
+            for n in conn.notifies(timeout=0):
+                token, theirs = decode_wake(n.payload)
+                if token == self._token:
+                    continue  # our own echo: this process woke its waiters already
+                woken = True
+                keys = None if theirs is None or keys is None else keys | theirs
+            if woken:
+                # `keys` already holds READERS where readers should wake (Waker.notify added it).
+                waker.notify(local_only=True, work=keys, reads=False)
 
     def _connect(self, role: str, options: str = "") -> psycopg.Connection[Any]:
         return psycopg.connect(
@@ -462,6 +480,26 @@ def _for_role(conninfo: str, role: str, schema: str | None, options: str = "") -
     if options:
         params["options"] = f"{params.get('options') or ''} {options}".strip()
     return make_conninfo("", **params)
+
+
+#: A NOTIFY payload is at most 8000 bytes; a burst whose keys would not fit says "anything".
+MAX_WAKE_PAYLOAD = 7000
+
+
+def encode_wake(token: str, keys: frozenset[str] | None) -> str:
+    """`token` alone (anything may have changed) or `token` and the keys, one per line."""
+    if keys is None:
+        return token
+    payload = "\n".join([token, "", *sorted(keys)])
+    return payload if len(payload) <= MAX_WAKE_PAYLOAD else token
+
+
+def decode_wake(payload: str) -> tuple[str, frozenset[str] | None]:
+    """(sender token, keys or None): a payload from an older sender (a bare token) is None."""
+    token, sep, rest = payload.partition("\n")
+    if not sep:
+        return token, None
+    return token, frozenset(k for k in rest.split("\n") if k)
 
 
 def _engine(name: str, **params: Any) -> tuple[str, dict[str, Any]]:

@@ -142,7 +142,8 @@ class SqlStore:
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
                 ids[i] = row["id"]
-        self.waker.notify(work=[work_key(ns, queue)])  # only this queue's claim polls re-read
+        # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
+        self.waker.notify(work=[work_key(ns, queue)], reads=False)
         return ids
 
     def _queue_for_submit(self, tx: Transaction, ns: str, queue: str, now: float) -> QueueInfo:
@@ -244,8 +245,10 @@ class SqlStore:
                 expired = self._sweep(tx, now)
             resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
             rows = self._claim_rows(tx, resolved, temperature, params, limit)
-        if expired or rows:  # a claim makes room that a blocked submit may be waiting for
-            self.waker.notify(work=None if expired else ())
+        if expired:  # the sweep may have requeued or ended anything
+            self.waker.notify()
+        elif rows:  # room that a blocked submit may wait for; nothing ended, nothing to read
+            self.waker.notify(work=(), reads=False)
         return [_claim(row) for row in rows]
 
     def _claim_rows(

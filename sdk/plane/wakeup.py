@@ -34,7 +34,8 @@ _ABSTRACT_SOCKETS: bool = sys.platform == "linux"
 class Relay(Protocol):
     """Carries wake-ups to other processes: `CrossProcessWaker` here, LISTEN/NOTIFY in postgres."""
 
-    def send(self) -> None: ...
+    def send(self, keys: frozenset[str] | None = None) -> None:
+        """Tell the other processes; `keys` as `Waker.notify` computed them (None: anything)."""
 
     def listen(self, waker: Waker) -> None: ...
 
@@ -61,7 +62,13 @@ class Waker:
     def generation(self) -> int:
         return self._generation
 
-    def notify(self, *, local_only: bool = False, work: Iterable[str] | None = None) -> None:
+    def notify(
+        self,
+        *,
+        local_only: bool = False,
+        work: Iterable[str] | None = None,
+        reads: bool = True,
+    ) -> None:
         """Wake every waiter in this process, and (unless local_only) in the others.
 
         `work` says where claimable work may have appeared: the keys (`work_key`) of a submit,
@@ -69,8 +76,12 @@ class Waker:
         one that may bring any (a requeue, a queue reopened, another process's commit). An
         async waiter that asked for work under some keys is left asleep when none came there:
         500 idle claim long-polls must not all re-read the store on every commit.
+
+        `reads=False` says the change ended no invocation and posted no frame (a submit, a
+        claim): readers waiting on a result or a journal (`READERS`) sleep through it, so a
+        `q.call` waiting for its result is not woken when a worker merely claims the job.
         """
-        keys = None if work is None else frozenset(work)
+        keys = None if work is None else frozenset(work) | (_READS if reads else frozenset())
         with self._cond:
             self._generation += 1
             if keys is None:
@@ -89,7 +100,7 @@ class Waker:
                 loop.call_soon_threadsafe(_resolve, fut)
         if not local_only:
             for relay in self._relays:
-                relay.send()
+                relay.send(keys)
 
     def listen(self) -> None:
         """Start receiving other processes' wake-ups (idempotent).
@@ -151,6 +162,12 @@ class Waker:
         self._relays.clear()
 
 
+#: The interest of a reader (a result, a journal): woken only by changes that may end an
+#: invocation or post a frame. No queue key can collide with it (names have no '*').
+READERS = "*readers"
+_READS = frozenset({READERS})
+
+
 def work_key(namespace: str, queue: str) -> str:
     """The key a submit notifies and a claim long-poll on that queue waits for."""
     return f"{namespace}/{queue}"
@@ -179,7 +196,8 @@ class CrossProcessWaker:
 
     # -- the writer side ---------------------------------------------------------------------
 
-    def send(self) -> None:
+    def send(self, keys: frozenset[str] | None = None) -> None:
+        """One byte to every other process: a waiter there re-checks (keys are not carried)."""
         for marker, address in self._current_peers():
             if address == self._own:
                 continue

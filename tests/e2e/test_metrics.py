@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.plane.dispatch import open_store
-from dreamlake.lakeshore.types import SubmitRequest
+from dreamlake.lakeshore.types import Ack, SubmitRequest
 
 WAIT_S = 10.0
 
@@ -85,6 +85,29 @@ def test_metrics_count_known_traffic(server, tenant):
     assert value(m, "lakeshore_queue_events_total", **work, kind="created") == 1
     # a lifecycle event is not a controller decision
     assert value(m, "lakeshore_controller_decisions_total", **work, decision="created") == 0
+
+
+def test_batch_claims_and_acks_are_counted_like_single_ones(server, tenant):
+    ns = tenant.namespace
+    plane = HttpDispatch(server.url, token=tenant.token, namespace=ns)
+    try:
+        plane.submit("batch", [SubmitRequest(payload=b"\x90") for _ in range(5)])
+        claims = plane.claim_many(["batch"], worker="w", limit=4, wait_s=WAIT_S)
+        assert len(claims) == 4
+        forged = Ack(claims[3].id, "f" * 32, None)
+        errors = plane.ack_many([Ack(c.id, c.lease, None) for c in claims[:3]] + [forged])
+        assert errors[:3] == [None] * 3 and errors[3] is not None
+    finally:
+        plane.close()
+
+    m = scrape(server.url)
+    batch = {"namespace": ns, "queue": "batch"}
+    assert value(m, "lakeshore_claims_total", **batch) == 4
+    assert value(m, "lakeshore_submit_to_start_seconds_count", **batch) == 4
+    assert (
+        value(m, "lakeshore_completions_total", **batch, state="succeeded") == 3
+    )  # not the forged
+    assert value(m, "lakeshore_end_to_end_seconds_count", **batch) == 3
 
 
 def test_health_and_readiness_need_no_token(server):

@@ -470,3 +470,27 @@ def test_result_wait_on_a_batch_is_400_and_submits_nothing(api, ns):
 
     assert status == 400 and "result_wait" in body["error"]["message"]
     assert api.call("GET", ns("/queues/jobs/count"))[1] == {"count": 0}
+
+
+def test_a_claim_whose_client_hung_up_goes_back_to_the_queue_at_once(api, ns, server, tenant):
+    """The long-poll wakes with work, sees its caller gone, and releases the claim instead of
+    leaving the job to a lease nobody renews (60 s here)."""
+    import httpx
+
+    hung = httpx.Client(headers={"authorization": f"Bearer {tenant.token}"})
+    with pytest.raises(httpx.ReadTimeout):
+        hung.post(
+            f"{server.url}{ns('/claims')}",
+            json={"queues": ["jobs"], "worker": "gone", "wait": 30},
+            timeout=0.5,
+        )
+    hung.close()  # the server sees the connection drop while the long-poll is held
+
+    inv = _submit(api, ns)
+
+    deadline = time.monotonic() + 10
+    claim = None
+    while claim is None and time.monotonic() < deadline:
+        claim = _claim(api, ns, wait=1)
+    assert claim is not None and claim["id"] == inv
+    assert claim["attempt"] == 1  # the released claim spent no attempt

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -343,3 +344,36 @@ def test_a_non_durable_transaction_turns_synchronous_commit_off_for_itself_only(
 
     assert inside["synchronous_commit"] == "off"
     assert after["synchronous_commit"] == "on"
+
+
+def test_wake_payloads_round_trip_and_fall_back_to_anything() -> None:
+    from dreamlake.lakeshore.plane.postgres import MAX_WAKE_PAYLOAD, decode_wake, encode_wake
+
+    keys = frozenset({"ns/a", "ns/b", "*readers"})
+    assert decode_wake(encode_wake("tok", keys)) == ("tok", keys)
+    assert decode_wake(encode_wake("tok", frozenset())) == ("tok", frozenset())
+    assert decode_wake(encode_wake("tok", None)) == ("tok", None)
+    assert decode_wake("tok") == ("tok", None)  # an older sender: anything may have changed
+    many = frozenset(f"ns/queue-{i}" for i in range(MAX_WAKE_PAYLOAD // 8))
+    assert decode_wake(encode_wake("tok", many)) == ("tok", None)  # too long for one NOTIFY
+
+
+def test_another_replicas_commit_wakes_only_the_waiters_it_concerns(url: str) -> None:
+    """The NOTIFY names the queues a commit brought work to: a replica's idle claims on other
+    queues sleep through it, as they would through a commit of their own replica."""
+    with dls.Dispatch(url) as here, dls.Dispatch(url) as there:
+        waker = here.store.waker
+        waker.listen()
+        assert connector_of(here).relay.listening.wait(DEADLINE_S)
+        gen = waker.generation
+
+        dls.SyncQueue("busy", dispatch=there).submit(1)
+
+        deadline = time.monotonic() + DEADLINE_S
+        while waker.generation == gen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waker.generation != gen, "no NOTIFY arrived"
+        ns = here.namespace
+        assert waker.work_since(gen, [f"{ns}/busy"])
+        assert not waker.work_since(gen, [f"{ns}/idle"])
+        assert not waker.work_since(gen, ["*readers"])  # a submit ends nothing

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from dreamlake.lakeshore.daemon import acks as acks_module
 from dreamlake.lakeshore.daemon.acks import MAX_ACK_BYTES, MAX_ACKS, AckQueue
 from dreamlake.lakeshore.types import Claim
 
@@ -66,3 +69,20 @@ def test_close_ends_the_sender_after_the_queue_empties() -> None:
     thread.join(5)
 
     assert not thread.is_alive() and taken == [1]
+
+
+def test_a_busy_daemon_lets_a_batch_gather_company_and_an_idle_one_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(acks_module, "ACK_LINGER_S", 60.0)  # only company ends the wait here
+    acks = AckQueue()
+    acks.put(_claim(0), None)
+    threading.Timer(0.01, acks.put, args=(_claim(1), None)).start()
+
+    # Busy while fewer than two wait: the batch holds for the second one, then goes.
+    busy = acks.take(busy=lambda: len(acks._items) < 2)
+    assert busy is not None and [a.id for _, a in busy] == ["id0", "id1"]
+
+    acks.put(_claim(2), None)
+    idle = acks.take(busy=lambda: False)  # nothing else running: at once
+    assert idle is not None and [a.id for _, a in idle] == ["id2"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamlake.lakeshore.plane.wakeup import CrossProcessWaker, Waker
+from dreamlake.lakeshore.plane.wakeup import READERS, CrossProcessWaker, Waker
 
 
 @pytest.fixture
@@ -129,6 +129,32 @@ def test_a_claim_waiter_sleeps_through_wake_ups_that_bring_no_work_to_its_queues
     assert waker.work_since(0, ["ns/b"]) and not waker._interest
 
 
+def test_a_result_waiter_sleeps_through_submits_and_claims(waker: Waker) -> None:
+    """A `q.call` waiting for its result is woken by the ack, not by the claim before it."""
+
+    async def main() -> list[bool]:
+        gen = waker.generation
+        reader = asyncio.create_task(waker.wait_async(gen, timeout=0.3, work=[READERS]))
+        admission = asyncio.create_task(waker.wait_async(gen, timeout=10.0))
+        await asyncio.sleep(0)
+        waker.notify(work=["ns/a"], reads=False)  # a submit
+        waker.notify(work=(), reads=False)  # a claim: room for a blocked submit
+        results = [await admission, await reader]  # the reader times out: False
+        gen = waker.generation
+        reader = asyncio.create_task(waker.wait_async(gen, timeout=10.0, work=[READERS]))
+        await asyncio.sleep(0)
+        waker.notify(work=())  # an ack or a frame
+        results.append(await reader)
+        # A read-worthy change before the wait started counts at once; a claim does not.
+        results.append(await waker.wait_async(gen, timeout=10.0, work=[READERS]))
+        gen = waker.generation
+        waker.notify(work=(), reads=False)
+        results.append(await waker.wait_async(gen, timeout=0.2, work=[READERS]))
+        return results
+
+    assert asyncio.run(main()) == [True, False, True, True, False]
+
+
 # -- across processes -------------------------------------------------------------------------
 
 SENDER = """
@@ -206,7 +232,7 @@ def test_a_dead_process_marker_is_removed(tmp_path: Path) -> None:
     directory = tmp_path / "wake"
     code = (
         "import sys, os\nfrom pathlib import Path\n"
-        "from dreamlake.lakeshore.plane.wakeup import CrossProcessWaker, Waker\n"
+        "from dreamlake.lakeshore.plane.wakeup import READERS, CrossProcessWaker, Waker\n"
         "w = Waker(); r = CrossProcessWaker(Path(sys.argv[1])); r.listen(w)\n"
         "os._exit(0)  # dies without closing: its marker stays behind\n"
     )

@@ -1,0 +1,174 @@
+"""3. Payload cost: a numpy array as payload and as result, through an echo, one worker.
+
+`q.call(array)` where the worker returns its argument, so the array crosses twice. Lakeshore
+over HTTP (a `lakeshore server` on SQLite, one `lakeshore-daemon` running `bench.tasks:noop`):
+inline (the inline limit raised above the array, so the bytes ride in the requests and the
+row) and spilled (the default: above 256 KiB the value goes to storage, here a file:// folder
+on this box, and the row carries a ref). 64 MiB cannot ride inline over HTTP (the server's body
+limit is 64 MiB): spilled only. Peers with their default serializers: RQ (pickle through Redis)
+and Ray (its object store). Celery and Dramatiq serialize with JSON by default, which cannot
+carry an ndarray: they are listed as left out, with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore import spill
+
+from .common import REDIS_URL, Measurement, Settings, bin_path, clean_env, log_dir, pct, process
+from .lakeshore_runs import FULL, daemons, server
+
+SIZES = {"1 MiB": 1 << 20, "64 MiB": 64 << 20}
+#: Round trips per repetition (64 MiB ones take a while on every system).
+CALLS = {"1 MiB": 30, "64 MiB": 5}
+QUICK_CALLS = {"1 MiB": 10, "64 MiB": 2}
+#: The inline limit for the "inline" runs: above any array here.
+INLINE_ALL = 256 << 20
+
+
+def array(size: int) -> np.ndarray:
+    return np.arange(size // 4, dtype=np.float32)
+
+
+def _calls(s: Settings, label: str) -> int:
+    return (QUICK_CALLS if s.quick else CALLS)[label]
+
+
+def _timed(call: Callable[[np.ndarray], Any], data: np.ndarray, n: int) -> list[float]:
+    """Latencies in ms of n echo round trips, after one warm-up; checks what came back."""
+    back = call(data)
+    assert np.array_equal(back, data), "the echo changed the array"
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call(data)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def _rows(
+    system: str, label: str, reps: list[list[float]], dur: str, note: str
+) -> list[Measurement]:
+    n = min(len(r) for r in reps)
+    return [
+        Measurement(
+            "payload", f"p50, {label}", system, [pct(r, 50) for r in reps], "ms", dur, note, n
+        )
+    ]
+
+
+# -- Lakeshore ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _lakeshore(home: Path, inline: bool) -> Iterator[dls.SyncQueue]:
+    storage = f"file://{home / 'storage'}"
+    env = {"LAKESHORE_STORAGE": storage}
+    if inline:
+        env["LAKESHORE_INLINE_LIMIT"] = str(INLINE_ALL)
+    spill.configure(inline_limit=INLINE_ALL if inline else None, storage=storage)
+    try:
+        with (
+            server(home / "srv", str(home / "srv" / "lakeshore.db")) as (url, token, _),
+            daemons(1, "payload", home=home, url=url, token=token, env=env),
+            dls.HttpDispatch(url, token=token, timeout_s=120) as plane,
+        ):
+            q = dls.SyncQueue("payload", dispatch=plane)
+            q.call(0, timeout=90)  # the daemon is up
+            yield q
+    finally:
+        spill.configure()
+
+
+def lakeshore(s: Settings) -> list[Measurement]:
+    out: list[Measurement] = []
+    for inline in (True, False):
+        mode = "inline" if inline else "spilled (file:// storage)"
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-payload-") as tmp,
+            _lakeshore(Path(tmp), inline) as q,
+        ):
+            for label, size in SIZES.items():
+                if inline and size >= 64 << 20:
+                    continue  # above the server's body limit: spilled only
+                data = array(size)
+                reps = [
+                    _timed(lambda a: q.call(a, timeout=120), data, _calls(s, label))
+                    for _ in range(s.reps)
+                ]
+                out += _rows(f"lakeshore http (sqlite), {mode}", label, reps, FULL, "one daemon")
+    return out
+
+
+# -- peers ----------------------------------------------------------------------------------------
+
+
+def rq(s: Settings) -> list[Measurement]:
+    from redis import Redis
+    from rq import Queue
+
+    from .peers.rq_tasks import echo
+
+    conn = Redis.from_url(REDIS_URL)
+    conn.flushdb()
+    queue = Queue("payload", connection=conn)
+    argv = [bin_path("rq"), "worker", "-u", REDIS_URL, "-w", "rq.worker.SimpleWorker", "-q"]
+    argv.append("payload")
+
+    def call(a: np.ndarray) -> Any:
+        job = queue.enqueue(echo, a)
+        res = job.latest_result(timeout=120)
+        assert res is not None and res.type == res.Type.SUCCESSFUL, res
+        return res.return_value
+
+    out: list[Measurement] = []
+    with process(argv, log_dir() / "rq-payload.log", clean_env(BENCH_REDIS_URL=REDIS_URL)):
+        for label, size in SIZES.items():
+            data = array(size)
+            reps = [_timed(call, data, _calls(s, label)) for _ in range(s.reps)]
+            out += _rows("rq (SimpleWorker)", label, reps, "Redis, no persistence", "pickle")
+    conn.flushdb()
+    return out
+
+
+def ray(s: Settings) -> list[Measurement]:
+    """In a child interpreter, as the RPC figures are (its local cluster dies with it)."""
+    try:
+        import ray as _ray  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"ray is not installed here ({exc})") from exc
+    calls = {label: _calls(s, label) for label in SIZES}
+    args = json.dumps({"sizes": SIZES, "calls": calls, "reps": s.reps})
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.peers.ray_run", "payload", args],
+        env=clean_env(RAY_DEDUP_LOGS="0"),
+        capture_output=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ray run failed: {done.stderr.decode(errors='replace')[-2000:]}")
+    data = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    out: list[Measurement] = []
+    for label, reps in data.items():
+        out += _rows("ray (local tasks)", label, reps, "in-memory object store", "object store")
+    return out
+
+
+def left_out() -> dict[str, str]:
+    """Peers this suite cannot run, and why (shown under the table)."""
+    reason = "its default serializer is JSON, which cannot carry a numpy array"
+    return {"celery (payload)": reason, "dramatiq (payload)": reason}
