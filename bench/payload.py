@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +27,7 @@ from dreamlake.lakeshore import spill
 
 from .common import REDIS_URL, Measurement, Settings, bin_path, clean_env, log_dir, pct, process
 from .lakeshore_runs import FULL, daemons, server
+from .peers.runs import ray_child
 
 SIZES = {"1 MiB": 1 << 20, "64 MiB": 64 << 20}
 #: Round trips per repetition (64 MiB ones take a while on every system).
@@ -46,15 +45,23 @@ def _calls(s: Settings, label: str) -> int:
     return (QUICK_CALLS if s.quick else CALLS)[label]
 
 
+#: A repetition stops after this long once it has two round trips (a slow peer's 64 MiB call
+#: takes many seconds; two of them are enough for its median).
+REP_CAP_S = 10.0
+
+
 def _timed(call: Callable[[np.ndarray], Any], data: np.ndarray, n: int) -> list[float]:
-    """Latencies in ms of n echo round trips, after one warm-up; checks what came back."""
+    """Latencies in ms of up to n echo round trips, after one warm-up; checks what came back."""
     back = call(data)
     assert np.array_equal(back, data), "the echo changed the array"
-    out = []
+    out: list[float] = []
+    deadline = time.monotonic() + REP_CAP_S
     for _ in range(n):
         start = time.perf_counter()
         call(data)
         out.append((time.perf_counter() - start) * 1000)
+        if len(out) >= 2 and time.monotonic() > deadline:
+            break
     return out
 
 
@@ -144,24 +151,9 @@ def rq(s: Settings) -> list[Measurement]:
 
 
 def ray(s: Settings) -> list[Measurement]:
-    """In a child interpreter, as the RPC figures are (its local cluster dies with it)."""
-    try:
-        import ray as _ray  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(f"ray is not installed here ({exc})") from exc
+    """In a child interpreter, as the RPC figures are."""
     calls = {label: _calls(s, label) for label in SIZES}
-    args = json.dumps({"sizes": SIZES, "calls": calls, "reps": s.reps})
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.peers.ray_run", "payload", args],
-        env=clean_env(RAY_DEDUP_LOGS="0"),
-        capture_output=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parents[1],
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"ray run failed: {done.stderr.decode(errors='replace')[-2000:]}")
-    data = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    data = ray_child("payload", json.dumps({"sizes": SIZES, "calls": calls, "reps": s.reps}))
     out: list[Measurement] = []
     for label, reps in data.items():
         out += _rows("ray (local tasks)", label, reps, "in-memory object store", "object store")

@@ -435,23 +435,15 @@ async def _arq_fanout(
 # -- Ray ------------------------------------------------------------------------------------------
 
 
-def ray(s: Settings) -> list[Measurement]:
-    """Ray runs in a child interpreter (its local cluster is torn down with it)."""
+def ray_child(*args: str) -> Any:
+    """Run `bench.peers.ray_run` with `args` in its own interpreter (its local cluster is torn
+    down with it); the JSON of its last output line."""
     try:
         import ray as _ray  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"ray is not installed here ({exc})") from exc
-    args = json.dumps(
-        {
-            "calls": s.calls,
-            "jobs": s.jobs,
-            "reps": s.reps,
-            "cap": s.rpc_cap_s,
-            "warmup": s.warmup_calls,
-        }
-    )
     done = subprocess.run(
-        [sys.executable, "-m", "bench.peers.ray_run", args],
+        [sys.executable, "-m", "bench.peers.ray_run", *args],
         env=clean_env(RAY_DEDUP_LOGS="0"),
         capture_output=True,
         timeout=600,
@@ -460,7 +452,18 @@ def ray(s: Settings) -> list[Measurement]:
     )
     if done.returncode != 0:
         raise RuntimeError(f"ray run failed: {done.stderr.decode(errors='replace')[-2000:]}")
-    data = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+def ray(s: Settings) -> list[Measurement]:
+    args = {
+        "calls": s.calls,
+        "jobs": s.jobs,
+        "reps": s.reps,
+        "cap": s.rpc_cap_s,
+        "warmup": s.warmup_calls,
+    }
+    data = ray_child(json.dumps(args))
     system, dur = "ray (local tasks)", "in-memory object store"
     out = rpc_measurements(system, data["rpc"], dur, "num_cpus=1")
     out += _fanout_rows(system, data["submit"], data["complete"], s.jobs, dur, "num_cpus=2")
