@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import http.server
 import threading
 from collections.abc import Iterator
@@ -90,3 +91,23 @@ def test_only_plain_http_without_a_proxy_takes_the_lean_path(
     assert not http11.usable("http://cp.example.com:8765")
     monkeypatch.setenv("no_proxy", "cp.example.com")
     assert http11.usable("http://cp.example.com:8765")
+
+
+def test_a_thread_that_ends_takes_its_connection_with_it(server: _Server) -> None:
+    host, port = server.server_address[:2]
+    conns = http11.Connections(f"http://{host}:{port}", {})
+    try:
+        workers = [
+            threading.Thread(target=conns.request, args=("POST", "/", b"x", None, 5.0))
+            for _ in range(5)
+        ]
+        for t in workers:
+            t.start()
+            t.join()
+        gc.collect()
+        assert len(conns._all) == 0  # nothing holds the dead threads' connections open
+        conns.request("POST", "/", b"x", None, 5.0)
+        assert len(conns._all) == 1
+    finally:
+        conns.close()
+    assert len(conns._all) == 0
