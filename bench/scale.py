@@ -111,40 +111,14 @@ def _measure(
         def probe(label: str) -> None:
             lat = rpc_loop(lambda i: q.call(i, timeout=10), calls, s.rpc_cap_s, 20)
             claims = claim_latencies(plane, min(calls, 300))
-            note = "claim on a queue with work"
+            figures = [
+                (f"q.call p50, {label}", pct(lat, 50), "", len(lat)),
+                (f"q.call p99, {label}", pct(lat, 99), "", len(lat)),
+                (f"claim p99, {label}", pct(claims, 99), "claim on a queue with work", len(claims)),
+            ]
             out.extend(
-                [
-                    Measurement(
-                        "scale",
-                        f"q.call p50, {label}",
-                        system,
-                        [pct(lat, 50)],
-                        "ms",
-                        dur,
-                        "",
-                        len(lat),
-                    ),
-                    Measurement(
-                        "scale",
-                        f"q.call p99, {label}",
-                        system,
-                        [pct(lat, 99)],
-                        "ms",
-                        dur,
-                        "",
-                        len(lat),
-                    ),
-                    Measurement(
-                        "scale",
-                        f"claim p99, {label}",
-                        system,
-                        [pct(claims, 99)],
-                        "ms",
-                        dur,
-                        note,
-                        len(claims),
-                    ),
-                ]
+                Measurement("scale", metric, system, [value], "ms", dur, note, count)
+                for metric, value, note, count in figures
             )
 
         probe("alone")

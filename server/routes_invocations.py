@@ -139,8 +139,7 @@ async def claim(call: Call) -> dict[str, Any]:
     got = await wait_until(call.store, fetch, bool, wait_s, call.request, work=work)
     if got and await hung_up(call.request):
         # Nobody will read these claims: give them back now rather than after the lease runs out.
-        for c in got:
-            await call.run(call.store.release, c.id, c.lease)
+        await call.run(lambda: [call.store.release(c.id, c.lease) for c in got])
         got = []
     if batch:
         return {"claims": got}

@@ -168,17 +168,17 @@ class Dispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
     ) -> Claim | None:
-        def fetch() -> Claim | None:
-            return self.store.claim(
-                self.namespace,
-                queues,
-                worker=worker,
-                lease_s=lease_s,
-                kind=kind,
-                temperature=temperature,
-            )
-
-        return self._wait_for(fetch, lambda c: c is not None, wait_s)
+        """The next job or None: `claim_many` of one (one code path, one wire form)."""
+        got = self.claim_many(
+            queues,
+            worker=worker,
+            limit=1,
+            lease_s=lease_s,
+            kind=kind,
+            temperature=temperature,
+            wait_s=wait_s,
+        )
+        return got[0] if got else None
 
     def claim_many(
         self,

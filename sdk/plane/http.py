@@ -326,20 +326,17 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
     ) -> Claim | None:
-        def once(wait: float) -> Claim | None:
-            body = {
-                "queues": list(queues),
-                "worker": worker,
-                "lease_s": lease_s,
-                "kind": kind,
-                "temperature": temperature,
-                "wait": wait,
-            }
-            data = self._request("POST", "/claims", body, wait_s=wait)
-            claim = data["claim"]
-            return _record(Claim, claim) if claim is not None else None
-
-        return self._long_poll(wait_s, once, lambda c: c is not None)
+        """The next job or None: `claim_many` of one (one code path, one wire form)."""
+        got = self.claim_many(
+            queues,
+            worker=worker,
+            limit=1,
+            lease_s=lease_s,
+            kind=kind,
+            temperature=temperature,
+            wait_s=wait_s,
+        )
+        return got[0] if got else None
 
     def claim_many(
         self,

@@ -191,22 +191,6 @@ class SqlStore:
 
     # -- claim and settle ---------------------------------------------------------------------
 
-    def claim(
-        self,
-        ns: str,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float,
-        kind: str | None = None,
-        temperature: float = 1.0,
-    ) -> Claim | None:
-        """Hand the next job in `kind` order to `worker`, or None; exactly one worker wins."""
-        got = self.claim_many(
-            ns, queues, worker=worker, lease_s=lease_s, limit=1, kind=kind, temperature=temperature
-        )
-        return got[0] if got else None
-
     def claim_many(
         self,
         ns: str,
@@ -218,7 +202,7 @@ class SqlStore:
         kind: str | None = None,
         temperature: float = 1.0,
     ) -> list[Claim]:
-        """Up to `limit` jobs in `kind` order, each with its own lease, in one transaction.
+        """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
 
         One commit for the batch is the point: a daemon that prefetches pays one durable write
         per batch instead of one per job. Each job is picked as a single claim would pick it,
