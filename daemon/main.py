@@ -8,9 +8,6 @@ and LAKESHORE_NAMESPACE like every other Lakeshore command.
 
 from __future__ import annotations
 
-import os
-import re
-import socket
 import sys
 from pathlib import Path
 
@@ -19,19 +16,11 @@ import click
 from .. import __version__, signing
 from ..cli.context import open_plane, plane_options
 from ..errors import DispatchError
-from ..types import DEFAULT_QUEUE, MAX_NAME_LENGTH, NAME_PATTERN, check_name
+from ..types import DEFAULT_QUEUE, check_name
+from ..worker import default_name
 from . import log
 from .systemd import Notifier
 from .worker import EXIT_CONFIG, Daemon, DaemonConfig
-
-
-def default_name(host: str | None = None, pid: int | None = None) -> str:
-    """`<hostname>-<pid>`, folded into the worker-name alphabet (^[a-z0-9][a-z0-9-]*$)."""
-    host = (host if host is not None else socket.gethostname()).split(".")[0].lower()
-    host = re.sub(r"[^a-z0-9-]+", "-", host).strip("-") or "worker"
-    suffix = f"-{pid if pid is not None else os.getpid()}"
-    name = host[: MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
-    return name if NAME_PATTERN.match(name) else f"worker{suffix}"
 
 
 def _labels(values: tuple[str, ...]) -> dict[str, str]:

@@ -32,17 +32,23 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from ..types import Claim
+from ..work.slot import (
+    DEADLINE_WAIT_CHUNK_S,
+    AbortReason,
+    JobSink,
+    Outcome,
+    abort_error,
+    crash_outcome,
+    format_failure,
+    summarise_failure,
+)
 from .inventory import Gpu
 from .log import get_logger
-
-OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost"]
-AbortReason = Literal["killed", "release", "lost"]
 
 #: How long a fresh child may take to import and report ready (cold NFS homes are slow).
 CHILD_START_TIMEOUT_S = 120.0
@@ -57,28 +63,6 @@ FRAME_BATCH = 256
 
 class ChildFailed(RuntimeError):
     """A slot's child could not start (bad --handler, broken environment)."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How an attempt ended, as the slot saw it; the daemon turns it into a settle."""
-
-    kind: OutcomeKind
-    result: bytes | None = None
-    error: str = ""
-    #: One line for the log (the exception type and message); `error` is what the row keeps.
-    summary: str = ""
-
-
-class JobSink(Protocol):
-    """The daemon's side: the only place frames and settles reach the plane."""
-
-    def post_frames(self, claim: Claim, frames: Sequence[bytes]) -> bool:
-        """Post VALUE frames in order; False when the lease is gone (stop the job)."""
-
-    def settle(self, claim: Claim, outcome: Outcome) -> None: ...
-
-    def slot_free(self, slot: Slot) -> None: ...
 
 
 # -- the child ----------------------------------------------------------------------------------
@@ -135,26 +119,6 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             conn.send(reply)
         except OSError:
             return
-
-
-def format_failure(exc: BaseException) -> str:
-    """The traceback from the job's own code down: Lakeshore's frames above it are noise.
-
-    A failure with no user frame at all (a shell command's non-zero exit) is just its message.
-    """
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(_OWN_PACKAGE):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
-
-
-_OWN_PACKAGE = __name__.rsplit(".", 2)[0]  # dreamlake.lakeshore
-
-
-def summarise_failure(exc: BaseException) -> str:
-    """`ValueError: first line of the message`: one log field, not the whole traceback."""
-    message = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
 
 
 def _die_with_parent() -> None:
@@ -277,7 +241,7 @@ def describe_exit(exitcode: int | None) -> str:
 # -- the slot -------------------------------------------------------------------------------------
 
 
-class Slot:
+class ProcessSlot:
     """One unit of concurrency: a thread in the daemon that owns one warm child process.
 
     The slot thread is the only one that touches its child and the only one that settles its
@@ -394,7 +358,7 @@ class Slot:
                 claim = self._inbox.get()
                 if claim is None:
                     return
-                outcome = self._run(claim)
+                outcome = self._run_safely(claim)
                 # Free the slot before settling: the daemon's next claim for it then travels
                 # while this settle does, instead of after it (one round trip less per job).
                 # The next job waits in the inbox until this thread has settled this one.
@@ -423,6 +387,14 @@ class Slot:
         self._log.debug("slot.child_started", pid=child.pid)
         return child
 
+    def _run_safely(self, claim: Claim) -> Outcome:
+        """Whatever goes wrong around one job ends that attempt (counted), never the daemon."""
+        try:
+            return self._run(claim)
+        except Exception as exc:
+            self._log.error("slot.job_crashed", invocation=claim.id, error=repr(exc))
+            return self._retire(crash_outcome(exc))
+
     def _run(self, claim: Claim) -> Outcome:
         child = self._child
         if child is None or not child.alive():
@@ -436,7 +408,11 @@ class Slot:
             return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
         deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
         while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            timeout = (
+                None
+                if deadline is None
+                else min(DEADLINE_WAIT_CHUNK_S, max(0.0, deadline - time.monotonic()))
+            )
             ready = multiprocessing.connection.wait(
                 [child.conn, child.process.sentinel, self._wake_r], timeout
             )
@@ -449,7 +425,7 @@ class Slot:
                 reason, grace = abort
                 child.terminate(grace)
                 self._child = None
-                return Outcome(reason, error=_abort_error(reason))
+                return Outcome(reason, error=abort_error(reason))
             if deadline is not None and time.monotonic() >= deadline:
                 child.terminate(self.kill_grace_s)
                 self._child = None
@@ -477,10 +453,11 @@ class Slot:
             else:
                 text, summary = value
                 outcome = Outcome("error", error=str(text), summary=str(summary))
-        if frames and not self._sink.post_frames(claim, frames):
+        refused = self._sink.post_frames(claim, frames) if frames else None
+        if refused is not None:
             child.terminate(self.kill_grace_s)
             self._child = None
-            return Outcome("lost", error="lease lost while posting frames")
+            return refused
         if outcome is not None:
             return outcome
         if dead or (not child.alive() and not child.conn.poll()):
@@ -511,14 +488,6 @@ class Slot:
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 512):
                 pass
-
-
-def _abort_error(reason: AbortReason) -> str:
-    return {
-        "killed": "killed on request (cancel with kill=True)",
-        "release": "released unfinished: the daemon stopped before the job did",
-        "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
-    }[reason]
 
 
 def spawn_context() -> SpawnContext:

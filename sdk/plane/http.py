@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 import msgpack
 
-from ..errors import ERRORS_BY_CODE, DispatchError, InvalidArgument, QueueFullError
+from ..errors import ERRORS_BY_CODE, DispatchError, InvalidArgument, QueueFullError, Unavailable
 from ..types import (
     DEFAULT_NAMESPACE,
     Ack,
@@ -140,17 +140,14 @@ class HttpDispatch:
                     method, url + http11.query_string(params), content, headers, timeout
                 )
             except (OSError, http.client.HTTPException) as exc:
-                cause = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
-                raise DispatchError(
-                    f"cannot reach the control plane at {self.url}: {exc!r}"
-                ) from cause
+                raise Unavailable(f"cannot reach the control plane at {self.url}: {exc!r}") from exc
         else:
             try:
                 response = self._client.request(
                     method, url, content=content, headers=headers, params=params, timeout=timeout
                 )
             except httpx.HTTPError as exc:
-                raise DispatchError(f"cannot reach the control plane at {self.url}: {exc}") from exc
+                raise Unavailable(f"cannot reach the control plane at {self.url}: {exc}") from exc
             status = response.status_code
             content_type = response.headers.get("content-type", "")
             raw = response.content
@@ -177,8 +174,9 @@ class HttpDispatch:
     @staticmethod
     def _error(status: int, data: Any) -> DispatchError:
         err = data.get("error") if isinstance(data, dict) else None
-        if not isinstance(err, dict):
-            return DispatchError(f"control plane answered HTTP {status}")
+        if not isinstance(err, dict):  # a proxy's error page: a 502/503 is an outage
+            cls = Unavailable if status >= 500 else DispatchError
+            return cls(f"control plane answered HTTP {status}")
         message = str(err.get("message", f"HTTP {status}"))
         cls = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError)
         if cls is DispatchError:  # a code this client does not know: keep the HTTP status,

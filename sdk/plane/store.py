@@ -904,9 +904,14 @@ def _check_submit(req: SubmitRequest) -> None:
     if not isinstance(req.max_attempts, int) or not 1 <= req.max_attempts <= 1000:
         raise InvalidArgument(f"max_attempts must be an integer 1..1000, got {req.max_attempts!r}")
     if req.timeout_s is not None and (
-        not isinstance(req.timeout_s, (int, float)) or not req.timeout_s > 0
+        isinstance(req.timeout_s, bool)
+        or not isinstance(req.timeout_s, (int, float))
+        or not 0 < req.timeout_s < math.inf
     ):
-        raise InvalidArgument(f"timeout_s must be a positive number, got {req.timeout_s!r}")
+        raise InvalidArgument(
+            f"timeout_s must be a finite positive number of seconds (leave it out for no "
+            f"limit), got {req.timeout_s!r}"
+        )
 
 
 def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:

@@ -144,17 +144,17 @@ class PeerOps:
         return dls.run_worker(self.q(queue), once=once, burst=burst, handler=self.handler)
 
     def op_serve(self, queue: str, n: int = 1, wait: float = 20.0) -> int:
-        """Wait for and run `n` jobs of `queue` (a worker that blocks on the plane's wake-up)."""
-        from dreamlake.lakeshore.worker import run_claim
+        """Wait for and run `n` jobs of `queue` (a worker that blocks on the plane's wake-up),
+        giving up once none arrives for `wait` seconds."""
+        from dreamlake.lakeshore.worker import inline_worker
 
-        served = 0
-        for _ in range(n):
-            claim = self.plane.claim([queue], worker="peer", wait_s=wait)
-            if claim is None:
-                break
-            run_claim(self.plane, claim, self.handler)
-            served += 1
-        return served
+        core = inline_worker(
+            self.plane, [queue], burst=True, burst_wait_s=wait, max_jobs=n, handler=self.handler
+        )
+        core.run()
+        if core.fatal is not None:
+            raise core.fatal
+        return core.started_jobs
 
     def op_release(self, id: str, lease: str) -> bool:
         return self.plane.release(id, lease)

@@ -41,3 +41,35 @@ class Booby:
     def __reduce__(self) -> tuple[Any, ...]:
         code = f"import os\nwith open({self.marker!r}, 'w') as f:\n    f.write(str(os.getpid()))"
         return (exec, (code,))
+
+
+# -- poison: jobs that attack the daemon that runs them (test_poison_jobs.py) -------------------
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot even be rendered."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+def poison_handler(payload: Any) -> Any:
+    """The daemon's --handler for raw payloads: each `op` attacks it in its own way."""
+    op = payload.get("op") if isinstance(payload, dict) else None
+    if op == "unprintable":
+        raise Unprintable()
+    if op == "exit":
+        raise SystemExit(3)
+    if op == "interrupt":
+        raise KeyboardInterrupt
+    return {"echo": payload, "ppid": os.getppid()}
+
+
+def big_frame(size: int) -> Any:
+    """Yield one frame larger than the control plane accepts, then succeed (it must not)."""
+    yield b"x" * size
+    return "unreachable"
+
+
+def hard_exit(code: int) -> None:
+    os._exit(code)

@@ -18,10 +18,10 @@ import httpx
 import msgpack
 from history import Attempt, History
 
-from dreamlake.lakeshore.daemon.retry import is_transient
 from dreamlake.lakeshore.errors import DispatchError, LeaseLost
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.types import SubmitRequest
+from dreamlake.lakeshore.work.retry import is_transient
 
 RETRY_S = 0.05
 T = TypeVar("T")

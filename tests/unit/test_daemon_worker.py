@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore.daemon.slots import Outcome
 from dreamlake.lakeshore.daemon.worker import EXIT_CRASHED, EXIT_OK, Daemon, DaemonConfig
 from dreamlake.lakeshore.errors import LeaseLost
 from dreamlake.lakeshore.plane import Dispatch
+from dreamlake.lakeshore.work.slot import Outcome
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:

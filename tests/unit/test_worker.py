@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -338,3 +340,75 @@ def test_a_job_repr_does_not_show_its_lease(q: dls.SyncQueue) -> None:
 
     assert job is not None and job.lease
     assert job.lease not in repr(job)
+
+
+# -- the worker core under run_worker: what it shares with the daemon --------------------------
+
+
+def test_a_job_longer_than_its_lease_succeeds_on_attempt_one(q: dls.SyncQueue) -> None:
+    # Given a lease of 1 s and a body that runs 3 s: the core renews the lease while it runs.
+    inv = q.submit(dls.thunk(time.sleep, 3.0))
+
+    assert dls.run_worker(q, lease_s=1.0, burst=True) == 1
+
+    row = q.status(inv)
+    assert (row.state, row.attempt) == ("succeeded", 1)
+
+
+def test_a_kill_request_ends_a_running_job_as_killed(q: dls.SyncQueue) -> None:
+    inv = q.submit(dls.thunk(tick_forever))
+    worker = threading.Thread(target=dls.run_worker, args=(q,), kwargs={"once": True})
+    worker.start()
+    wait_until(lambda: q.status(inv).state == "running")
+
+    assert q.cancel(inv, kill=True)
+
+    worker.join(20)
+    assert not worker.is_alive()
+    assert q.status(inv).state == "killed"
+
+
+def test_a_timeout_ends_the_job_without_waiting_for_its_body(q: dls.SyncQueue) -> None:
+    inv = q.submit(dls.thunk(tick_forever), timeout_s=0.3)
+
+    assert dls.run_worker(q, once=True) == 1
+
+    assert q.status(inv).state == "timeout"
+
+
+def test_run_worker_refuses_a_payload_whose_signature_does_not_verify(q: dls.SyncQueue) -> None:
+    # Given a worker holding a key the plane did not sign with (it signed with none).
+    inv = q.submit(dls.thunk(operator.add, 1, 2))
+
+    assert dls.run_worker(q, once=True, signing_key=b"k" * 32) == 0
+
+    row = q.status(inv)
+    assert row.state == "failed" and "signature" in (row.error or "")
+
+
+def test_run_worker_registers_a_row_and_leaves_it_gone(d: dls.Dispatch, q: dls.SyncQueue) -> None:
+    stop = threading.Event()
+    worker = threading.Thread(target=dls.run_worker, args=(q,), kwargs={"stop": stop})
+    worker.start()
+    wait_until(lambda: [w.queues for w in d.workers()] == [["tutorial"]])
+
+    stop.set()
+
+    worker.join(20)
+    assert not worker.is_alive()
+    assert d.workers() == []  # marked gone on the way out
+
+
+def tick_forever() -> Iterator[int]:
+    n = 0
+    while True:
+        time.sleep(0.05)
+        yield n
+        n += 1
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

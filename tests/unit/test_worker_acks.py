@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from dreamlake.lakeshore.daemon import acks as acks_module
-from dreamlake.lakeshore.daemon.acks import MAX_ACK_BYTES, MAX_ACKS, AckQueue
 from dreamlake.lakeshore.types import Claim
+from dreamlake.lakeshore.work import acks as acks_module
+from dreamlake.lakeshore.work.acks import MAX_ACK_BYTES, MAX_ACKS, AckQueue
 
 
 def _claim(i: int) -> Claim:

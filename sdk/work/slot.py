@@ -1,0 +1,122 @@
+"""What a slot is to the worker core: one unit of concurrency that runs one job at a time.
+
+The core claims, renews, settles and drains; a slot only runs a body and reports how it ended.
+Two kinds exist: the daemon's process slots (daemon/slots.py: a warm child per slot, killable)
+and the inline slots of `run_worker` (inline.py: a thread per job in the calling process).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..types import Claim
+
+OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost"]
+AbortReason = Literal["killed", "release", "lost"]
+
+#: A wait on a job's deadline is cut into pieces no longer than this: select() and friends
+#: refuse timeouts past ~24.8 days (a C int of milliseconds), and a 30-day training run is a
+#: plausible `timeout_s`.
+DEADLINE_WAIT_CHUNK_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, as the slot saw it; the core turns it into a settle."""
+
+    kind: OutcomeKind
+    result: bytes | None = None
+    error: str = ""
+    #: One line for the log (the exception type and message); `error` is what the row keeps.
+    summary: str = ""
+
+
+class JobSink(Protocol):
+    """The core's side: the only place frames and settles reach the plane."""
+
+    def post_frames(self, claim: Claim, frames: Sequence[bytes]) -> Outcome | None:
+        """Post VALUE frames in order; the outcome that ends the job when one was refused."""
+
+    def settle(self, claim: Claim, outcome: Outcome) -> None: ...
+
+    def slot_free(self, slot: Slot) -> None: ...
+
+
+class Slot(Protocol):
+    """The slot side, called from the core's threads; only the slot's own thread settles."""
+
+    index: int
+    started: threading.Event
+    start_error: BaseException | None
+
+    def start(self, run_thread: Callable[[str, Callable[[], None]], threading.Thread]) -> None:
+        """Start the slot's thread through the core's watcher (a crash stops the worker)."""
+
+    def assign(self, claim: Claim) -> None: ...
+
+    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
+        """Ask the slot to end `inv_id` now; False if it is no longer the slot's job."""
+
+    def close(self) -> None:
+        """Let the slot's thread exit once its current job is done."""
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    @property
+    def claim(self) -> Claim | None: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+#: Builds slot `index` reporting to `sink`.
+SlotFactory = Callable[[int, JobSink], Slot]
+
+
+def format_failure(exc: BaseException) -> str:
+    """The traceback from the job's own code down: Lakeshore's frames above it are noise.
+
+    A failure with no user frame at all (a shell command's non-zero exit) is just its message.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(_OWN_PACKAGE):
+        tb = tb.tb_next
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+    except Exception:  # an exception whose __str__ raises still ends its job with a name
+        return f"{type(exc).__name__} (its message could not be rendered)"
+
+
+_OWN_PACKAGE = __name__.rsplit(".", 2)[0]  # dreamlake.lakeshore
+
+
+def summarise_failure(exc: BaseException) -> str:
+    """`ValueError: first line of the message`: one log field, not the whole traceback."""
+    try:
+        message = str(exc).strip().splitlines()
+    except Exception:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+
+
+def abort_error(reason: AbortReason) -> str:
+    return {
+        "killed": "killed on request (cancel with kill=True)",
+        "release": "released unfinished: the worker stopped before the job did",
+        "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
+    }[reason]
+
+
+def crash_outcome(exc: BaseException) -> Outcome:
+    """Anything that goes wrong around a job (not in it) ends that attempt, never the worker."""
+    return Outcome(
+        "error",
+        error=f"the worker could not run this job: {summarise_failure(exc)}",
+        summary=summarise_failure(exc),
+    )
