@@ -484,7 +484,10 @@ def _decode_bigint(data: bytes, allow_pickle: bool) -> int:
 
 def _unpickle(data: bytes, allow_pickle: bool, what: str) -> Any:
     if not allow_pickle:
-        raise DecodeError(f"refusing to unpickle a {what}: this decode does not allow pickles")
+        raise DecodeError(
+            f"refusing to unpickle a {what}: this reader decodes plain values only (a pickle "
+            "runs its writer's code; pass allow_pickle=True for a writer you trust)"
+        )
     try:
         return pickle.loads(data)
     except Exception as e:

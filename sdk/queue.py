@@ -59,10 +59,16 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def result_of(inv: Invocation) -> Any:
-    """Decode a terminal invocation's result, or raise what ended it."""
+def result_of(inv: Invocation, *, allow_pickle: bool = False) -> Any:
+    """Decode a terminal invocation's result, or raise what ended it.
+
+    A result is written by whichever worker held the lease, so by default it is decoded as plain
+    values only: a pickled result would run that worker's code in the reader (docs/security.md).
+    """
     if inv.state == "succeeded":
-        return spill.loads(inv.result) if inv.result is not None else None
+        if inv.result is None:
+            return None
+        return spill.loads(inv.result, allow_pickle=allow_pickle)
     raise DispatchError(
         f"invocation {inv.id} {inv.state}" + (f": {inv.error}" if inv.error else "")
     )
@@ -216,6 +222,9 @@ class SyncQueue:
     ) -> None:
         self.name = wire_name(name)
         self.kind = normalize_kind(kind)
+        #: Whether results, frames and topic values read through this handle may be unpickled
+        #: (thunks, udf envelopes): only for workers trusted with code. Per call: allow_pickle=.
+        self.allow_pickle = False
         self.temperature = check_temperature(temperature)
         self.priority_field = check_priority_field(priority_field)
         self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
@@ -411,14 +420,24 @@ class SyncQueue:
         ]
         return self.dispatch.submit(self.name, reqs)
 
-    def result(self, inv_id: str, *, timeout: float = 30.0) -> Any:
+    def result(
+        self, inv_id: str, *, timeout: float = 30.0, allow_pickle: bool | None = None
+    ) -> Any:
+        """The result, waiting up to `timeout`; plain values only unless `allow_pickle`
+        (default: this queue's `allow_pickle`) trusts the workers with code."""
         inv = self.dispatch.invocation(inv_id, wait_s=timeout)
         if not inv.terminal:
             raise TimeoutError(f"invocation {inv_id} still {inv.state} after {timeout}s")
-        return result_of(inv)
+        return result_of(inv, allow_pickle=self._pickles(allow_pickle))
 
     def call(
-        self, payload: Any = None, *, timeout: float = 30.0, block_s: float = 30.0, **kw: Any
+        self,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        block_s: float = 30.0,
+        allow_pickle: bool | None = None,
+        **kw: Any,
     ) -> Any:
         """Submit and wait for the result: one request over HTTP (submit-and-wait).
 
@@ -429,11 +448,27 @@ class SyncQueue:
         inv = self.dispatch.submit_and_wait(self.name, req, wait_s=timeout, block_s=block_s)
         if not inv.terminal:
             raise TimeoutError(f"invocation {inv.id} still {inv.state} after {timeout}s")
-        return result_of(inv)
+        return result_of(inv, allow_pickle=self._pickles(allow_pickle))
 
-    def stream(self, inv_id: str, *, since: int = -1, timeout: float = 30.0) -> Iterator[Any]:
+    def stream(
+        self,
+        inv_id: str,
+        *,
+        since: int = -1,
+        timeout: float = 30.0,
+        allow_pickle: bool | None = None,
+    ) -> Iterator[Any]:
         """Decoded VALUE frames after `since`, live; END stops, ERROR raises."""
-        return iter_frames(self.dispatch, inv_id, since=since, timeout=timeout)
+        return iter_frames(
+            self.dispatch,
+            inv_id,
+            since=since,
+            timeout=timeout,
+            allow_pickle=self._pickles(allow_pickle),
+        )
+
+    def _pickles(self, allow_pickle: bool | None) -> bool:
+        return self.allow_pickle if allow_pickle is None else allow_pickle
 
     def status(self, inv_id: str) -> Invocation:
         return self.dispatch.invocation(inv_id)
@@ -523,7 +558,7 @@ class SyncQueue:
         )
 
     def topic(self, name: str | None = None) -> Topic:
-        return Topic(self.dispatch, self.name, name)
+        return Topic(self.dispatch, self.name, name, allow_pickle=self.allow_pickle)
 
 
 class Queue:
@@ -570,16 +605,25 @@ class Queue:
     async def submit_many(self, payloads: Sequence[Any], **kw: Any) -> list[str]:
         return await asyncio.to_thread(self.sync.submit_many, payloads, **kw)
 
-    async def result(self, inv_id: str, *, timeout: float = 30.0) -> Any:
-        return await asyncio.to_thread(self.sync.result, inv_id, timeout=timeout)
+    async def result(
+        self, inv_id: str, *, timeout: float = 30.0, allow_pickle: bool | None = None
+    ) -> Any:
+        return await asyncio.to_thread(
+            self.sync.result, inv_id, timeout=timeout, allow_pickle=allow_pickle
+        )
 
     async def call(self, payload: Any = None, *, timeout: float = 30.0, **kw: Any) -> Any:
         return await asyncio.to_thread(self.sync.call, payload, timeout=timeout, **kw)
 
     async def stream(
-        self, inv_id: str, *, since: int = -1, timeout: float = 30.0
+        self,
+        inv_id: str,
+        *,
+        since: int = -1,
+        timeout: float = 30.0,
+        allow_pickle: bool | None = None,
     ) -> AsyncIterator[Any]:
-        frames = self.sync.stream(inv_id, since=since, timeout=timeout)
+        frames = self.sync.stream(inv_id, since=since, timeout=timeout, allow_pickle=allow_pickle)
         done = object()
         while True:
             value = await asyncio.to_thread(next, frames, done)

@@ -22,7 +22,12 @@ TOPIC_TIMEOUT_S = 5.0
 
 
 def iter_frames(
-    plane: Plane, channel: str, *, since: int = -1, timeout: float = 30.0
+    plane: Plane,
+    channel: str,
+    *,
+    since: int = -1,
+    timeout: float = 30.0,
+    allow_pickle: bool = False,
 ) -> Iterator[Any]:
     """Decoded VALUE frames after `since`; END stops, ERROR raises, silence raises TimeoutError.
 
@@ -50,7 +55,7 @@ def iter_frames(
             raise TimeoutError(f"no frame on '{channel}' after seq {cursor} for {timeout}s")
         for frame in frames:
             cursor = frame.seq
-            value = _value(frame)
+            value = _value(frame, allow_pickle)
             if value is _END:
                 return
             yield value
@@ -59,11 +64,18 @@ def iter_frames(
 _END = object()
 
 
-def _value(frame: Frame) -> Any:
+def _value(frame: Frame, allow_pickle: bool = False) -> Any:
+    """A frame's value; plain values only unless the reader trusts the writer with code."""
     if frame.kind == "VALUE":
-        return codec.decode(frame.value) if frame.value is not None else None
+        if frame.value is None:
+            return None
+        return codec.decode(frame.value, allow_pickle=allow_pickle)
     if frame.kind == "ERROR":
-        message = codec.decode(frame.value) if frame.value is not None else "job failed"
+        message = (
+            codec.decode(frame.value, allow_pickle=False)
+            if frame.value is not None
+            else "job failed"
+        )
         raise DispatchError(str(message))
     return _END
 
@@ -71,9 +83,13 @@ def _value(frame: Frame) -> Any:
 class Topic:
     """Pub/sub over the journal: post values, listen or stream from a cursor."""
 
-    def __init__(self, plane: Plane, queue: str, name: str | None = None) -> None:
+    def __init__(
+        self, plane: Plane, queue: str, name: str | None = None, *, allow_pickle: bool = False
+    ) -> None:
         self.name = check_name(name or f"topic-{str(ULID()).lower()}", "topic")
         self.queue = queue
+        #: Anyone holding the namespace's token can post: values are plain unless you opt in.
+        self.allow_pickle = allow_pickle
         self._plane = plane
         self.channel = plane.topic_channel(queue, self.name)
         #: seq of the last frame `listen` returned; pass it as `since` to resume elsewhere.
@@ -98,9 +114,11 @@ class Topic:
                 return None
             frame = frames[0]
             self.cursor = frame.seq
-            value = _value(frame)
+            value = _value(frame, self.allow_pickle)
             return None if value is _END else value
 
     def stream(self, since: int = -1, timeout: float = TOPIC_TIMEOUT_S) -> Iterator[Any]:
         """Values until END; `timeout` seconds of silence raises TimeoutError."""
-        yield from iter_frames(self._plane, self.channel, since=since, timeout=timeout)
+        yield from iter_frames(
+            self._plane, self.channel, since=since, timeout=timeout, allow_pickle=self.allow_pickle
+        )
