@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import click
@@ -29,10 +28,6 @@ def plane_options(fn: Any) -> Any:
 
 
 def open_plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
-    from ..plane import Dispatch, HttpDispatch
-    from ..plane.dispatch import home
+    from ..plane.default import open_plane
 
-    ns = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
-    if url:
-        return HttpDispatch(url, token=token, namespace=ns)
-    return Dispatch(home() / "lakeshore.db", namespace=ns)
+    return open_plane(url, token, namespace)

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..home import home
 from ..plane.base import Plane
-from ..plane.dispatch import home
 from ..plane.providers import ProviderInfo
 from ..providers import registry
 from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider

@@ -28,7 +28,8 @@ def store_option(fn: Any) -> Any:
 
 
 def open_cli_store(store: str | None) -> SqlStore:
-    from ..plane.dispatch import home, open_store
+    from ..home import home
+    from ..plane.dispatch import open_store
 
     return open_store(store or home() / "lakeshore.db")
 
@@ -91,8 +92,8 @@ def server(
             f"the server needs the 'server' extra ({exc.name} is missing): "
             "pip install 'dreamlake-lakeshore[server]'"
         ) from None
+    from ..home import home
     from ..plane.auth import bootstrap
-    from ..plane.dispatch import home
     from ..signing import load_key
 
     sql = open_cli_store(store)

@@ -416,18 +416,8 @@ class Controller:
 
     def _record(self, events: list[tuple[str, str, str, dict[str, Any]]], now: float) -> None:
         """All of a tick's events in one transaction."""
-        if not events:
-            return
-        with self.store.connector.transaction() as tx:
-            for ns, queue, kind, detail in events:
-                tx.all(
-                    "insert_event",
-                    ns=ns,
-                    queue=queue,
-                    now=now,
-                    kind=kind,
-                    detail=json.dumps(detail, default=str),
-                )
+        if events:
+            self.store.record_events(events, now)
 
     # -- the loop -----------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from types import FrameType
 import click
 
 from .. import __version__
-from ..plane.dispatch import home, open_store
+from ..home import home
+from ..plane.dispatch import open_store
 from ..plane.leader import leader_for
 from .loop import Controller, Settings
 

@@ -48,11 +48,9 @@ class Snapshot:
 
 def observe(store: SqlStore, now: float | None = None) -> Snapshot:
     snap = Snapshot(at=time.time() if now is None else now)
-    with store.connector.transaction(write=False) as tx:
-        queue_rows = tx.all("controller_queues")
-        count_rows = tx.all("controller_counts")
-        running_rows = tx.all("controller_running_by_worker")
-        worker_rows = tx.all("controller_workers")
+    view = store.fleet_view()
+    queue_rows, count_rows = view["queues"], view["counts"]
+    running_rows, worker_rows = view["running"], view["workers"]
     for r in queue_rows:
         snap.queues.append(
             QueueRow(

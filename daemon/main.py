@@ -14,8 +14,9 @@ from pathlib import Path
 import click
 
 from .. import __version__, signing
-from ..cli.context import open_plane, plane_options
+from ..cli.context import plane_options
 from ..errors import DispatchError
+from ..plane.default import open_plane
 from ..types import DEFAULT_QUEUE, check_name
 from ..worker import default_name
 from . import log
@@ -181,7 +182,7 @@ def daemon_command(
 
 
 def _signing_key(path: str | None) -> bytes | None:
-    from ..plane.dispatch import home
+    from ..home import home
 
     try:
         return signing.read_key_file(Path(path)) if path else signing.load_key(home())

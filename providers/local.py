@@ -29,13 +29,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..home import home
 from .base import Instance, LaunchSpec, ProviderError, matches
 
 KILL_AFTER_S = 30.0
-
-
-def _home() -> Path:
-    return Path(os.environ.get("LAKESHORE_HOME") or Path.home() / ".lakeshore")
 
 
 def _start_time(pid: int) -> str | None:
@@ -52,7 +49,7 @@ class LocalProvider:
     def __init__(self, name: str, config: Mapping[str, Any] | None = None) -> None:
         self.name = name
         config = dict(config or {})
-        self.state_dir = Path(config.get("state_dir") or _home() / "providers" / name)
+        self.state_dir = Path(config.get("state_dir") or home() / "providers" / name)
         self.kill_after_s = float(config.get("kill_after_s", KILL_AFTER_S))
         self.config = config
         #: Children we started in this process: polled so that they never linger as zombies.
@@ -149,7 +146,7 @@ class LocalProvider:
                 )
             env["LAKESHORE_HOME"] = str(path.parent)
         else:
-            env["LAKESHORE_HOME"] = os.environ.get("LAKESHORE_HOME") or str(_home())
+            env["LAKESHORE_HOME"] = os.environ.get("LAKESHORE_HOME") or str(home())
         return env
 
     def _start(self, spec: LaunchSpec, daemon: str) -> Instance:

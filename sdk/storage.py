@@ -514,8 +514,9 @@ def default_storage_url() -> str:
     url = os.environ.get("LAKESHORE_STORAGE")
     if url:
         return url
-    home = Path(os.environ.get("LAKESHORE_HOME") or Path.home() / ".lakeshore")
-    return (home.absolute() / "storage").as_uri()
+    from .home import home
+
+    return (home().absolute() / "storage").as_uri()
 
 
 def open_storage(url: str) -> Storage:

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from . import signing
 from .execute import Handler
+from .home import home
 from .plane.base import Plane
 from .plane.default import default_plane
-from .plane.dispatch import home
 from .queue import DEFAULT_LEASE_S, Queue, SyncQueue
 from .storage import Storage
 from .types import MAX_NAME_LENGTH, NAME_PATTERN, Claim

@@ -23,7 +23,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -121,10 +121,8 @@ class StoreCollector(Collector):
             labels=["namespace", "queue", "decision"],
         )
         stale_before = time.time() - WORKER_STALE_S
-        with self.store.connector.transaction(write=False) as tx:
-            depth_rows = tx.all("metrics_depth")
-            worker_rows = tx.all("metrics_workers", stale_before=stale_before)
-            event_rows = tx.all("metrics_events")
+        view = self.store.metrics_view(stale_before)
+        depth_rows, worker_rows, event_rows = view["depth"], view["workers"], view["events"]
         for r in depth_rows:
             depth.add_metric([r["namespace"], r["queue"], r["state"]], float(r["n"]))
         by_state: dict[tuple[str, str], float] = {}
@@ -219,50 +217,79 @@ def _metrics(call: Call) -> ServerMetrics | None:
     return getattr(call.request.app.state, "lakeshore_metrics", None)
 
 
-async def _record(call: Call, result: Any, op: str) -> None:  # noqa: C901 - one branch per route
+async def _record(call: Call, result: Any, op: str) -> None:
     m = _metrics(call)
-    if m is None:
-        return
-    if op == "submit":
-        m.submits.labels(call.ns, call.param("queue")).inc(len(result["ids"]))
-    elif op == "claim":
-        one = result.get("claim")
-        for claim in result.get("claims") or ([one] if one is not None else []):
-            m.claims.labels(claim.namespace, claim.queue).inc()
-            m.remember(claim.id, claim.namespace, claim.queue)
-            start = submitted_at(claim.id)
-            if claim.attempt == 1 and start is not None:
-                wait = max(0.0, time.time() - start)
-                m.start_latency.labels(claim.namespace, claim.queue).observe(wait)
-    elif op == "ack":
-        inv_id = call.param("id")
-        ns, queue = await m.queue_of(call, inv_id)
-        m.ended(ns, queue, inv_id, "succeeded")
-    elif op == "acks":
-        for item, error in zip(call.body.data["acks"], result["errors"], strict=True):
-            if error is None:
-                ns, queue = await m.queue_of(call, item["id"])
-                m.ended(ns, queue, item["id"], "succeeded")
-    elif op == "nack":
-        inv_id = call.param("id")
-        ns, queue = await m.queue_of(call, inv_id)
-        if result["state"] == "queued":
-            m.retries.labels(ns, queue, "nack").inc()
-        else:
-            m.ended(ns, queue, inv_id, result["state"])
-    elif op == "end":
-        inv_id = call.param("id")
-        ns, queue = await m.queue_of(call, inv_id)
-        state = call.body.data.get("state")
-        if state in TERMINAL_STATES:
-            m.ended(ns, queue, inv_id, str(state))
-    elif op == "cancel":
-        if result.get("cancelled"):
-            inv = await call.run(m.store.invocation, call.ns, call.param("id"))
-            if inv.state == "cancelled":  # a kill request ends later, through `end`
-                m.ended(inv.namespace, inv.queue, inv.id, "cancelled")
-    elif op == "retry":
-        m.retries.labels(result.namespace, result.queue, "operator").inc()
+    if m is not None:
+        await RECORDERS[op](m, call, result)
+
+
+async def _submitted(m: ServerMetrics, call: Call, result: Any) -> None:
+    m.submits.labels(call.ns, call.param("queue")).inc(len(result["ids"]))
+
+
+async def _claimed(m: ServerMetrics, call: Call, result: Any) -> None:
+    one = result.get("claim")
+    for claim in result.get("claims") or ([one] if one is not None else []):
+        m.claims.labels(claim.namespace, claim.queue).inc()
+        m.remember(claim.id, claim.namespace, claim.queue)
+        start = submitted_at(claim.id)
+        if claim.attempt == 1 and start is not None:
+            wait = max(0.0, time.time() - start)
+            m.start_latency.labels(claim.namespace, claim.queue).observe(wait)
+
+
+async def _acked(m: ServerMetrics, call: Call, result: Any) -> None:
+    inv_id = call.param("id")
+    ns, queue = await m.queue_of(call, inv_id)
+    m.ended(ns, queue, inv_id, "succeeded")
+
+
+async def _acked_many(m: ServerMetrics, call: Call, result: Any) -> None:
+    for item, error in zip(call.body.data["acks"], result["errors"], strict=True):
+        if error is None:
+            ns, queue = await m.queue_of(call, item["id"])
+            m.ended(ns, queue, item["id"], "succeeded")
+
+
+async def _nacked(m: ServerMetrics, call: Call, result: Any) -> None:
+    inv_id = call.param("id")
+    ns, queue = await m.queue_of(call, inv_id)
+    if result["state"] == "queued":
+        m.retries.labels(ns, queue, "nack").inc()
+    else:
+        m.ended(ns, queue, inv_id, result["state"])
+
+
+async def _ended(m: ServerMetrics, call: Call, result: Any) -> None:
+    inv_id = call.param("id")
+    ns, queue = await m.queue_of(call, inv_id)
+    state = call.body.data.get("state")
+    if state in TERMINAL_STATES:
+        m.ended(ns, queue, inv_id, str(state))
+
+
+async def _cancelled(m: ServerMetrics, call: Call, result: Any) -> None:
+    if result.get("cancelled"):
+        inv = await call.run(m.store.invocation, call.ns, call.param("id"))
+        if inv.state == "cancelled":  # a kill request ends later, through `end`
+            m.ended(inv.namespace, inv.queue, inv.id, "cancelled")
+
+
+async def _retried(m: ServerMetrics, call: Call, result: Any) -> None:
+    m.retries.labels(result.namespace, result.queue, "operator").inc()
+
+
+#: What each counted operation records.
+RECORDERS: dict[str, Callable[[ServerMetrics, Call, Any], Awaitable[None]]] = {
+    "submit": _submitted,
+    "claim": _claimed,
+    "ack": _acked,
+    "acks": _acked_many,
+    "nack": _nacked,
+    "end": _ended,
+    "cancel": _cancelled,
+    "retry": _retried,
+}
 
 
 #: (method, path) of each route that is counted, and what it counts.

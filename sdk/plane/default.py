@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import threading
 
+from ..home import home
 from .base import Plane
-from .dispatch import Dispatch, home
+from .dispatch import Dispatch
 
 _lock = threading.Lock()
 _planes: dict[tuple[str, ...], Plane] = {}
@@ -30,11 +31,21 @@ def default_plane() -> Plane:
 
 
 def _make(url: str | None, namespace: str) -> Plane:
+    return open_plane(url, os.environ.get("LAKESHORE_TOKEN"), namespace)
+
+
+def open_plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
+    """A new plane for a target: HTTP at `url`, else this box's SQLite file (uncached).
+
+    The one place a target becomes a plane: the process default above, the CLI's flags and the
+    daemon's all come through here.
+    """
+    ns = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
     if url:
         from .http import HttpDispatch
 
-        return HttpDispatch(url, token=os.environ.get("LAKESHORE_TOKEN"), namespace=namespace)
-    return Dispatch(home() / "lakeshore.db", namespace=namespace)
+        return HttpDispatch(url, token=token, namespace=ns)
+    return Dispatch(home() / "lakeshore.db", namespace=ns)
 
 
 def reset_default_plane() -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import signing
 from ..errors import DispatchError, QueueFullError
+from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
     Ack,
@@ -325,7 +325,3 @@ class Dispatch:
 
     def delete_provider(self, name: str) -> None:
         providers.delete_provider(self.store, self.namespace, name)
-
-
-def home() -> Path:
-    return Path(os.environ.get("LAKESHORE_HOME") or Path.home() / ".lakeshore")

@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -23,6 +22,7 @@ import httpx
 import msgpack
 
 from ..errors import ERRORS_BY_CODE, DispatchError, InvalidArgument, QueueFullError, Unavailable
+from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
     Ack,
@@ -56,9 +56,8 @@ def _record(cls: type[R], data: dict[str, Any]) -> R:
 
 
 def _token_from_home() -> str | None:
-    home = Path(os.environ.get("LAKESHORE_HOME") or Path.home() / ".lakeshore")
     try:
-        return (home / "token").read_text().strip() or None
+        return (home() / "token").read_text().strip() or None
     except OSError:
         return None
 

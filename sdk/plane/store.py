@@ -857,6 +857,42 @@ class SqlStore:
             rows = tx.all("namespace_events", ns=ns, limit=limit)
         return [{**r, "detail": json.loads(r["detail"])} for r in rows]
 
+    def record_events(
+        self, events: Sequence[tuple[str, str, str, dict[str, Any]]], now: float
+    ) -> None:
+        """(namespace, queue, kind, detail) events in one transaction: a controller tick's."""
+        with self.connector.transaction() as tx:
+            for ns, queue, kind, detail in events:
+                tx.all(
+                    "insert_event",
+                    ns=ns,
+                    queue=queue,
+                    now=now,
+                    kind=kind,
+                    detail=json.dumps(detail, default=str),
+                )
+
+    def fleet_view(self) -> dict[str, list[Row]]:
+        """Every namespace's queues, live counts, running jobs per worker and worker rows, read in
+        one transaction (the controller's view of the world; sql: controller_*)."""
+        with self.connector.transaction(write=False) as tx:
+            return {
+                "queues": tx.all("controller_queues"),
+                "counts": tx.all("controller_counts"),
+                "running": tx.all("controller_running_by_worker"),
+                "workers": tx.all("controller_workers"),
+            }
+
+    def metrics_view(self, stale_before: float) -> dict[str, list[Row]]:
+        """Depth by state, workers by state and events by kind over every namespace, read in one
+        transaction (a /metrics scrape; sql: metrics_*)."""
+        with self.connector.transaction(write=False) as tx:
+            return {
+                "depth": tx.all("metrics_depth"),
+                "workers": tx.all("metrics_workers", stale_before=stale_before),
+                "events": tx.all("metrics_events"),
+            }
+
     def ping(self) -> bool:
         """A round trip to the database: /readyz."""
         with self.connector.transaction(write=False) as tx:

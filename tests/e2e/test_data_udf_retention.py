@@ -18,8 +18,8 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore import spill
 from dreamlake.lakeshore.cli.prune import prune as prune_command
 from dreamlake.lakeshore.errors import NotFound
+from dreamlake.lakeshore.home import home
 from dreamlake.lakeshore.plane.default import reset_default_plane
-from dreamlake.lakeshore.plane.dispatch import home
 from dreamlake.lakeshore.storage import LocalStorage
 from tests.support.server import running_server
 

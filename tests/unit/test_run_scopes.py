@@ -22,8 +22,8 @@ from dreamlake.lakeshore.context import current_run, run, run_queue_name
 from dreamlake.lakeshore.envelope import Envelope
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
 from dreamlake.lakeshore.execute import run_body
+from dreamlake.lakeshore.home import home
 from dreamlake.lakeshore.plane import reset_default_plane
-from dreamlake.lakeshore.plane.dispatch import home
 from dreamlake.lakeshore.prune import parse_duration, prune_run_queues
 from dreamlake.lakeshore.types import NAME_PATTERN
 
