@@ -26,6 +26,8 @@ class Target:
     #: queue -> backlog + running, to pick the primary queue of a new pool worker
     demand_by_queue: dict[str, int] = field(default_factory=dict)
     note: str = ""
+    #: Instances are ours but no queue wants them any more (deleted, renamed, set to none).
+    orphaned: bool = False
 
     @property
     def demand(self) -> int:
@@ -76,6 +78,9 @@ class Fleet:
     draining: list[tuple[Instance, WorkerRow]] = field(default_factory=list)
     #: (instance, reason)
     terminate: list[tuple[Instance, str]] = field(default_factory=list)
+    #: Idle instances launched with another launch config than the target's now (sorted first
+    #: in `idle`): the controller rolls them, one drain at a time.
+    outdated: int = 0
 
     @property
     def current(self) -> int:
@@ -143,6 +148,7 @@ def classify(
         return (not outdated, idle_since.get(inst.id, now), row.name)
 
     fleet.idle.sort(key=drain_order)
+    fleet.outdated = sum(1 for pair in fleet.idle if not drain_order(pair)[0])
     return fleet
 
 

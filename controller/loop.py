@@ -10,6 +10,7 @@ queue (`scaled`, `terminated`, `scale_error`, `desired`), with the reason in its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -116,7 +117,9 @@ class Controller:
         for inst in instances:
             by_target.setdefault((inst.namespace, inst.target), []).append(inst)
         for key in by_target.keys() - found.keys():  # a queue deleted, renamed, set to none
-            t = Target(key[0], key[1], [], _gone_policy(), note="target no longer exists")
+            t = Target(
+                key[0], key[1], [], _gone_policy(), note="target no longer exists", orphaned=True
+            )
             found[key] = t
         timeouts = Timeouts(
             self.settings.boot_timeout_s, self.settings.stale_s, self.settings.drain_timeout_s
@@ -132,7 +135,7 @@ class Controller:
                 now=now,
                 timeouts=timeouts,
                 drained_at=self._mem.drained_at,
-                spec_hash=None,
+                spec_hash=self._spec_hash(snap, t),
                 idle_since=self._mem.idle_since,
             )
             self._track_idle(fleet, now)
@@ -159,6 +162,19 @@ class Controller:
         self._record(events, now)
         return decisions
 
+    def _spec_hash(self, snap: Snapshot, t: Target) -> str | None:
+        """The launch config a new instance of `t` would get now (None: no provider to ask)."""
+        info = snap.providers.get((t.namespace, t.policy.provider or ""))
+        if info is None or t.orphaned:
+            return None
+        return LaunchSpec(
+            namespace=t.namespace,
+            queues=tuple(t.queues),
+            name="",
+            target=t.key,
+            settings=merged_settings(info.config, t.policy.match),
+        ).config_hash
+
     def _recommend(
         self, key: tuple[str, str], t: Target, fleet: Fleet, now: float
     ) -> tuple[int, str]:
@@ -181,7 +197,7 @@ class Controller:
             history.popleft()
         recent = [v for _, v in history]
         history.append((now, desired))
-        if t.note == "target no longer exists":
+        if t.orphaned:
             return 0, reason  # ours, but nobody's: no damping
         if t.policy.kind == "fully_elastic" and desired == 0:
             return 0, reason  # the quiet time (idle_s) was the stabilisation
@@ -222,6 +238,10 @@ class Controller:
             if budget is not None:
                 budget -= launched
         drained = []
+        if not (plan.drain or launch or fleet.draining) and fleet.outdated:
+            plan = dataclasses.replace(plan, drain=1)  # roll one: its replacement comes next tick
+            reason += "; rolling an instance launched with an older config"
+            detail["reason"] = reason
         for inst, row in fleet.idle[: plan.drain]:
             self.store.set_worker_state(row.namespace, row.id, "draining")
             self._mem.drained_at[inst.id] = now
@@ -235,15 +255,15 @@ class Controller:
         if not (launched or drained or doomed):
             self._maybe_desired_event(events, t, detail)
         decision = Decision(
-            t.namespace,
-            t.key,
-            tuple(t.queues),
-            desired,
-            fleet.current,
-            launched,
-            len(drained),
-            len(doomed),
-            reason,
+            namespace=t.namespace,
+            target=t.key,
+            queues=tuple(t.queues),
+            desired=desired,
+            current=fleet.current,
+            launch=launched,
+            drain=len(drained),
+            terminate=len(doomed),
+            reason=reason,
         )
         return decision, budget
 

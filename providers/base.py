@@ -60,8 +60,9 @@ class LaunchSpec:
 
     @property
     def config_hash(self) -> str:
-        """Changes when what a new daemon would be launched with changes (not its name)."""
-        basis = {"queues": self.queues, "settings": self.settings, "labels": self.labels}
+        """Changes when what a new daemon would be launched with changes (not its name, nor which
+        of a pool's queues is its primary: that is picked per launch, by demand)."""
+        basis = {"queues": sorted(self.queues), "settings": self.settings, "labels": self.labels}
         text = json.dumps(basis, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
 from . import codec, spill
 from .anneal import Anneal, AnnealState, check_temperature
@@ -100,6 +100,7 @@ def encode_submit(
     )
 
 
+P = ParamSpec("P")
 _SQ = TypeVar("_SQ", bound="SyncQueue")
 _AQ = TypeVar("_AQ", bound="Queue")
 
@@ -255,9 +256,13 @@ class SyncQueue:
         fifo). A named handle creates the row with its kind and elasticity when it is missing,
         and raises `InvalidArgument` at first use when the row's kind disagrees with it.
         """
-        q = cls(name, **kw)
-        q._row = replace(q._row, declare=True, validate=True)
-        return q
+        return cls(name, **kw).expect_row(declare=True, validate=True)
+
+    def expect_row(self: _SQ, **policy: Any) -> _SQ:
+        """Set how first use treats the queue row (`queue_rows.RowSpec`: declare, validate,
+        missing); returns this handle."""
+        self._row = replace(self._row, **policy)
+        return self
 
     def bind(self: _SQ, dispatch: Plane) -> _SQ:
         """This queue, same class and settings, on another plane (cached per plane)."""
@@ -573,7 +578,7 @@ class Queue:
     def named(cls: type[_AQ], name: str, **kw: Any) -> _AQ:
         """Lazy like the constructor; first use also ensures the row (see `SyncQueue.named`)."""
         q = cls(name, **kw)
-        q.sync._row = replace(q.sync._row, declare=True, validate=True)
+        q.sync.expect_row(declare=True, validate=True)
         return q
 
     def bind(self: _AQ, dispatch: Plane) -> _AQ:
@@ -599,11 +604,34 @@ class Queue:
         text = repr(self.sync)
         return type(self).__name__ + text[text.index("(") :]
 
-    async def submit(self, payload: Any = None, **kw: Any) -> str:
-        return await asyncio.to_thread(self.sync.submit, payload, **kw)
+    async def submit(
+        self,
+        payload: Any = None,
+        *,
+        envelope: Envelope | None = None,
+        key: str | None = None,
+        priority: float | None = None,
+        max_attempts: int = 3,
+        timeout_s: float | None = None,
+        block_s: float = 30.0,
+    ) -> str:
+        return await asyncio.to_thread(
+            self.sync.submit,
+            payload,
+            envelope=envelope,
+            key=key,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            block_s=block_s,
+        )
 
-    async def submit_many(self, payloads: Sequence[Any], **kw: Any) -> list[str]:
-        return await asyncio.to_thread(self.sync.submit_many, payloads, **kw)
+    async def submit_many(
+        self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
+    ) -> list[str]:
+        return await asyncio.to_thread(
+            self.sync.submit_many, payloads, priority=priority, max_attempts=max_attempts
+        )
 
     async def result(
         self, inv_id: str, *, timeout: float = 30.0, allow_pickle: bool | None = None
@@ -731,68 +759,48 @@ class SyncFILOQueue(SyncQueue):
         self._configure(name, dispatch=dispatch, kind="filo", elasticity=elasticity, declare=True)
 
 
+def _twin_init(
+    sync_cls: Callable[P, SyncQueue], kind: str
+) -> Callable[Concatenate[Queue, P], None]:
+    """An async typed queue's `__init__`: its sync twin's parameters, written once (there).
+
+    Unknown arguments are refused first, under the async class's own name, as its sync twin
+    would refuse them.
+    """
+    signature = inspect.signature(sync_cls)
+    takes = {n for n, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD}
+
+    def __init__(self: Queue, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        unknown = {k: v for k, v in kwargs.items() if k not in takes}
+        refuse_arguments(type(self), str(args[0] if args else kwargs.get("name")), kind, unknown)
+        self.sync = sync_cls(*args, **kwargs)
+
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_param, *signature.parameters.values()], return_annotation=None
+    )
+    return __init__
+
+
 class PriorityQueue(Queue):
     """The async `SyncPriorityQueue`."""
 
     sync: SyncPriorityQueue
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        dispatch: Plane | None = None,
-        priority_field: str = "priority",
-        elasticity: Mapping[str, Any] | None = None,
-        **unknown: NoReturn,
-    ) -> None:
-        refuse_arguments(type(self), name, "priority", unknown)
-        self.sync = SyncPriorityQueue(
-            name, dispatch=dispatch, priority_field=priority_field, elasticity=elasticity
-        )
+    __init__ = _twin_init(SyncPriorityQueue, "priority")
 
 
 class BoltzmannQueue(PriorityQueue):
     """The async `SyncBoltzmannQueue`."""
 
     sync: SyncBoltzmannQueue
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        temperature: float = 1.0,
-        anneal: Mapping[str, Any] | None = None,
-        dispatch: Plane | None = None,
-        priority_field: str = "priority",
-        elasticity: Mapping[str, Any] | None = None,
-        **unknown: NoReturn,
-    ) -> None:
-        refuse_arguments(type(self), name, "boltzmann", unknown)
-        self.sync = SyncBoltzmannQueue(
-            name,
-            temperature=temperature,
-            anneal=anneal,
-            dispatch=dispatch,
-            priority_field=priority_field,
-            elasticity=elasticity,
-        )
+    __init__ = _twin_init(SyncBoltzmannQueue, "boltzmann")
 
 
 class FILOQueue(Queue):
     """The async `SyncFILOQueue`."""
 
     sync: SyncFILOQueue
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        dispatch: Plane | None = None,
-        elasticity: Mapping[str, Any] | None = None,
-        **unknown: NoReturn,
-    ) -> None:
-        refuse_arguments(type(self), name, "filo", unknown)
-        self.sync = SyncFILOQueue(name, dispatch=dispatch, elasticity=elasticity)
+    __init__ = _twin_init(SyncFILOQueue, "filo")
 
 
 class Pool(Queue):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, cast, overload
 
 from .envelope import Envelope
 from .errors import InvalidArgument
@@ -32,7 +32,6 @@ from .types import normalize_kind
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_OPTIONS = ("_key", "_priority", "_dispatch", "_timeout_s", "_max_attempts")
 #: What `@udf` passes on to the queue it builds from a name.
 QUEUE_OPTIONS = ("priority_field", "temperature", "anneal", "elasticity", "kind")
 SCOPES = ("run",)
@@ -57,9 +56,43 @@ def queue_from_name(name: str, options: Mapping[str, Any]) -> SyncQueue:
     else:
         cls = SyncQueue
     rest = {k: v for k, v in options.items() if k != "kind" or cls is SyncQueue}
-    q = cls(name, **rest)
-    q._row = replace(q._row, missing="strict-env")  # typo safety: LAKESHORE_STRICT_QUEUES=1
-    return q
+    # typo safety: LAKESHORE_STRICT_QUEUES=1 refuses a queue that does not exist
+    return cls(name, **rest).expect_row(missing="strict-env")
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """A udf submit's own options, taken out of the call's keyword arguments (`_key=`, ...)."""
+
+    key: str | None = None
+    priority: float | None = None
+    dispatch: Plane | None = None
+    timeout_s: float | None = None
+    max_attempts: int = 3
+    #: remote() only: how long to wait for the result.
+    timeout: float = 30.0
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> SubmitOptions:
+        """Pop the underscored options from `kwargs` (what is left is the function's)."""
+        return cls(
+            key=_option(kwargs, "_key", str, None),
+            priority=_option(kwargs, "_priority", (int, float), None),
+            dispatch=_option(kwargs, "_dispatch", Plane, None),
+            timeout_s=_option(kwargs, "_timeout_s", (int, float), None),
+            max_attempts=_option(kwargs, "_max_attempts", int, 3),
+            timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
+        )
+
+
+T = TypeVar("T")
+
+
+def _option(kwargs: dict[str, Any], name: str, kind: Any, default: T) -> T:
+    value = kwargs.pop(name, default)
+    if value is not default and value is not None and not isinstance(value, kind):
+        raise InvalidArgument(f"{name}= got a {type(value).__name__}: {value!r}")
+    return cast(T, value)
 
 
 def check_scope(scope: object) -> str | None:
@@ -106,22 +139,27 @@ class UDF(Generic[P, R]):
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue a call; returns its durable id."""
-        opts = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
-        queue = self.queue_for(opts.get("_dispatch"))  # type: ignore[arg-type]
-        return queue.submit(
+        opts = SubmitOptions.take(kwargs)
+        return self.queue_for(opts.dispatch).submit(
             envelope=self.envelope(*args, **kwargs),
-            key=opts.get("_key"),  # type: ignore[arg-type]
-            priority=opts.get("_priority"),  # type: ignore[arg-type]
-            max_attempts=opts.get("_max_attempts", 3),  # type: ignore[arg-type]
-            timeout_s=opts.get("_timeout_s"),  # type: ignore[arg-type]
+            key=opts.key,
+            priority=opts.priority,
+            max_attempts=opts.max_attempts,
+            timeout_s=opts.timeout_s,
         )
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Submit and wait for the result (`_timeout` seconds, default 30)."""
-        timeout = float(kwargs.pop("_timeout", 30.0))  # type: ignore[arg-type]
-        dispatch = kwargs.get("_dispatch")
-        inv = self.submit(*args, **kwargs)
-        result: R = self.queue_for(dispatch).result(inv, timeout=timeout)  # type: ignore[arg-type]
+        """Submit and wait for the result (`_timeout` seconds, default 30): one round trip, as
+        `q.call` makes."""
+        opts = SubmitOptions.take(kwargs)
+        result: R = self.queue_for(opts.dispatch).call(
+            envelope=self.envelope(*args, **kwargs),
+            key=opts.key,
+            priority=opts.priority,
+            max_attempts=opts.max_attempts,
+            timeout_s=opts.timeout_s,
+            timeout=opts.timeout,
+        )
         return result
 
 

@@ -9,7 +9,6 @@ read before the check closes the race with a commit landing between the check an
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -17,7 +16,7 @@ from starlette.requests import Request
 
 from ..errors import QueueFullError
 from ..plane.store import SqlStore
-from ..plane.wakeup import SAFETY_POLL_S
+from ..plane.waiting import Deadline, room_wait
 from .blocking import run_blocking
 
 #: The longest a single request is held; clients asking for more simply ask again.
@@ -42,15 +41,14 @@ async def wait_until(
     that may bring something there re-runs `fetch` before the safety poll does: idle claims
     stay asleep through other queues' traffic, and result waits through claims and submits.
     """
-    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     while True:
         generation = waker.generation
         value = await run_blocking(fetch)
-        remaining = deadline - time.monotonic()
-        if ready(value) or remaining <= 0:
+        if ready(value) or deadline.passed:
             return value
-        await waker.wait_async(generation, min(remaining, SAFETY_POLL_S), work=work)
+        await waker.wait_async(generation, deadline.nap(), work=work)
         if request is not None and await hung_up(request):
             return value
 
@@ -77,15 +75,11 @@ async def admit(store: SqlStore, submit: Callable[[], T], wait_s: float) -> T:
     Room appears when a claim commits (a wake-up) or, under a rate limit, as time passes (the
     refusal says when), so the wait is on the waker bounded by the refusal's retry hint.
     """
-    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     while True:
         generation = waker.generation
         try:
             return await run_blocking(submit)
         except QueueFullError as full:
-            remaining = deadline - time.monotonic()
-            if not full.block or remaining <= 0:
-                raise
-            hint = full.retry_after_s or SAFETY_POLL_S
-            await waker.wait_async(generation, min(remaining, hint, SAFETY_POLL_S))
+            await waker.wait_async(generation, room_wait(full, deadline))

@@ -8,7 +8,6 @@ wake-up and re-checks; it never spins.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -29,7 +28,7 @@ from . import providers
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
-from .wakeup import SAFETY_POLL_S
+from .waiting import Deadline, room_wait
 
 T = TypeVar("T")
 
@@ -82,17 +81,16 @@ class Dispatch:
         self.store.close()
 
     def _wait_for(self, fetch: Callable[[], T], ready: Callable[[T], bool], wait_s: float) -> T:
-        deadline = time.monotonic() + wait_s
+        deadline = Deadline(wait_s)
         waker = self.store.waker
         if wait_s > 0:
             waker.listen()  # before the first fetch, so no wake-up falls between the two
         while True:
             generation = waker.generation
             value = fetch()
-            remaining = deadline - time.monotonic()
-            if ready(value) or remaining <= 0:
+            if ready(value) or deadline.passed:
                 return value
-            waker.wait(generation, min(remaining, SAFETY_POLL_S))
+            waker.wait(generation, deadline.nap())
 
     # -- producers ----------------------------------------------------------------------------
 
@@ -100,19 +98,14 @@ class Dispatch:
         self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
     ) -> list[str]:
         """Enqueue; on a queue that blocks when full, wait up to wait_s for room."""
-        deadline = time.monotonic() + wait_s
+        deadline = Deadline(wait_s)
         waker = self.store.waker
         while True:
             generation = waker.generation
             try:
                 return self.store.submit(self.namespace, queue, requests)
             except QueueFullError as full:
-                remaining = deadline - time.monotonic()
-                if not full.block or remaining <= 0:
-                    raise
-                # Room comes from a claim (a wake-up) or, under a rate limit, from time.
-                retry = full.retry_after_s or SAFETY_POLL_S
-                waker.wait(generation, min(remaining, retry, SAFETY_POLL_S))
+                waker.wait(generation, room_wait(full, deadline))
 
     def submit_and_wait(
         self, queue: str, request: SubmitRequest, *, wait_s: float, block_s: float = 0.0

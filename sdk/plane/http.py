@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
@@ -36,6 +35,7 @@ from ..types import (
 from . import http11
 from .providers import ProviderInfo
 from .retention import Trimmed
+from .waiting import Deadline, room_wait
 
 MSGPACK = "application/msgpack"
 #: The server holds a long-poll at most this long; a longer wait is split into several.
@@ -193,11 +193,10 @@ class HttpDispatch:
 
     def _long_poll(self, wait_s: float, once: Callable[[float], T], done: Callable[[T], bool]) -> T:
         """Split a wait longer than the server's cap into several requests."""
-        deadline = time.monotonic() + max(wait_s, 0.0)
+        deadline = Deadline(wait_s)
         while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            value = once(min(remaining, SERVER_WAIT_CAP_S))
-            if done(value) or deadline - time.monotonic() <= 0:
+            value = once(min(deadline.remaining(), SERVER_WAIT_CAP_S))
+            if done(value) or deadline.passed:
                 return value
 
     # -- producers ----------------------------------------------------------------------------
@@ -212,15 +211,14 @@ class HttpDispatch:
         self, queue: str, request: SubmitRequest, *, wait_s: float, block_s: float = 0.0
     ) -> Invocation:
         """One request that submits and then holds until the job ends (`?result_wait=`)."""
-        deadline = time.monotonic() + max(wait_s, 0.0)
+        deadline = Deadline(wait_s)
         data = self._post_submit(
             queue, [request], block_s, result_wait=min(max(wait_s, 0.0), SERVER_WAIT_CAP_S)
         )
         answer = data.get("invocation")
         if answer is not None and (inv := _record(Invocation, answer)).terminal:
             return inv
-        remaining = max(0.0, deadline - time.monotonic())
-        return self.invocation(data["ids"][0], wait_s=remaining)
+        return self.invocation(data["ids"][0], wait_s=deadline.remaining())
 
     def _post_submit(
         self,
@@ -241,9 +239,9 @@ class HttpDispatch:
             for r in requests
         ]
         path = f"/queues/{_segment(queue)}/invocations"
-        deadline = time.monotonic() + max(block_s, 0.0)
+        deadline = Deadline(block_s)
         while True:
-            wait = min(max(0.0, deadline - time.monotonic()), SERVER_WAIT_CAP_S)
+            wait = min(deadline.remaining(), SERVER_WAIT_CAP_S)
             params: dict[str, Any] = {"wait": wait} if wait > 0 else {}
             if result_wait > 0:
                 params["result_wait"] = result_wait
@@ -253,8 +251,7 @@ class HttpDispatch:
                 )
                 return data
             except QueueFullError as full:
-                if not full.block or deadline - time.monotonic() <= 0:
-                    raise
+                room_wait(full, deadline)  # raises unless the queue blocks and time is left
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def once(wait: float) -> Invocation:

@@ -14,7 +14,6 @@ that no helper shadows a queue.
 
 import threading as _threading
 from collections.abc import Callable as _Callable
-from dataclasses import replace as _replace
 from typing import TypeVar as _TypeVar
 
 from ..errors import InvalidArgument as _InvalidArgument
@@ -38,7 +37,7 @@ def _handle(cache: dict[str, _Q], module: str, attr: str, make: _Callable[[str],
                 raise AttributeError(
                     f"'{attr}' is not a queue in '{module}': {exc} ('_' stands for '-')"
                 ) from None
-            q.sync._row = _replace(q.sync._row, missing="warn")
+            q.sync.expect_row(missing="warn")
             cache[attr] = q
         return q
 

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:  # `tests.support` is importable however pytest wa
 
 import dreamlake.lakeshore as dls  # noqa: E402
 from dreamlake.lakeshore.errors import QueueFullError  # noqa: E402
-from dreamlake.lakeshore.plane import dispatch as dispatch_module  # noqa: E402
+from dreamlake.lakeshore.plane import waiting as waiting_module  # noqa: E402
 from dreamlake.lakeshore.plane.queries import POSTGRES, migrations  # noqa: E402
 from dreamlake.lakeshore.types import Claim  # noqa: E402
 from tests.support.postgres import (  # noqa: E402
@@ -219,7 +219,7 @@ class BlockedClaim:
 
 @pytest.fixture
 def no_safety_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dispatch_module, "SAFETY_POLL_S", 60.0)
+    monkeypatch.setattr(waiting_module, "SAFETY_POLL_S", 60.0)
 
 
 @pytest.mark.usefixtures("no_safety_poll")

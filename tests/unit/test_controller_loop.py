@@ -283,3 +283,36 @@ def test_two_controllers_never_both_act(tmp_path: Path, fake: FakeProvider) -> N
         for leader in leaders:
             leader.close()
         plane.close()
+
+
+def test_instances_launched_with_an_older_config_are_rolled_one_at_a_time(
+    d: Dispatch, fake: FakeProvider
+) -> None:
+    clock = Clock()
+    policy = {"kind": "fixed", "max": 2, "provider": "sim"}
+    d.create_queue("roll", elasticity=policy)
+    c = controller(d, fake, clock)
+    assert c.tick()[0].launch == 2
+    fake.register_all(d.store)
+    clock.now += 1
+    assert c.tick()[0].drain == 0  # up to date: nothing to roll
+
+    # The launch config changes (a bigger instance type for this queue).
+    d.replace_elasticity("roll", {**policy, "match": {"instance_type": "large"}})
+    clock.now += 1
+    decision = c.tick()[0]
+
+    assert decision.drain == 1 and "rolling" in decision.reason
+    assert sorted(w.state for w in d.workers()) == ["alive", "draining"]
+    # The drained daemon leaves; its replacement is launched with the new config.
+    for w in d.workers():
+        if w.state == "draining":
+            d.set_worker_state(w.id, "gone")
+    clock.now += 1
+    decision = c.tick()[0]
+    assert (decision.terminate, decision.launch) == (1, 1)
+    specs = {i.tags["lakeshore:spec"] for i in fake.list()}
+    assert len(specs) == 2  # one old, one new: the next tick rolls the other
+    fake.register_all(d.store)
+    clock.now += 1
+    assert c.tick()[0].drain == 1

@@ -7,6 +7,7 @@ import operator
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -177,6 +178,35 @@ def test_udf_remote_submits_and_waits(q: dls.SyncQueue) -> None:
         stop.set()
         worker.join(timeout=10)
     assert not worker.is_alive()
+
+
+class CountingPlane:
+    """A plane that records which producer verbs a caller used."""
+
+    def __init__(self, inner: dls.Dispatch) -> None:
+        self.inner = inner
+        self.namespace = inner.namespace
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if name in ("submit", "submit_and_wait", "invocation"):
+            self.calls.append(name)
+        return target
+
+
+def test_udf_remote_is_one_submit_and_wait(d: dls.Dispatch) -> None:
+    counting = CountingPlane(d)
+    f = dls.udf(add, queue=dls.SyncQueue("rpc", dispatch=counting))  # type: ignore[arg-type]
+    stop = threading.Event()
+    worker = threading.Thread(target=dls.run_worker, args=(d, ["rpc"]), kwargs={"stop": stop})
+    worker.start()
+    try:
+        assert f.remote(1, y=2, _timeout=10) == 3
+    finally:
+        stop.set()
+        worker.join(timeout=10)
+    assert counting.calls == ["submit_and_wait"]
 
 
 def test_a_thunk_runs_by_value(q: dls.SyncQueue) -> None:

@@ -1,0 +1,45 @@
+"""The two waits every transport makes, decided once: until a value is ready, and for room.
+
+The embedded plane waits on its waker in this thread, the server on the same waker in its event
+loop, and the HTTP client in requests the server holds; the loops differ only in how they sleep.
+What they share, and what must agree across planes, is decided here: when a wait is over, and
+how long a submit refused by a full `on_full: block` queue waits before it tries again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ..errors import QueueFullError
+from .wakeup import SAFETY_POLL_S
+
+
+class Deadline:
+    """`wait_s` from now, capped; `remaining()` never goes below zero."""
+
+    def __init__(self, wait_s: float, cap_s: float = math.inf) -> None:
+        self.at = time.monotonic() + min(max(wait_s, 0.0), cap_s)
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def nap(self, hint_s: float | None = None) -> float:
+        """The next sleep: the time left, at most `hint_s` and the safety poll."""
+        poll = SAFETY_POLL_S  # read per call: a test may lengthen it to prove a wake-up woke it
+        return min(self.remaining(), poll if hint_s is None else hint_s, poll)
+
+
+def room_wait(full: QueueFullError, deadline: Deadline) -> float:
+    """How long to wait for room before submitting again; re-raises `full` when the queue
+    rejects (not blocks) or the caller's time is up.
+
+    Room comes from a claim (a wake-up) or, under a rate limit, from time: the refusal says when.
+    """
+    if not full.block or deadline.passed:
+        raise full
+    return deadline.nap(full.retry_after_s or None)
