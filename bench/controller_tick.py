@@ -20,7 +20,6 @@ from pathlib import Path
 
 from dreamlake.lakeshore.controller.loop import Controller, Settings
 from dreamlake.lakeshore.plane.dispatch import open_store
-from dreamlake.lakeshore.plane.providers import add_provider
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.providers.base import LaunchSpec
 from dreamlake.lakeshore.providers.fake import FakeProvider
@@ -31,7 +30,7 @@ NS = "bench"
 
 def populate(store: SqlStore, queues: int, workers: int) -> FakeProvider:
     fake = FakeProvider("sim")
-    add_provider(store, NS, "sim", "fake", {})
+    store.add_provider(NS, "sim", "fake", {})
     per_queue = max(1, workers // queues)
     for i in range(queues):
         name = f"q{i:04d}"

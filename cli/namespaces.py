@@ -22,11 +22,10 @@ def namespaces() -> None:
 @store_option
 def add(name: str, org: str | None, store: str | None) -> None:
     """Create NAME (idempotent); with --org, move it into that org."""
-    from ..plane.auth import add_namespace
 
     sql = open_cli_store(store)
     try:
-        add_namespace(sql, name, org)
+        sql.add_namespace(name, org)
     finally:
         sql.close()
     click.echo(f"namespace {name}" + (f" (org {org})" if org else ""))
@@ -37,11 +36,10 @@ def add(name: str, org: str | None, store: str | None) -> None:
 @store_option
 def ls(as_json: bool, store: str | None) -> None:
     """List namespaces and their orgs."""
-    from ..plane.auth import list_namespaces
 
     sql = open_cli_store(store)
     try:
-        rows = list_namespaces(sql)
+        rows = sql.list_namespaces()
     finally:
         sql.close()
     if as_json:

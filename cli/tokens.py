@@ -23,11 +23,10 @@ def tokens() -> None:
 @store_option
 def create(namespace: str, org: str | None, label: str, store: str | None) -> None:
     """Create a token for NAMESPACE (created if missing) and print it once."""
-    from ..plane.auth import create_token
 
     sql = open_cli_store(store)
     try:
-        click.echo(create_token(sql, namespace, label=label, org=org))
+        click.echo(sql.create_token(namespace, label=label, org=org))
     finally:
         sql.close()
 
@@ -37,11 +36,10 @@ def create(namespace: str, org: str | None, label: str, store: str | None) -> No
 @store_option
 def ls(as_json: bool, store: str | None) -> None:
     """List tokens (digest prefix, namespace, label); the secrets themselves are not stored."""
-    from ..plane.auth import list_tokens
 
     sql = open_cli_store(store)
     try:
-        rows = list_tokens(sql)
+        rows = sql.list_tokens()
     finally:
         sql.close()
     if as_json:
@@ -62,11 +60,10 @@ def revoke(digest: str, store: str | None) -> None:
     A running server stops accepting it within a few seconds (its grant cache's lifetime).
     """
     from ..errors import DispatchError
-    from ..plane.auth import revoke_token
 
     sql = open_cli_store(store)
     try:
-        row = revoke_token(sql, digest)
+        row = sql.revoke_token(digest)
     except DispatchError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from ..plane.providers import ProviderInfo, all_providers
+from ..plane.providers import ProviderInfo
 from ..plane.store import SqlStore
 from .policy import Policy
 
@@ -77,5 +77,5 @@ def observe(store: SqlStore, now: float | None = None) -> Snapshot:
             heartbeat_at=float(r["heartbeat_at"]),
             running=running.get(key, 0),
         )
-    snap.providers = {(p.namespace, p.name): p for p in all_providers(store)}
+    snap.providers = {(p.namespace, p.name): p for p in store.all_providers()}
     return snap

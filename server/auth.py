@@ -18,7 +18,7 @@ from collections import OrderedDict
 from starlette.requests import Request
 
 from ..errors import Unauthorized
-from ..plane.auth import authorize, hash_token, lookup
+from ..plane.auth import hash_token
 from ..plane.store import SqlStore
 from .blocking import run_blocking
 
@@ -62,9 +62,9 @@ def bearer(request: Request) -> str:
 
 
 def _check(store: SqlStore, token: str, ns: str | None) -> None:
-    scope = lookup(store, token)
+    scope = store.token_scope(token)
     if ns is not None:
-        authorize(store, scope, ns)
+        store.authorize(scope, ns)
 
 
 async def authenticate(

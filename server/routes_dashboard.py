@@ -28,7 +28,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import InvalidArgument
-from ..plane.auth import lookup
 from ..plane.store import WORKER_STALE_S, SqlStore
 from ..types import STATES, Invocation
 from .auth import bearer
@@ -160,7 +159,7 @@ async def dashboard(call: Call) -> dict[str, Any]:
 
 async def whoami(call: Call) -> dict[str, Any]:
     """The namespace a token belongs to: how the page picks its namespace from a pasted token."""
-    scope = await call.run(lookup, call.store, bearer(call.request))
+    scope = await call.run(call.store.token_scope, bearer(call.request))
     return {"namespace": scope.namespace, "org": scope.org, "label": scope.label}
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plane import providers
 from ..plane.providers import ProviderInfo
 from .endpoint import Api, Call
 
@@ -18,19 +17,19 @@ async def add_provider(call: Call) -> ProviderInfo:
     b.only("name", "kind", "config")
     name, kind = b.req_text("name"), b.req_text("kind")
     config = b.mapping("config") or {}
-    return await call.run(providers.add_provider, call.store, call.ns, name, kind, config)
+    return await call.run(call.store.add_provider, call.ns, name, kind, config)
 
 
 async def list_providers(call: Call) -> dict[str, Any]:
-    return {"providers": await call.run(providers.list_providers, call.store, call.ns)}
+    return {"providers": await call.run(call.store.providers, call.ns)}
 
 
 async def show_provider(call: Call) -> ProviderInfo:
-    return await call.run(providers.get_provider, call.store, call.ns, call.param("name"))
+    return await call.run(call.store.provider, call.ns, call.param("name"))
 
 
 async def delete_provider(call: Call) -> None:
-    await call.run(providers.delete_provider, call.store, call.ns, call.param("name"))
+    await call.run(call.store.delete_provider, call.ns, call.param("name"))
 
 
 ROUTES = [

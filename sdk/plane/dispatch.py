@@ -24,7 +24,6 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
-from . import providers
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
@@ -308,13 +307,13 @@ class Dispatch:
     # -- named provider configs (sdk/plane/providers.py) --------------------------------------
 
     def add_provider(self, name: str, kind: str, config: dict[str, Any]) -> ProviderInfo:
-        return providers.add_provider(self.store, self.namespace, name, kind, config)
+        return self.store.add_provider(self.namespace, name, kind, config)
 
     def providers(self) -> list[ProviderInfo]:
-        return providers.list_providers(self.store, self.namespace)
+        return self.store.providers(self.namespace)
 
     def provider(self, name: str) -> ProviderInfo:
-        return providers.get_provider(self.store, self.namespace, name)
+        return self.store.provider(self.namespace, name)
 
     def delete_provider(self, name: str) -> None:
-        providers.delete_provider(self.store, self.namespace, name)
+        self.store.delete_provider(self.namespace, name)

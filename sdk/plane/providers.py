@@ -5,20 +5,19 @@ and the CLI then name it. The plane keeps the config as an opaque JSON object of
 checks only its shape: the provider plugin (`lakeshore.providers` entry points) checks its own
 fields when it is built, since only it knows them and the server need not have it installed.
 Credentials do not belong here (EC2 reads the usual AWS environment or instance role).
+
+This module is the record and its check (HttpDispatch needs them without the store); the rows
+are written and read by `SqlStore` (store/providers.py).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import Conflict, InvalidArgument, NotFound
+from ..errors import InvalidArgument
 from ..types import check_name
-
-if TYPE_CHECKING:  # HttpDispatch imports ProviderInfo and nothing of the store
-    from .store import SqlStore
 
 #: A config is small: a few settings, not a payload.
 MAX_CONFIG_BYTES = 16_384
@@ -48,48 +47,7 @@ def check_provider(name: object, kind: object, config: object) -> dict[str, Any]
     return config
 
 
-def add_provider(
-    store: SqlStore, ns: str, name: str, kind: str, config: dict[str, Any]
-) -> ProviderInfo:
-    """Store a named config; a name already used is a Conflict (remove it first)."""
-    config = check_provider(name, kind, config)
-    store.ensure_namespace(ns)
-    now = time.time()
-    with store.connector.transaction() as tx:
-        created = tx.one(
-            "provider_insert", ns=ns, name=name, kind=kind, config=json.dumps(config), now=now
-        )
-        if created is None:
-            raise Conflict(f"provider '{name}' already exists in namespace '{ns}'")
-    return get_provider(store, ns, name)
-
-
-def get_provider(store: SqlStore, ns: str, name: str) -> ProviderInfo:
-    with store.connector.transaction(write=False) as tx:
-        row = tx.one("provider_get", ns=ns, name=name)
-    if row is None:
-        raise NotFound(f"unknown provider '{name}' in namespace '{ns}'")
-    return _info(row)
-
-
-def list_providers(store: SqlStore, ns: str) -> list[ProviderInfo]:
-    with store.connector.transaction(write=False) as tx:
-        return [_info(r) for r in tx.all("provider_list", ns=ns)]
-
-
-def all_providers(store: SqlStore) -> list[ProviderInfo]:
-    """Every namespace's configs: what the controller reads once per tick."""
-    with store.connector.transaction(write=False) as tx:
-        return [_info(r) for r in tx.all("provider_list_all")]
-
-
-def delete_provider(store: SqlStore, ns: str, name: str) -> None:
-    with store.connector.transaction() as tx:
-        if tx.one("provider_delete", ns=ns, name=name) is None:
-            raise NotFound(f"unknown provider '{name}' in namespace '{ns}'")
-
-
-def _info(row: dict[str, Any]) -> ProviderInfo:
+def provider_info(row: dict[str, Any]) -> ProviderInfo:
     return ProviderInfo(
         namespace=row["namespace"],
         name=row["name"],

@@ -14,21 +14,17 @@ storage-ref ext are looked at) and returns them; whoever runs the trim deletes t
 `dreamlake.lakeshore.retention.trim`.
 
 Work is done in batches, a transaction each, so a first trim of a long history never holds the
-write lock for long.
+write lock for long. The trim itself is `SqlStore.trim_retention` (store/retention.py); this
+module holds what it returns and the defaults.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..errors import InvalidArgument
-from ..spill import is_spilled
-from ..storage import MAX_REF_BYTES, StorageRef, sniff_ref
-
-if TYPE_CHECKING:
-    from .store import SqlStore
+from ..storage import StorageRef
 
 #: Defaults for the server's retention task (`lakeshore server --retain-*`).
 DEFAULT_RETAIN_FRAMES_S: Final = 7 * 86400.0
@@ -73,65 +69,3 @@ def check_age(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise InvalidArgument(f"{name} must be a number of seconds >= 0, got {value!r}")
     return float(value)
-
-
-def trim(
-    store: SqlStore,
-    *,
-    frames_older_than_s: float | None = None,
-    invocations_older_than_s: float | None = None,
-    namespace: str | None = None,
-    now: float | None = None,
-    batch: int = BATCH,
-) -> Trimmed:
-    """Trim `namespace` (None: every namespace) as the ages say; see the module docstring."""
-    frames_age = check_age("frames_older_than_s", frames_older_than_s)
-    rows_age = check_age("invocations_older_than_s", invocations_older_than_s)
-    now = time.time() if now is None else now
-    if namespace is None:
-        with store.connector.transaction(write=False) as tx:
-            namespaces = [r["name"] for r in tx.all("retention_namespaces")]
-    else:
-        namespaces = [namespace]
-    done = Trimmed()
-    for ns in namespaces:
-        if rows_age is not None:
-            done.add(_trim_rows(store, ns, now - rows_age, batch))
-        if frames_age is not None:
-            done.frames += _trim_frames(store, ns, now - frames_age, batch)
-    return done
-
-
-def _trim_frames(store: SqlStore, ns: str, cutoff: float, batch: int) -> int:
-    total = 0
-    while True:
-        with store.connector.transaction() as tx:
-            n = len(tx.all("retention_trim_frames", ns=ns, cutoff=cutoff, limit=batch))
-        total += n
-        if n < batch:
-            return total
-
-
-def _trim_rows(store: SqlStore, ns: str, cutoff: float, batch: int) -> Trimmed:
-    done = Trimmed()
-    while True:
-        with store.connector.transaction() as tx:
-            rows = tx.all(
-                "retention_old_invocations",
-                ns=ns,
-                cutoff=cutoff,
-                limit=batch,
-                ref_bytes=MAX_REF_BYTES,
-            )
-            if not rows:
-                return done
-            ids = [r["id"] for r in rows]
-            done.frames += len(tx.all("retention_delete_frames_of", ids=ids))
-            done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
-            for r in rows:
-                for blob in (r["payload"], r["result"]):
-                    ref = sniff_ref(blob)
-                    if ref is not None and is_spilled(ref):  # never a ref a user passed
-                        done.refs.append(ref)
-        if len(rows) < batch:
-            return done

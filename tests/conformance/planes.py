@@ -183,14 +183,13 @@ def _http_plane(name: str, pool: PeerPool, store_url: str, urls: list[str]) -> I
     The test process talks to the first server, its peer to the last (the same one unless
     there are replicas: then every worker-side verb crosses replicas).
     """
-    from dreamlake.lakeshore.plane.auth import add_namespace, create_token
     from dreamlake.lakeshore.plane.dispatch import open_store
 
     ns = f"conf-{os.getpid()}-{next(_namespaces)}"
     store = open_store(store_url)
     try:
-        add_namespace(store, ns)
-        token = create_token(store, ns, label="conformance")
+        store.add_namespace(ns)
+        token = store.create_token(ns, label="conformance")
     finally:
         store.close()
     spec = {"kind": "http", "url": urls[-1], "token": token, "namespace": ns}

@@ -19,7 +19,6 @@ if str(ROOT) not in sys.path:  # `tests.support` is importable however pytest wa
     sys.path.insert(0, str(ROOT))
 
 from dreamlake.lakeshore.plane import HttpDispatch  # noqa: E402
-from dreamlake.lakeshore.plane.auth import create_token  # noqa: E402
 from dreamlake.lakeshore.plane.dispatch import open_store  # noqa: E402
 from tests.support.client import Api  # noqa: E402
 from tests.support.server import running_server  # noqa: E402
@@ -60,7 +59,7 @@ def make_tenant(server: Server) -> Callable[..., Tenant]:
         ns = f"{prefix}-{next(_counter)}-{id(server) % 9973}"
         store = open_store(server.store_path)
         try:
-            token = create_token(store, ns, org=org, label="test")
+            token = store.create_token(ns, org=org, label="test")
         finally:
             store.close()
         return Tenant(ns, token)

@@ -22,7 +22,6 @@ from procs import DaemonProcess, ServerProcess, wait_until
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.daemon.worker import Daemon, DaemonConfig
 from dreamlake.lakeshore.plane import HttpDispatch
-from dreamlake.lakeshore.plane.auth import create_token, list_tokens
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.types import Claim, SubmitRequest
 from tests.support.client import Api, decode
@@ -44,10 +43,10 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
         store = open_store(home / "lakeshore.db")
         try:
             tokens = {
-                "own": create_token(store, "acme-a", org="acme", label="own"),
-                "sibling": create_token(store, "acme-b", org="acme", label="sibling"),
-                "outsider": create_token(store, "other", label="outsider"),
-                "revoked": create_token(store, "acme-a", label="to-revoke"),
+                "own": store.create_token("acme-a", org="acme", label="own"),
+                "sibling": store.create_token("acme-b", org="acme", label="sibling"),
+                "outsider": store.create_token("other", label="outsider"),
+                "revoked": store.create_token("acme-a", label="to-revoke"),
             }
         finally:
             store.close()
@@ -161,7 +160,7 @@ def test_tokens_are_hashed_at_rest_and_never_logged(tenants: Tenants, tmp_path: 
     assert hashlib.sha256(tok["own"].encode()).hexdigest().encode() in at_rest
     store = open_store(srv.home / "lakeshore.db")
     try:
-        assert all(len(str(r["hash"])) == 12 for r in list_tokens(store))
+        assert all(len(str(r["hash"])) == 12 for r in store.list_tokens())
     finally:
         store.close()
 

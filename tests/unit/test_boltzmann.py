@@ -8,8 +8,7 @@ from collections import Counter
 
 import pytest
 
-from dreamlake.lakeshore.plane import store
-from dreamlake.lakeshore.plane.store import boltzmann_level
+from dreamlake.lakeshore.plane.store import boltzmann_level, records
 
 
 def draw(levels: list[tuple[float, int]], temperature: float, n: int) -> Counter[float]:
@@ -43,7 +42,7 @@ def test_weights_are_count_times_exp_level_over_t(monkeypatch: pytest.MonkeyPatc
         seen["population"], seen["weights"] = list(population), list(weights)
         return [population[0]]
 
-    monkeypatch.setattr(store.random, "choices", fake_choices)
+    monkeypatch.setattr(records.random, "choices", fake_choices)
 
     boltzmann_level([(0.0, 4), (2.0, 1), (1.0, 2)], 2.0)
 

@@ -16,7 +16,6 @@ import pytest
 from dreamlake.lakeshore.controller.loop import Controller, Settings
 from dreamlake.lakeshore.plane import Dispatch
 from dreamlake.lakeshore.plane.leader import FileLeader
-from dreamlake.lakeshore.plane.providers import add_provider
 from dreamlake.lakeshore.providers.fake import FakeProvider
 from dreamlake.lakeshore.types import SubmitRequest
 
@@ -32,7 +31,7 @@ class Clock:
 @pytest.fixture
 def d() -> Iterator[Dispatch]:
     plane = Dispatch(":memory:")
-    add_provider(plane.store, "default", "sim", "fake", {"instance_type": "small"})
+    plane.store.add_provider("default", "sim", "fake", {"instance_type": "small"})
     yield plane
     plane.close()
 
@@ -243,7 +242,7 @@ def test_two_controllers_never_both_act(tmp_path: Path, fake: FakeProvider) -> N
     """Both loops run at once on one SQLite file; only the lock holder ever launches."""
     db = tmp_path / "lakeshore.db"
     plane = Dispatch(db)
-    add_provider(plane.store, "default", "sim", "fake", {})
+    plane.store.add_provider("default", "sim", "fake", {})
     plane.create_queue("q", elasticity={"kind": "fixed", "max": 2, "provider": "sim"})
     acted: dict[str, int] = {}
 

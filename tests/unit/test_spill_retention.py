@@ -11,7 +11,6 @@ import pytest
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore import spill
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
-from dreamlake.lakeshore.plane.retention import trim
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.storage import LocalStorage
 
@@ -59,7 +58,7 @@ def test_one_namespace_leaves_the_others(store: SqlStore) -> None:
 def test_batches_cover_everything(store: SqlStore) -> None:
     _ended(store, "default", 7)
 
-    trimmed = trim(store, invocations_older_than_s=0, now=time.time() + 1, batch=2)
+    trimmed = store.trim_retention(invocations_older_than_s=0, now=time.time() + 1, batch=2)
 
     assert trimmed.invocations == 7
 

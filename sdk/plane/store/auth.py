@@ -1,0 +1,86 @@
+"""Tokens and namespaces' orgs: who may touch which namespace (the scope and hashing are in
+../auth.py). Tokens are stored as their sha256 digest only."""
+
+from __future__ import annotations
+
+import time
+
+from ...errors import Forbidden, InvalidArgument, NotFound, Unauthorized
+from ...types import check_name
+from ..auth import TokenScope, hash_token, new_token
+from .namespaces import NamespaceStore
+
+
+class AuthStore(NamespaceStore):
+    def add_namespace(self, ns: str, org: str | None = None) -> None:
+        """Create `ns` (idempotent); with `org`, (re)assign it to that org."""
+        if org is not None:
+            check_name(org, "org")
+        self.ensure_namespace(ns, org)
+        if org is not None:
+            with self.connector.transaction() as tx:
+                tx.all("auth_set_namespace_org", ns=ns, org=org)
+
+    def list_namespaces(self) -> list[dict[str, object]]:
+        with self.connector.transaction(write=False) as tx:
+            return tx.all("auth_list_namespaces")
+
+    def create_token(self, ns: str, *, label: str = "", org: str | None = None) -> str:
+        """A new token for `ns` (created if missing); the secret is returned once, never stored."""
+        if not isinstance(label, str) or len(label) > 200:
+            raise InvalidArgument("label must be a string of at most 200 characters")
+        self.add_namespace(ns, org)
+        token = new_token()
+        with self.connector.transaction() as tx:
+            tx.all("auth_insert_token", hash=hash_token(token), ns=ns, label=label, now=time.time())
+        return token
+
+    def list_tokens(self) -> list[dict[str, object]]:
+        """Token rows with a short digest prefix to tell them apart; the secrets are not known."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("auth_list_tokens")
+        return [{**r, "hash": str(r["hash"])[:12]} for r in rows]
+
+    def revoke_token(self, digest_prefix: str) -> dict[str, object]:
+        """Delete the one token whose digest starts with `digest_prefix` (as `tokens ls` shows).
+
+        The server's grant cache forgets it within `server.auth.GRANT_TTL_S`.
+        """
+        prefix = digest_prefix.strip().lower()
+        if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
+            raise InvalidArgument("give at least 8 hex digits of the token's digest (tokens ls)")
+        with self.connector.transaction() as tx:
+            hashes = [str(r["hash"]) for r in tx.all("auth_list_tokens")]
+            matches = [h for h in hashes if h.startswith(prefix)]
+            if not matches:
+                raise NotFound(f"no token's digest starts with '{prefix}'")
+            if len(matches) > 1:
+                raise InvalidArgument(f"'{prefix}' matches {len(matches)} tokens: give more digits")
+            (row,) = tx.all("auth_delete_tokens", hashes=matches)
+        return {**row, "hash": str(row["hash"])[:12]}
+
+    def token_count(self) -> int:
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("auth_count_tokens")
+        return int(row["n"]) if row else 0
+
+    def token_scope(self, token: str | None) -> TokenScope:
+        """The scope of a presented token; Unauthorized when missing or unknown."""
+        if not token:
+            raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("auth_get_token", hash=hash_token(token))
+        if row is None:
+            raise Unauthorized("unknown token")
+        return TokenScope(namespace=row["namespace"], org=row["org"], label=row["label"])
+
+    def authorize(self, scope: TokenScope, ns: str) -> None:
+        """Allow `ns` for `scope`: its own namespace or an org sibling. Unknown `ns`: NotFound."""
+        row = self.namespace(ns)
+        if row is None:
+            raise NotFound(f"unknown namespace '{ns}'")
+        if ns == scope.namespace:
+            return
+        if scope.org is not None and row["org"] == scope.org:
+            return
+        raise Forbidden(f"this token is scoped to namespace '{scope.namespace}', not '{ns}'")

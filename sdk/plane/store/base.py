@@ -1,0 +1,76 @@
+"""The connector, the waker and the small writes every part shares (a queue row, an event)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ulid import ULID
+
+from ..connector import Connector, Transaction
+
+#: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
+RETRY_BASE_S = 0.5
+RETRY_CAP_S = 300.0
+#: A worker whose heartbeat is older than this no longer counts as a member of its queues.
+WORKER_STALE_S = 120.0
+#: Claims sweep expired leases and start deadlines on their way, at most this often per
+#: process: a lease is tens of seconds, so a sweep a few milliseconds late changes nothing,
+#: and a busy worker stops paying three extra statements per job.
+SWEEP_EVERY_S = 0.05
+#: Most jobs one claim_many takes, and most acks one ack_many settles.
+MAX_BATCH = 1000
+#: Most frames one read returns; a reader pages with `since`.
+FRAME_PAGE = 1000
+
+ELASTICITY_KINDS = ("none", "fixed", "elastic", "fully_elastic")
+ON_FULL = ("reject", "block")
+
+
+def topic_channel(namespace: str, queue: str, name: str) -> str:
+    return f"topic:{namespace}/{queue}/{name}"
+
+
+def new_id() -> str:
+    return str(ULID())
+
+
+class StoreBase:
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+        self.waker = connector.waker
+        #: Set by whoever holds the server's secret (`lakeshore server`, a keyed Dispatch):
+        #: each accepted payload is then signed (sdk/signing.py). Never stored in the store.
+        self.signing_key: bytes | None = None
+        self._swept_at = 0.0
+
+    def close(self) -> None:
+        self.connector.close()
+
+    def ping(self) -> bool:
+        """A round trip to the database: /readyz."""
+        with self.connector.transaction(write=False) as tx:
+            return tx.one("ping") is not None
+
+    def _create_queue_row(
+        self, tx: Transaction, ns: str, name: str, kind: str, description: str, now: float
+    ) -> bool:
+        created = tx.one(
+            "ensure_queue", ns=ns, name=name, kind=kind, description=description, now=now
+        )
+        if created:
+            self._event(tx, ns, name, "created", {"kind": kind}, now)
+        return created is not None
+
+    def _event(
+        self, tx: Transaction, ns: str, queue: str, kind: str, detail: dict[str, Any], now: float
+    ) -> None:
+        tx.all("insert_event", ns=ns, queue=queue, now=now, kind=kind, detail=json.dumps(detail))
+
+    def _append(
+        self, tx: Transaction, channel: str, kind: str, value: bytes | None, now: float
+    ) -> int:
+        """Append a frame inside `tx` (a settle writes its ERROR frame in its own commit)."""
+        row = tx.one("append_frame", channel=channel, kind=kind, value=value, now=now)
+        assert row is not None
+        return int(row["seq"])

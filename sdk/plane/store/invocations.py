@@ -1,0 +1,420 @@
+"""Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from ... import signing
+from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
+from ...types import (
+    DEFAULT_QUEUE,
+    Ack,
+    Claim,
+    Invocation,
+    Kind,
+    QueueInfo,
+    SubmitRequest,
+    check_name,
+    check_state,
+    normalize_kind,
+)
+from ..admission import admit, deadline_for
+from ..connector import Row, Transaction
+from ..steal import claim_with_steal_delay
+from ..wakeup import work_key
+from .base import (
+    MAX_BATCH,
+    RETRY_BASE_S,
+    RETRY_CAP_S,
+    SWEEP_EVERY_S,
+    new_id,
+)
+from .queues import QueueStore
+from .records import (
+    boltzmann_level,
+    check_submit,
+    claim_of,
+    invocation_of,
+    queue_info_of,
+)
+
+
+class InvocationStore(QueueStore):
+    """Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
+
+    def submit(self, ns: str, queue: str, requests: Sequence[SubmitRequest]) -> list[str]:
+        """Enqueue a batch in one transaction; a key already used returns the existing id."""
+        check_name(queue)
+        for req in requests:
+            check_submit(req)
+        now = time.time()
+        # Ids in request order (ULIDs: the claim order of equal priorities); rows inserted in key
+        # order, so two concurrent batches sharing keys lock them in one order and never
+        # deadlock each other (Postgres holds each inserted key's index entry to commit).
+        ids = [new_id() for _ in requests]
+        order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
+        with self.connector.transaction() as tx:
+            info = self._queue_for_submit(tx, ns, queue, now)
+            admit(tx, info, requests, now)
+            deadline_at = deadline_for(info, now)
+            for i in order:
+                req = requests[i]
+                key = self.signing_key
+                row = tx.one(
+                    "insert_invocation_signed",
+                    id=ids[i],
+                    ns=ns,
+                    queue=queue,
+                    priority=float(req.priority),
+                    key=req.key,
+                    payload=req.payload,
+                    max_attempts=req.max_attempts,
+                    timeout_s=req.timeout_s,
+                    now=now,
+                    deadline_at=deadline_at,
+                    signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
+                    if key
+                    else None,
+                )
+                if row is None:  # the key exists: idempotent resubmit
+                    row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
+                    assert row is not None  # the conflict that suppressed the insert
+                ids[i] = row["id"]
+        # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
+        self.waker.notify(work=[work_key(ns, queue)], reads=False)
+        return ids
+
+    def _queue_for_submit(self, tx: Transaction, ns: str, queue: str, now: float) -> QueueInfo:
+        row = tx.one("get_queue", ns=ns, name=queue)
+        if row is None:
+            self._create_queue_row(tx, ns, queue, "fifo", "", now)
+            row = tx.one("get_queue", ns=ns, name=queue)
+            assert row is not None
+        info = queue_info_of(row)
+        if info.state != "active":
+            raise Conflict(
+                f"queue '{queue}' is {info.state}: it accepts no submits"
+                + (" (unarchive it to reopen)" if info.state == "archived" else "")
+            )
+        return info
+
+    def invocation(self, ns: str, inv_id: str) -> Invocation:
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("get_invocation", id=inv_id, ns=ns)
+        if row is None:
+            raise NotFound(f"unknown invocation '{inv_id}'")
+        return invocation_of(row)
+
+    def count(self, ns: str, queue: str, state: str = "queued") -> int:
+        check_state(state)
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("count_state", ns=ns, queue=queue, state=state)
+        return int(row["n"]) if row else 0
+
+    def cancel(self, ns: str, inv_id: str, *, kill: bool = False) -> bool:
+        """Cancel a queued invocation; with kill, also ask the worker to end a running one."""
+        now = time.time()
+        with self.connector.transaction() as tx:
+            if tx.one("cancel_queued", id=inv_id, ns=ns, now=now) or (
+                kill and tx.one("request_kill", id=inv_id, ns=ns)
+            ):
+                done = True
+            elif tx.one("get_invocation", id=inv_id, ns=ns) is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            else:
+                done = False
+        if done:
+            self.waker.notify()
+        return done
+
+    def claim_many(
+        self,
+        ns: str,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        lease_s: float,
+        limit: int,
+        kind: str | None = None,
+        temperature: float = 1.0,
+    ) -> list[Claim]:
+        """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
+
+        One commit for the batch is the point: a daemon that prefetches pays one durable write
+        per batch instead of one per job. Each job is picked as a single claim would pick it,
+        so a batch never reorders a queue.
+        """
+        names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
+        now = time.time()
+        params: dict[str, Any] = {
+            "ns": ns,
+            "queues": names,
+            "now": now,
+            "expires": now + lease_s,
+            "worker": worker,
+        }
+        # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
+        # (the worker's settle is then refused and they run again), and skipping its fsync
+        # takes one of the three disk flushes out of every job's path.
+        with self.connector.transaction(durable=False) as tx:
+            expired = 0
+            if now - self._swept_at >= SWEEP_EVERY_S:
+                self._swept_at = now
+                expired = self._sweep(tx, now)
+            resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
+            rows = self._claim_rows(tx, resolved, temperature, params, limit)
+        if expired:  # the sweep may have requeued or ended anything
+            self.waker.notify()
+        elif rows:  # room that a blocked submit may wait for; nothing ended, nothing to read
+            self.waker.notify(work=(), reads=False)
+        return [claim_of(row) for row in rows]
+
+    def _claim_rows(
+        self,
+        tx: Transaction,
+        kind: Kind,
+        temperature: float,
+        params: dict[str, Any],
+        limit: int,
+    ) -> list[Row]:
+        """Up to `limit` claimed rows, in the order single claims would have taken them."""
+        if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
+            batch = tx.all("claim_fifo_batch", lease=secrets.token_hex(16), limit=limit, **params)
+            return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
+        rows: list[Row] = []
+        for _ in range(limit):
+            one = {**params, "lease": secrets.token_hex(16)}
+            row = claim_with_steal_delay(
+                tx, one, lambda p: self._claim_row(tx, kind, temperature, p)
+            )
+            if row is None:
+                break
+            rows.append(row)
+        return rows
+
+    def _queue_kind(self, tx: Transaction, ns: str, names: Sequence[str]) -> Kind:
+        row = tx.one("get_queue", ns=ns, name=names[0])
+        return normalize_kind(row["kind"]) if row else "fifo"
+
+    def _claim_row(
+        self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
+    ) -> Row | None:
+        if kind == "fifo":
+            return tx.one("claim_fifo", **params)
+        if kind == "filo":
+            return tx.one("claim_filo", **params)
+        levels = tx.all(
+            "priority_levels", ns=params["ns"], queues=params["queues"], now=params["now"]
+        )
+        if not levels:
+            return None
+        level = boltzmann_level([(r["priority"], r["n"]) for r in levels], temperature)
+        return tx.one("claim_level", priority=level, **params) or tx.one("claim_fifo", **params)
+
+    def sweep(self) -> int:
+        """End or requeue every attempt whose lease ran out; returns how many moved."""
+        with self.connector.transaction() as tx:
+            moved = self._sweep(tx, time.time())
+        if moved:
+            self.waker.notify()
+        return moved
+
+    def _sweep(self, tx: Transaction, now: float) -> int:
+        timed_out = tx.all("expire_deadlines", now=now)
+        requeued = tx.all("requeue_expired", now=now)
+        ended = tx.all("end_expired", now=now)
+        for row in ended:  # an ERROR frame, so a stream raises as result() does
+            self._append(tx, row["id"], "ERROR", msgpack.packb(row["error"]), now)
+        return len(timed_out) + len(requeued) + len(ended)
+
+    def ack(self, inv_id: str, lease: str, result: bytes | None, *, ns: str | None = None) -> None:
+        (error,) = self.ack_many([Ack(inv_id, lease, result)], ns=ns)
+        if error is not None:
+            raise error
+
+    def ack_many(self, acks: Sequence[Ack], *, ns: str | None = None) -> list[DispatchError | None]:
+        """Settle many attempts as succeeded in one transaction; an error (or None) per ack.
+
+        One refused ack (its lease lost, say) refuses only itself: the others still commit.
+        With `ns`, an id of another namespace is refused as unknown, as the single ack route
+        refuses it.
+        """
+        if len(acks) > MAX_BATCH:
+            raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
+        out: list[DispatchError | None] = []
+        now = time.time()
+        with self.connector.transaction() as tx:
+            owned = None
+            if ns is not None and acks:
+                rows = tx.all("ids_in_namespace", ns=ns, ids=[a.id for a in acks])
+                owned = {r["id"] for r in rows}
+            for a in acks:
+                if owned is not None and a.id not in owned:
+                    out.append(NotFound(f"unknown invocation '{a.id}'"))
+                    continue
+                # No END frame: a reader that finds no more frames and a succeeded row has
+                # reached the end, which saves a write on every job that never streamed.
+                if tx.one("settle_success", id=a.id, lease=a.lease, result=a.result, now=now):
+                    out.append(None)
+                    continue
+                try:
+                    self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack")
+                    out.append(None)
+                except DispatchError as exc:
+                    out.append(exc)
+        if acks:
+            self.waker.notify(work=())
+        return out
+
+    def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
+        """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""
+        now = time.time()
+        with self.connector.transaction() as tx:
+            held = tx.one("lease_of", id=inv_id)
+            if held is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            state = "failed"
+            if retry:
+                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(0, held["attempt"] - 1))
+                retried = tx.one(
+                    "settle_retry",
+                    id=inv_id,
+                    lease=lease,
+                    error=error,
+                    now=now,
+                    not_before=now + delay,
+                )
+                state = "queued" if retried else "failed"
+            if state == "failed":
+                if tx.one(
+                    "settle_terminal", id=inv_id, lease=lease, state="failed", error=error, now=now
+                ):
+                    self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+                else:
+                    self._refuse_settle(tx, inv_id, lease, "failed", "nack")
+                    return "failed"
+        self.waker.notify()  # after the commit, so a woken reader sees the new state
+        return state
+
+    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
+        """End an attempt as killed or timeout (the daemon terminated it)."""
+        if state not in ("killed", "timeout", "failed"):
+            raise InvalidArgument(f"cannot end an attempt as '{state}'; use killed|timeout|failed")
+        now = time.time()
+        with self.connector.transaction() as tx:
+            if tx.one("settle_terminal", id=inv_id, lease=lease, state=state, error=error, now=now):
+                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+            else:
+                self._refuse_settle(tx, inv_id, lease, state, "end")
+                return
+        self.waker.notify()
+
+    def release(self, inv_id: str, lease: str) -> bool:
+        """Give a claimed job back unrun (a draining daemon), without spending an attempt."""
+        with self.connector.transaction() as tx:
+            done = tx.one("release", id=inv_id, lease=lease) is not None
+        if done:
+            self.waker.notify()
+        return done
+
+    def _refuse_settle(
+        self, tx: Transaction, inv_id: str, lease: str, state: str, verb: str
+    ) -> None:
+        """A settle that matched nothing: a repeat of one that landed is fine, else refuse."""
+        row = tx.one("lease_of", id=inv_id)
+        if row is None:
+            raise NotFound(f"unknown invocation '{inv_id}'")
+        if row["lease"] == lease and row["state"] == state:
+            return  # the same settle again (its first response was lost): idempotent
+        if row["lease"] is None:  # the sweep took it back: requeue clears the lease
+            raise LeaseLost(
+                f"{verb} refused: the lease on invocation '{inv_id}' expired and the job was "
+                f"requeued for another attempt (state {row['state']})"
+            )
+        if row["lease"] != lease:
+            raise LeaseLost(
+                f"{verb} refused: invocation '{inv_id}' is no longer held by this worker "
+                f"(its lease expired and it was re-dispatched; state {row['state']})"
+            )
+        raise LeaseLost(
+            f"{verb} refused: invocation '{inv_id}' is {row['state']}"
+            + (" and its lease has expired" if row["state"] == "running" else "")
+        )
+
+    def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
+        """Extend live leases; returns {invocation id: kill requested} for those still held."""
+        if not leases:
+            return {}
+        now = time.time()
+        with self.connector.transaction() as tx:
+            rows = tx.all("renew_leases", leases=list(leases), expires=now + lease_s, now=now)
+        return {r["id"]: bool(r["kill_requested"]) for r in rows}
+
+    def invocations(
+        self,
+        ns: str,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Invocation]:
+        """Newest first, filtered; rows carry no result bytes (read one by id for its result).
+
+        `before` pages: pass the last id of a page to get the next, older one.
+        """
+        if queue is not None:
+            check_name(queue)
+        if state is not None:
+            check_state(state)
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
+        if before is not None and not (before.isascii() and before.isalnum() and len(before) <= 64):
+            raise InvalidArgument(f"before must be an invocation id, got {before!r}")
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all(
+                "list_invocations", ns=ns, queue=queue, state=state, before=before, limit=limit
+            )
+        return [invocation_of(r) for r in rows]
+
+    def retry(self, ns: str, inv_id: str) -> Invocation:
+        """Requeue a failed / killed / timeout invocation as one more attempt, same id.
+
+        An operator's retry is an explicit decision, so it is not held to the queue's admission
+        (max_depth, rate_limit); the queue must still accept work (active). The journal is
+        cleared, since the failed attempt closed it with an ERROR frame; the row keeps the last
+        error until the new attempt settles.
+        """
+        now = time.time()
+        with self.connector.transaction() as tx:
+            row = tx.one("get_invocation", id=inv_id, ns=ns)
+            if row is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            if row["state"] not in ("failed", "killed", "timeout"):
+                hint = {
+                    "queued": "it has not run yet",
+                    "running": "it is running",
+                    "succeeded": "it succeeded",
+                    "cancelled": "it was cancelled before it ran: submit it again instead",
+                }.get(row["state"], "")
+                raise Conflict(
+                    f"cannot retry invocation '{inv_id}': it is {row['state']}"
+                    + (f" ({hint})" if hint else "")
+                    + "; only failed, killed or timeout invocations can be retried"
+                )
+            info = self._queue_for_submit(tx, ns, row["queue"], now)
+            done = tx.one("retry_terminal", id=inv_id, ns=ns, deadline_at=deadline_for(info, now))
+            if done is None:  # settled differently between the read and the write
+                raise Conflict(f"cannot retry invocation '{inv_id}': its state just changed")
+            tx.all("retry_clear_frames", channel=inv_id)
+            row = tx.one("get_invocation", id=inv_id, ns=ns)
+        self.waker.notify()
+        assert row is not None
+        return invocation_of(row)

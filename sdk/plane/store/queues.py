@@ -1,0 +1,230 @@
+"""Queue rows: create, patch, lifecycle, delete, events, stats (which count members)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import Conflict, InvalidArgument, NotFound
+from ...types import (
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_DESCRIPTION,
+    QUEUE_STATES,
+    QueueInfo,
+    check_name,
+    normalize_kind,
+)
+from .records import (
+    check_admission,
+    check_elasticity,
+    queue_info_of,
+)
+from .workers import WorkerStore
+
+
+class QueueStore(WorkerStore):
+    """Queue rows: create, patch, lifecycle, delete, events, stats (which count members)."""
+
+    def ensure_default_queue(self, ns: str) -> None:
+        with self.connector.transaction() as tx:
+            self._create_queue_row(
+                tx, ns, DEFAULT_QUEUE, "fifo", DEFAULT_QUEUE_DESCRIPTION, time.time()
+            )
+
+    def create_queue(
+        self,
+        ns: str,
+        name: str,
+        *,
+        kind: str = "fifo",
+        description: str = "",
+        elasticity: dict[str, Any] | None = None,
+        admission: dict[str, Any] | None = None,
+    ) -> QueueInfo:
+        check_name(name)
+        stored_kind = kind if kind == "priority" else normalize_kind(kind)
+        elasticity = check_elasticity(elasticity or {"kind": "none"})
+        admission = check_admission(admission or {})
+        now = time.time()
+        with self.connector.transaction() as tx:
+            if not self._create_queue_row(tx, ns, name, stored_kind, description, now):
+                raise Conflict(f"queue '{name}' already exists in namespace '{ns}'")
+            tx.all(
+                "update_queue",
+                ns=ns,
+                name=name,
+                kind=stored_kind,
+                state="active",
+                description=description,
+                elasticity=json.dumps(elasticity),
+                admission=json.dumps(admission),
+                now=now,
+            )
+            row = tx.one("get_queue", ns=ns, name=name)
+        assert row is not None
+        return queue_info_of(row)
+
+    def queue(self, ns: str, name: str) -> QueueInfo:
+        if name == DEFAULT_QUEUE:
+            self.ensure_default_queue(ns)
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("get_queue", ns=ns, name=name)
+        if row is None:
+            raise NotFound(f"unknown queue '{name}' in namespace '{ns}'")
+        return queue_info_of(row)
+
+    def queues(self, namespaces: Sequence[str], state: str | None = None) -> list[QueueInfo]:
+        if state is not None and state not in QUEUE_STATES:
+            raise InvalidArgument(f"unknown queue state '{state}'; use {'|'.join(QUEUE_STATES)}")
+        for ns in namespaces:
+            self.ensure_default_queue(ns)
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("list_queues", namespaces=list(namespaces))
+        infos = [queue_info_of(r) for r in rows]
+        return [q for q in infos if state is None or q.state == state]
+
+    def patch_queue(self, ns: str, name: str, changes: dict[str, Any]) -> QueueInfo:
+        allowed = {"description", "admission", "elasticity", "kind"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise InvalidArgument(
+                f"cannot patch {', '.join(sorted(unknown))}; patchable fields: "
+                "description, admission, elasticity"
+            )
+        current = self.queue(ns, name)
+        if "kind" in changes and changes["kind"] != current.kind:
+            raise InvalidArgument(
+                f"cannot change the kind of queue '{name}' ({current.kind}); recreate the queue"
+            )
+        elasticity = dict(current.elasticity)
+        if "elasticity" in changes:
+            patch = changes["elasticity"]
+            if not isinstance(patch, dict):
+                raise InvalidArgument("elasticity must be an object")
+            if "kind" in patch and patch["kind"] != elasticity.get("kind", "none"):
+                raise InvalidArgument(
+                    f"cannot change elasticity kind of queue '{name}' "
+                    f"({elasticity.get('kind', 'none')} -> {patch['kind']}) with patch; "
+                    "PATCH the whole elasticity object over HTTP or recreate the queue"
+                )
+            elasticity = check_elasticity({**elasticity, **patch})
+        admission = dict(current.admission)
+        if "admission" in changes:
+            if not isinstance(changes["admission"], dict):
+                raise InvalidArgument("admission must be an object")
+            admission = check_admission({**admission, **changes["admission"]})
+        description = changes.get("description", current.description)
+        if not isinstance(description, str):
+            raise InvalidArgument("description must be a string")
+        return self._update_queue(
+            ns,
+            current,
+            "patched",
+            {"fields": sorted(changes)},
+            description=description,
+            elasticity=elasticity,
+            admission=admission,
+        )
+
+    def replace_elasticity(self, ns: str, name: str, elasticity: dict[str, Any]) -> QueueInfo:
+        current = self.queue(ns, name)
+        return self._update_queue(
+            ns,
+            current,
+            "patched",
+            {"fields": ["elasticity"]},
+            elasticity=check_elasticity(elasticity),
+        )
+
+    def set_queue_state(self, ns: str, name: str, action: str) -> QueueInfo:
+        target = {"archive": "archived", "unarchive": "active", "drain": "draining"}.get(action)
+        if target is None:
+            raise InvalidArgument(f"unknown queue action '{action}'; use archive|unarchive|drain")
+        if name == DEFAULT_QUEUE and action == "archive":
+            raise Conflict("the default queue cannot be archived or deleted")
+        current = self.queue(ns, name)
+        event = {"archive": "archived", "unarchive": "unarchived", "drain": "drained"}[action]
+        return self._update_queue(ns, current, event, {"from": current.state}, state=target)
+
+    def _update_queue(
+        self, ns: str, current: QueueInfo, event: str, detail: dict[str, Any], **fields: Any
+    ) -> QueueInfo:
+        now = time.time()
+        merged = {
+            "kind": current.kind,
+            "state": current.state,
+            "description": current.description,
+            "elasticity": current.elasticity,
+            "admission": current.admission,
+            **fields,
+        }
+        with self.connector.transaction() as tx:
+            tx.all(
+                "update_queue",
+                ns=ns,
+                name=current.name,
+                kind=merged["kind"],
+                state=merged["state"],
+                description=merged["description"],
+                elasticity=json.dumps(merged["elasticity"]),
+                admission=json.dumps(merged["admission"]),
+                now=now,
+            )
+            self._event(tx, ns, current.name, event, detail, now)
+            row = tx.one("get_queue", ns=ns, name=current.name)
+        self.waker.notify()
+        assert row is not None
+        return queue_info_of(row)
+
+    def delete_queue(self, ns: str, name: str, *, force: bool = False) -> None:
+        if name == DEFAULT_QUEUE:
+            raise Conflict("the default queue cannot be archived or deleted")
+        self.queue(ns, name)  # 404 first
+        members = self.members(ns, name)
+        if members and not force:
+            raise Conflict(
+                f"queue '{name}' has {len(members)} member worker(s) "
+                f"({', '.join(w.name for w in members)}); remove them or use --force"
+            )
+        now = time.time()
+        with self.connector.transaction() as tx:
+            for w in members:
+                kept = [q for q in w.queues if q != name]
+                tx.all("set_worker_queues", id=w.id, queues=json.dumps(kept))
+            tx.all("cancel_queue_backlog", ns=ns, queue=name, now=now)
+            tx.all("delete_queue", ns=ns, name=name)
+            self._event(tx, ns, name, "deleted", {"force": force, "members": len(members)}, now)
+        self.waker.notify()
+
+    def events(self, ns: str, name: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
+        self.queue(ns, name)
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("list_events", ns=ns, queue=name, limit=limit)
+        return [{**r, "detail": json.loads(r["detail"])} for r in rows]
+
+    def record_event(self, ns: str, queue: str, kind: str, detail: dict[str, Any]) -> None:
+        with self.connector.transaction() as tx:
+            self._event(tx, ns, queue, kind, detail, time.time())
+
+    def stats(self, ns: str, name: str) -> dict[str, Any]:
+        self.queue(ns, name)
+        members = self.members(ns, name)
+        slots = sum(int(w.info.get("concurrency", 1)) for w in members)
+        with self.connector.transaction(write=False) as tx:
+            counts = {
+                s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
+                for s in ("queued", "running")
+            }
+        return {
+            "queue": name,
+            "namespace": ns,
+            "daemon_count": len(members),
+            "slots": slots,
+            "running": counts["running"],
+            "pending": counts["queued"],
+            "utilization": (counts["running"] / slots) if slots else 0.0,
+        }

@@ -1,0 +1,162 @@
+"""Validation of what a caller sends, and rows turned into records."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import InvalidArgument
+from ...types import (
+    Claim,
+    Invocation,
+    QueueInfo,
+    SubmitRequest,
+    WorkerInfo,
+)
+from ..connector import Row
+from ..elasticity import check_scaling
+from .base import ELASTICITY_KINDS, ON_FULL
+
+
+def check_submit(req: SubmitRequest) -> None:
+    if not isinstance(req.payload, (bytes, bytearray, memoryview)):
+        raise InvalidArgument("payload must be encoded bytes")
+    if req.key is not None and (not isinstance(req.key, str) or not 0 < len(req.key) <= 512):
+        raise InvalidArgument("key must be a non-empty string of at most 512 characters")
+    if (
+        isinstance(req.priority, bool)
+        or not isinstance(req.priority, (int, float))
+        or not (math.isfinite(req.priority))
+    ):
+        raise InvalidArgument(f"priority must be a finite number, got {req.priority!r}")
+    if not isinstance(req.max_attempts, int) or not 1 <= req.max_attempts <= 1000:
+        raise InvalidArgument(f"max_attempts must be an integer 1..1000, got {req.max_attempts!r}")
+    if req.timeout_s is not None and (
+        isinstance(req.timeout_s, bool)
+        or not isinstance(req.timeout_s, (int, float))
+        or not 0 < req.timeout_s < math.inf
+    ):
+        raise InvalidArgument(
+            f"timeout_s must be a finite positive number of seconds (leave it out for no "
+            f"limit), got {req.timeout_s!r}"
+        )
+
+
+def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
+    kind = value.get("kind", "none")
+    if kind not in ELASTICITY_KINDS:
+        raise InvalidArgument(f"unknown elasticity kind '{kind}'; use {'|'.join(ELASTICITY_KINDS)}")
+    for field in ("min", "max", "target_per_worker", "idle_s", "steal_delay_s", "cost_weight"):
+        if field in value and (
+            isinstance(value[field], bool)
+            or not isinstance(value[field], (int, float))
+            or value[field] < 0
+        ):
+            raise InvalidArgument(f"elasticity.{field} must be a non-negative number")
+    # `fixed` without `max` is the Queues page's worked example: a fleet launched by hand
+    # (`daemon launch`), which the controller leaves alone (it holds 0 of its own).
+    if kind in ("elastic", "fully_elastic") and "max" not in value:
+        raise InvalidArgument(f"elasticity kind '{kind}' needs 'max'")
+    if "min" in value and "max" in value and value["min"] > value["max"]:
+        raise InvalidArgument("elasticity.min must not exceed elasticity.max")
+    check_scaling(value)  # the controller's fields: sdk/plane/elasticity.py
+    return {**value, "kind": kind}
+
+
+def check_admission(value: dict[str, Any]) -> dict[str, Any]:
+    known = {"max_depth", "on_full", "rate_limit", "deadline_cutoff_s"}
+    unknown = set(value) - known
+    if unknown:
+        raise InvalidArgument(
+            f"unknown admission field(s) {', '.join(sorted(unknown))}; "
+            f"use {', '.join(sorted(known))}"
+        )
+    if value.get("on_full", "reject") not in ON_FULL:
+        raise InvalidArgument(f"admission.on_full must be reject|block, got {value['on_full']!r}")
+    for field in ("max_depth", "rate_limit", "deadline_cutoff_s"):
+        v = value.get(field)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise InvalidArgument(f"admission.{field} must be a positive number, got {v!r}")
+    return value
+
+
+def boltzmann_level(levels: Sequence[tuple[float, int]], temperature: float) -> float:
+    """Pick a priority level with weight count * exp(level / T), exactly.
+
+    Every queued job has probability exp(p/T) / sum(exp(p_i/T)); grouping by level keeps the
+    draw exact while reading only one row per distinct priority. T <= 0 is strict priority.
+    """
+    top = max(p for p, _ in levels)
+    if temperature <= 0:
+        return top
+    weights = [n * math.exp((p - top) / temperature) for p, n in levels]
+    return random.choices([p for p, _ in levels], weights=weights)[0]
+
+
+def invocation_of(row: Row) -> Invocation:
+    return Invocation(
+        id=row["id"],
+        namespace=row["namespace"],
+        queue=row["queue"],
+        state=row["state"],
+        priority=row["priority"],
+        key=row["key"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        timeout_s=row["timeout_s"],
+        kill_requested=bool(row["kill_requested"]),
+        worker=row["worker"],
+        error=row["error"],
+        result=bytes(row["result"]) if row["result"] is not None else None,
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def claim_of(row: Row) -> Claim:
+    return Claim(
+        signature=row["signature"],
+        id=row["id"],
+        namespace=row["namespace"],
+        queue=row["queue"],
+        payload=bytes(row["payload"]),
+        attempt=row["attempt"],
+        lease=row["lease"],
+        lease_expires_at=row["lease_expires_at"],
+        timeout_s=row["timeout_s"],
+        priority=row["priority"],
+    )
+
+
+def queue_info_of(row: Row) -> QueueInfo:
+    return QueueInfo(
+        namespace=row["namespace"],
+        name=row["name"],
+        kind=row["kind"],
+        state=row["state"],
+        description=row["description"],
+        elasticity=json.loads(row["elasticity"]),
+        admission=json.loads(row["admission"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def worker_info_of(row: Row) -> WorkerInfo:
+    return WorkerInfo(
+        id=row["id"],
+        namespace=row["namespace"],
+        name=row["name"],
+        queues=json.loads(row["queues"]),
+        host=row["host"],
+        pid=row["pid"],
+        info=json.loads(row["info"]),
+        load=json.loads(row["load"]),
+        state=row["state"],
+        created_at=row["created_at"],
+        heartbeat_at=row["heartbeat_at"],
+    )

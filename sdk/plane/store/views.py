@@ -1,0 +1,77 @@
+"""Read models over a namespace or every one: the dashboard's, the controller's, /metrics'."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..connector import Row
+from .base import (
+    StoreBase,
+)
+
+
+class ViewStore(StoreBase):
+    """Read models over a namespace or every one: the dashboard's, the controller's, /metrics'."""
+
+    def depth_by_state(self, ns: str) -> dict[str, dict[str, int]]:
+        """{queue: {state: count}} over every state, for the dashboard."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("depth_by_state", ns=ns)
+        out: dict[str, dict[str, int]] = {}
+        for r in rows:
+            out.setdefault(r["queue"], {})[r["state"]] = int(r["n"])
+        return out
+
+    def finished_since(self, ns: str, since: float, *, limit: int = 20000) -> list[Row]:
+        """Completions since `since` (queue, state and the three timestamps), newest first."""
+        with self.connector.transaction(write=False) as tx:
+            return tx.all("finished_since", ns=ns, since=since, limit=limit)
+
+    def running_by_worker(self, ns: str) -> dict[str, int]:
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("running_by_worker", ns=ns)
+        return {r["worker"]: int(r["n"]) for r in rows if r["worker"] is not None}
+
+    def namespace_events(self, ns: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        """Every queue's events in the namespace, newest first (the dashboard's scaling log)."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("namespace_events", ns=ns, limit=limit)
+        return [{**r, "detail": json.loads(r["detail"])} for r in rows]
+
+    def record_events(
+        self, events: Sequence[tuple[str, str, str, dict[str, Any]]], now: float
+    ) -> None:
+        """(namespace, queue, kind, detail) events in one transaction: a controller tick's."""
+        with self.connector.transaction() as tx:
+            for ns, queue, kind, detail in events:
+                tx.all(
+                    "insert_event",
+                    ns=ns,
+                    queue=queue,
+                    now=now,
+                    kind=kind,
+                    detail=json.dumps(detail, default=str),
+                )
+
+    def fleet_view(self) -> dict[str, list[Row]]:
+        """Every namespace's queues, live counts, running jobs per worker and worker rows, read in
+        one transaction (the controller's view of the world; sql: controller_*)."""
+        with self.connector.transaction(write=False) as tx:
+            return {
+                "queues": tx.all("controller_queues"),
+                "counts": tx.all("controller_counts"),
+                "running": tx.all("controller_running_by_worker"),
+                "workers": tx.all("controller_workers"),
+            }
+
+    def metrics_view(self, stale_before: float) -> dict[str, list[Row]]:
+        """Depth by state, workers by state and events by kind over every namespace, read in one
+        transaction (a /metrics scrape; sql: metrics_*)."""
+        with self.connector.transaction(write=False) as tx:
+            return {
+                "depth": tx.all("metrics_depth"),
+                "workers": tx.all("metrics_workers", stale_before=stale_before),
+                "events": tx.all("metrics_events"),
+            }
