@@ -25,7 +25,8 @@ import click
 
 from ..compose import Change, ComposeError, ComposeFile, apply, load, plan, plan_down
 from ..plane.base import Plane
-from .context import open_plane, plane_options
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 
 DEFAULT_FILE = "lakeshore.yaml"
 SYMBOL = {

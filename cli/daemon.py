@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..plane.base import Plane
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..types import WorkerInfo
-from .context import open_plane, plane_options
 
 
 @click.group("daemon")

@@ -15,9 +15,10 @@ import click
 
 from ..envelope import Envelope
 from ..errors import DispatchError
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..queue import SyncQueue
 from ..types import DEFAULT_QUEUE
-from .context import open_plane, plane_options
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:

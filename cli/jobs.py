@@ -42,8 +42,9 @@ from rich.table import Table
 from .. import codec
 from ..errors import DispatchError
 from ..plane.base import Plane
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..types import STATES, TERMINAL_STATES, Frame, Invocation
-from .context import open_plane, plane_options
 
 #: Exit status of a command that waited for a job, by the job's final state.
 EXIT_CODES: dict[str, int] = {

@@ -21,10 +21,11 @@ from rich.table import Table
 
 from ..home import home
 from ..plane.base import Plane
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..plane.providers import ProviderInfo
 from ..providers import registry
 from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider
-from .context import open_plane, plane_options
 from .daemon import daemon
 
 #: How often `--wait` re-reads the worker rows.

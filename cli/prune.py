@@ -15,8 +15,9 @@ import click
 
 from .. import retention
 from ..errors import InvalidArgument
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..prune import parse_duration, prune_run_queues
-from .context import open_plane, plane_options
 
 
 @click.command("prune")

@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..plane.base import Plane
+from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
-from .context import open_plane, plane_options
 from .controller import controller_figures
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")

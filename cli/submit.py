@@ -23,9 +23,9 @@ import click
 from rich.console import Console
 
 from ..plane.base import Plane
+from ..plane.options import plane_options
 from ..queue import SyncQueue
 from ..types import TERMINAL_STATES, Invocation
-from .context import plane_options
 from .jobs import (
     EXIT_STILL_RUNNING,
     POLL_S,

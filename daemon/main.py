@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 
 from .. import __version__, signing
-from ..cli.context import plane_options
 from ..errors import DispatchError
 from ..plane.default import open_plane
+from ..plane.options import plane_options
 from ..types import DEFAULT_QUEUE, check_name
 from ..worker import default_name
 from . import log

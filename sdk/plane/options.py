@@ -1,12 +1,15 @@
-"""How a CLI command finds its plane: flags, then the environment, then the embedded default."""
+"""`--url / --token / --namespace`: how every command line names its plane.
+
+The `lakeshore` commands and `lakeshore-daemon` take the same three options with the same
+environment fallbacks; the plane they name is opened by `plane.default.open_plane`. Kept apart
+from the SDK's import path: a producer never pays for click.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
-
-from ..plane.base import Plane
 
 
 def plane_options(fn: Any) -> Any:
@@ -25,9 +28,3 @@ def plane_options(fn: Any) -> Any:
         help="Control plane URL; without it, the embedded SQLite plane of this box.",
     )(fn)
     return fn
-
-
-def open_plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
-    from ..plane.default import open_plane
-
-    return open_plane(url, token, namespace)
