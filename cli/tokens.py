@@ -20,13 +20,18 @@ def tokens() -> None:
 @click.option("--namespace", "-n", required=True, help="Namespace the token is scoped to.")
 @click.option("--org", default=None, help="Put the namespace in this org (siblings share tokens).")
 @click.option("--label", default="", help="A note to tell tokens apart.")
+@click.option(
+    "--admin",
+    is_flag=True,
+    help="Also open the fleet routes (every namespace's fleet): for lakeshore-controller --url.",
+)
 @store_option
-def create(namespace: str, org: str | None, label: str, store: str | None) -> None:
+def create(namespace: str, org: str | None, label: str, admin: bool, store: str | None) -> None:
     """Create a token for NAMESPACE (created if missing) and print it once."""
 
     sql = open_cli_store(store)
     try:
-        click.echo(sql.create_token(namespace, label=label, org=org))
+        click.echo(sql.create_token(namespace, label=label, org=org, admin=admin))
     finally:
         sql.close()
 
@@ -45,9 +50,15 @@ def ls(as_json: bool, store: str | None) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("digest", "namespace", "label", "created_at")
+    table = Table("digest", "namespace", "label", "admin", "created_at")
     for r in rows:
-        table.add_row(str(r["hash"]), str(r["namespace"]), str(r["label"]), str(r["created_at"]))
+        table.add_row(
+            str(r["hash"]),
+            str(r["namespace"]),
+            str(r["label"]),
+            "yes" if r["admin"] else "",
+            str(r["created_at"]),
+        )
     Console().print(table)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..plane.leader import Leader
 from ..plane.providers import ProviderInfo
-from ..plane.store import WORKER_STALE_S, SqlStore
+from ..plane.store import WORKER_STALE_S
 from ..providers import registry
 from ..providers.base import (
     TAG_NAMESPACE,
@@ -34,7 +34,7 @@ from ..providers.base import (
     merged_settings,
 )
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
-from .observe import Snapshot, observe
+from .observe import FleetSource, Snapshot, observe
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
 
 log = logging.getLogger("lakeshore.controller")
@@ -92,7 +92,7 @@ def build_provider(info: ProviderInfo) -> Provider:
 class Controller:
     def __init__(
         self,
-        store: SqlStore,
+        store: FleetSource,
         settings: Settings | None = None,
         *,
         provider_factory: ProviderFactory = build_provider,
@@ -445,7 +445,7 @@ class Controller:
         """Tick every interval while leading; a standby re-tries the lock each interval."""
         leading = False
         while not stop.is_set():
-            if leader is None or leader.try_acquire():
+            if self._lead(leader):
                 if not leading:
                     log.info("controller leading")
                     leading = True
@@ -457,6 +457,17 @@ class Controller:
                 log.warning("controller lost the leadership; standing by")
                 leading = False
             stop.wait(self.settings.interval_s)
+
+    @staticmethod
+    def _lead(leader: Leader | None) -> bool:
+        """Whether to act this tick; a plane that cannot be asked (a server away) means no."""
+        if leader is None:
+            return True
+        try:
+            return leader.try_acquire()
+        except Exception:
+            log.exception("controller could not renew its leadership; standing by")
+            return False
 
 
 def _gone_policy() -> Policy:

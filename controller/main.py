@@ -19,7 +19,9 @@ import click
 from .. import __version__
 from ..home import home
 from ..plane.dispatch import open_store
-from ..plane.leader import leader_for
+from ..plane.http import HttpFleet
+from ..plane.leader import Leader, LeaseLeader, leader_for
+from ..plane.store import SqlStore
 from .loop import Controller, Settings
 
 LEADER_KEY = "controller"
@@ -33,6 +35,19 @@ LEADER_KEY = "controller"
     metavar="URL",
     help="The plane's database: a SQLite path or postgresql:// URL "
     "(default: $LAKESHORE_HOME/lakeshore.db).",
+)
+@click.option(
+    "--url",
+    default=None,
+    metavar="URL",
+    help="Run against a control plane over HTTP instead of its database (needs an admin token, "
+    "--token; controllers elect one leader through the server).",
+)
+@click.option(
+    "--token",
+    envvar="LAKESHORE_CONTROLLER_TOKEN",
+    default=None,
+    help="Admin token for --url (lakeshore tokens create --admin).",
 )
 @click.option("--interval-s", type=click.FloatRange(0.01), default=5.0, show_default=True)
 @click.option(
@@ -64,6 +79,8 @@ LEADER_KEY = "controller"
 @click.version_option(__version__, prog_name="lakeshore-controller")
 def controller_command(
     store: str | None,
+    url: str | None,
+    token: str | None,
     interval_s: float,
     max_workers: int | None,
     scale_down_window_s: float,
@@ -78,7 +95,9 @@ def controller_command(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    target = store or str(home() / "lakeshore.db")
+    if url and store:
+        raise click.UsageError("give --store (the database) or --url (a server), not both")
+    target = url or store or str(home() / "lakeshore.db")
     is_postgres = target.startswith(("postgresql://", "postgres://"))
     settings = Settings(
         interval_s=interval_s,
@@ -89,8 +108,14 @@ def controller_command(
         plane_url=plane_url or (None if is_postgres else target),
         plane_token=plane_token,
     )
-    plane_store = open_store(target)
-    leader = leader_for(target, LEADER_KEY)
+    plane_store: SqlStore | HttpFleet
+    if url:
+        plane_store = HttpFleet(url, token=token)
+        # The lease outlasts two missed ticks, and is renewed by every tick.
+        leader: Leader = LeaseLeader(plane_store, LEADER_KEY, ttl_s=max(3 * interval_s, 10.0))
+    else:
+        plane_store = open_store(target)
+        leader = leader_for(target, LEADER_KEY)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ..plane.providers import ProviderInfo
-from ..plane.store import SqlStore
+from ..types import WorkerInfo
 from .policy import Policy
 
 
@@ -46,7 +48,19 @@ class Snapshot:
     providers: dict[tuple[str, str], ProviderInfo] = field(default_factory=dict)
 
 
-def observe(store: SqlStore, now: float | None = None) -> Snapshot:
+class FleetSource(Protocol):
+    """What the controller reads and writes: `SqlStore` on the database, `HttpFleet` through a
+    server's fleet routes (an admin token)."""
+
+    def fleet_view(self) -> dict[str, list[dict[str, Any]]]: ...
+    def all_providers(self) -> list[ProviderInfo]: ...
+    def set_worker_state(self, ns: str, ref: str, state: str) -> WorkerInfo: ...
+    def record_events(
+        self, events: Sequence[tuple[str, str, str, dict[str, Any]]], now: float
+    ) -> None: ...
+
+
+def observe(store: FleetSource, now: float | None = None) -> Snapshot:
     snap = Snapshot(at=time.time() if now is None else now)
     view = store.fleet_view()
     queue_rows, count_rows = view["queues"], view["counts"]

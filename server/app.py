@@ -25,6 +25,7 @@ from ..plane.store import SqlStore
 from . import (
     metrics,
     routes_dashboard,
+    routes_fleet,
     routes_invocations,
     routes_jobs,
     routes_providers,
@@ -77,6 +78,7 @@ def all_apis() -> list[Api]:
         *routes_dashboard.ROUTES,
         *routes_providers.ROUTES,
         *routes_retention.ROUTES,
+        *routes_fleet.ROUTES,
     ]
 
 

@@ -339,3 +339,42 @@ SCHEMAS.update(
         ),
     }
 )
+
+
+# -- the fleet (routes_fleet.py): the controller over HTTP, admin tokens only ------------------
+
+_ROWS = {"type": "array", "items": OBJ}
+SCHEMAS.update(
+    {
+        "Fleet": _obj(
+            {
+                "queues": _ROWS,
+                "counts": _ROWS,
+                "running": _ROWS,
+                "workers": _ROWS,
+                "providers": _ROWS,
+            }
+        ),
+        "FleetEvents": _obj(
+            {
+                "events": {
+                    "type": "array",
+                    "items": _obj(
+                        {"namespace": STR, "queue": STR, "kind": STR, "detail": OBJ},
+                        ("namespace", "queue", "kind"),
+                    ),
+                },
+                "now": NUM,
+            },
+            ("events", "now"),
+        ),
+        "FleetWorkerState": _obj(
+            {"namespace": STR, "ref": STR, "state": {"enum": ["alive", "draining", "gone"]}},
+            ("namespace", "ref", "state"),
+        ),
+        "FleetLeader": _obj(
+            {"name": STR, "holder": STR, "ttl_s": NUM, "release": BOOL}, ("name", "holder")
+        ),
+        "FleetLeading": _obj({"leading": BOOL}),
+    }
+)

@@ -34,6 +34,8 @@ class TokenScope:
     namespace: str
     org: str | None
     label: str
+    #: May use the cross-namespace fleet routes (the controller over HTTP); nothing more.
+    admin: bool = False
 
 
 def hash_token(token: str) -> str:
@@ -53,7 +55,7 @@ def bootstrap(store: SqlStore, home: Path) -> str | None:
     store.ensure_namespace(DEFAULT_NAMESPACE)
     if store.token_count() > 0:
         return None
-    token = store.create_token(DEFAULT_NAMESPACE, label=ADMIN_LABEL)
+    token = store.create_token(DEFAULT_NAMESPACE, label=ADMIN_LABEL, admin=True)
     write_token_file(home / "token", token)
     return token
 

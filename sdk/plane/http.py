@@ -531,3 +531,53 @@ class HttpDispatch:
 
     def delete_provider(self, name: str) -> None:
         self._request("DELETE", f"/providers/{_segment(name)}")
+
+
+class HttpFleet:
+    """The fleet routes of a server (`/v1/fleet`): what `lakeshore-controller --url` runs on.
+
+    The same calls `SqlStore` answers on the database (`fleet_view`, `all_providers`,
+    `set_worker_state`, `record_events`, leadership leases), across every namespace, so it needs
+    an admin token.
+    """
+
+    def __init__(self, url: str, *, token: str | None = None) -> None:
+        self._plane = HttpDispatch(url, token=token)
+
+    def __repr__(self) -> str:
+        return f"HttpFleet({self._plane.url!r})"
+
+    def close(self) -> None:
+        self._plane.close()
+
+    def _fleet(self) -> dict[str, Any]:
+        data: dict[str, Any] = self._plane._request("GET", "/v1/fleet", namespaced=False)
+        return data
+
+    def fleet_view(self) -> dict[str, list[dict[str, Any]]]:
+        data = self._fleet()
+        return {k: list(data[k]) for k in ("queues", "counts", "running", "workers")}
+
+    def all_providers(self) -> list[ProviderInfo]:
+        return [_record(ProviderInfo, p) for p in self._fleet()["providers"]]
+
+    def set_worker_state(self, ns: str, ref: str, state: str) -> WorkerInfo:
+        body = {"namespace": ns, "ref": ref, "state": state}
+        data = self._plane._request("POST", "/v1/fleet/workers", body, namespaced=False)
+        return _record(WorkerInfo, data)
+
+    def record_events(
+        self, events: Sequence[tuple[str, str, str, dict[str, Any]]], now: float
+    ) -> None:
+        items = [{"namespace": n, "queue": q, "kind": k, "detail": d} for n, q, k, d in events]
+        body = {"events": items, "now": now}
+        self._plane._request("POST", "/v1/fleet/events", body, namespaced=False)
+
+    def acquire_leadership(self, name: str, holder: str, ttl_s: float) -> bool:
+        body = {"name": name, "holder": holder, "ttl_s": ttl_s}
+        data = self._plane._request("POST", "/v1/fleet/leader", body, namespaced=False)
+        return bool(data["leading"])
+
+    def release_leadership(self, name: str, holder: str) -> None:
+        body = {"name": name, "holder": holder, "release": True}
+        self._plane._request("POST", "/v1/fleet/leader", body, namespaced=False)

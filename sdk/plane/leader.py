@@ -12,6 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
+import socket
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -92,3 +94,42 @@ def leader_for(target: str | os.PathLike[str], key: str) -> Leader:
     if text == ":memory:":
         raise InvalidArgument("an in-memory plane has no other process to lead: use a file")
     return FileLeader(text, key)
+
+
+class Leases(Protocol):
+    def acquire_leadership(self, name: str, holder: str, ttl_s: float) -> bool: ...
+    def release_leadership(self, name: str, holder: str) -> None: ...
+
+
+class LeaseLeader:
+    """Leadership as a lease in the store, renewed by each `try_acquire` (each tick).
+
+    For controllers that reach the plane over HTTP (`HttpFleet`) and so hold no lock on the
+    database: the holder keeps the lease while it ticks; a holder that stops ticking loses it
+    after `ttl_s`, and a standby takes over at its next try. `ttl_s` must outlast the interval
+    between tries.
+    """
+
+    def __init__(
+        self, leases: Leases, key: str, *, ttl_s: float, holder: str | None = None
+    ) -> None:
+        if not _KEY.match(key):
+            raise InvalidArgument(f"leader key must match {_KEY.pattern}, got {key!r}")
+        self.key = key
+        self.ttl_s = ttl_s
+        self.holder = holder or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._leases = leases
+        self._leading = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def try_acquire(self) -> bool:
+        self._leading = self._leases.acquire_leadership(self.key, self.holder, self.ttl_s)
+        return self._leading
+
+    def close(self) -> None:
+        if self._leading:
+            self._leases.release_leadership(self.key, self.holder)
+            self._leading = False

@@ -154,6 +154,10 @@ def test_tokens_and_namespaces_commands(server, cli_env):
     assert names["cli-alice"] == names["cli-bob"] == "cli-org"
     listed = json.loads(lakeshore("tokens", "ls", "--json", *store, env=env).stdout)
     assert all(token not in json.dumps(r) for r in listed)
+    assert not any(r["admin"] for r in listed if r["namespace"] == "cli-bob")
+    lakeshore("tokens", "create", "--namespace", "cli-ops", "--admin", *store, env=env)
+    listed = json.loads(lakeshore("tokens", "ls", "--json", *store, env=env).stdout)
+    assert [r["admin"] for r in listed if r["namespace"] == "cli-ops"] == [True]
     # bob's token reaches its org sibling alice through the server
     env.update(LAKESHORE_TOKEN=token, LAKESHORE_NAMESPACE="cli-alice")
     rows = json.loads(lakeshore("queues", "ls", "--json", env=env).stdout)

@@ -243,17 +243,18 @@ SELECT * FROM workers WHERE id = :id;
 -- name: auth_insert_token
 -- Tokens and namespaces for the control plane's auth (sdk/plane/auth.py). A token is stored as
 -- its sha256 hex digest only; looking it up by that digest is the constant-time comparison.
-INSERT INTO tokens (hash, namespace, label, created_at) VALUES (:hash, :ns, :label, :now);
+INSERT INTO tokens (hash, namespace, label, created_at, admin)
+VALUES (:hash, :ns, :label, :now, :admin);
 
 -- name: auth_get_token
-SELECT t.hash, t.namespace, t.label, n.org FROM tokens t
+SELECT t.hash, t.namespace, t.label, t.admin, n.org FROM tokens t
 LEFT JOIN namespaces n ON n.name = t.namespace WHERE t.hash = :hash;
 
 -- name: auth_count_tokens
 SELECT count(*) AS n FROM tokens;
 
 -- name: auth_list_tokens
-SELECT hash, namespace, label, created_at FROM tokens ORDER BY created_at;
+SELECT hash, namespace, label, admin, created_at FROM tokens ORDER BY created_at;
 
 -- name: auth_set_namespace_org
 UPDATE namespaces SET org = :org WHERE name = :ns;
@@ -441,3 +442,14 @@ SELECT signature FROM invocations WHERE id = :id;
 -- name: ids_in_namespace
 -- Which of a batch's ids belong to the caller's namespace (a batch ack refuses the others).
 SELECT id FROM invocations WHERE namespace = :ns AND id IN (:ids);
+
+-- name: leader_acquire
+-- Take or keep leadership of :name until :expires_at: granted when nobody holds it, when its
+-- holder's lease has run out, or when :holder already holds it (a renewal). No row: refused.
+INSERT INTO leader_leases (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE leader_leases.holder = excluded.holder OR leader_leases.expires_at < :now
+RETURNING holder;
+
+-- name: leader_release
+DELETE FROM leader_leases WHERE name = :name AND holder = :holder;

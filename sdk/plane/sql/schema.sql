@@ -156,3 +156,18 @@ CREATE INDEX IF NOT EXISTS frames_created ON frames (created_at);
 -- when it accepts the submit with a key kept outside the store (sdk/signing.py); workers that
 -- hold the key verify it before unpickling. NULL: accepted by a plane without a key.
 ALTER TABLE invocations ADD COLUMN signature TEXT;
+
+-- migration: 14
+-- Admin tokens (issue 18): the controller, run against a server over HTTP, reads every
+-- namespace's fleet and records its decisions; only a token created as admin may. The first
+-- start's bootstrap token is one (the label 'admin' in namespace 'default' is how earlier
+-- releases marked it).
+ALTER TABLE tokens ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+UPDATE tokens SET admin = 1 WHERE label = 'admin' AND namespace = 'default';
+-- One holder per leadership name, until it expires: how controllers that reach the plane over
+-- HTTP elect one leader (those on the database hold an advisory lock or a file lock instead).
+CREATE TABLE IF NOT EXISTS leader_leases (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    expires_at  {real} NOT NULL
+);

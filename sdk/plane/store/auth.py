@@ -25,21 +25,34 @@ class AuthStore(NamespaceStore):
         with self.connector.transaction(write=False) as tx:
             return tx.all("auth_list_namespaces")
 
-    def create_token(self, ns: str, *, label: str = "", org: str | None = None) -> str:
-        """A new token for `ns` (created if missing); the secret is returned once, never stored."""
+    def create_token(
+        self, ns: str, *, label: str = "", org: str | None = None, admin: bool = False
+    ) -> str:
+        """A new token for `ns` (created if missing); the secret is returned once, never stored.
+
+        `admin` also opens the fleet routes (every namespace's queues, workers and providers,
+        read by the controller over HTTP); it grants nothing in other namespaces' routes.
+        """
         if not isinstance(label, str) or len(label) > 200:
             raise InvalidArgument("label must be a string of at most 200 characters")
         self.add_namespace(ns, org)
         token = new_token()
         with self.connector.transaction() as tx:
-            tx.all("auth_insert_token", hash=hash_token(token), ns=ns, label=label, now=time.time())
+            tx.all(
+                "auth_insert_token",
+                hash=hash_token(token),
+                ns=ns,
+                label=label,
+                now=time.time(),
+                admin=int(bool(admin)),
+            )
         return token
 
     def list_tokens(self) -> list[dict[str, object]]:
         """Token rows with a short digest prefix to tell them apart; the secrets are not known."""
         with self.connector.transaction(write=False) as tx:
             rows = tx.all("auth_list_tokens")
-        return [{**r, "hash": str(r["hash"])[:12]} for r in rows]
+        return [{**r, "hash": str(r["hash"])[:12], "admin": bool(r["admin"])} for r in rows]
 
     def revoke_token(self, digest_prefix: str) -> dict[str, object]:
         """Delete the one token whose digest starts with `digest_prefix` (as `tokens ls` shows).
@@ -72,7 +85,9 @@ class AuthStore(NamespaceStore):
             row = tx.one("auth_get_token", hash=hash_token(token))
         if row is None:
             raise Unauthorized("unknown token")
-        return TokenScope(namespace=row["namespace"], org=row["org"], label=row["label"])
+        return TokenScope(
+            namespace=row["namespace"], org=row["org"], label=row["label"], admin=bool(row["admin"])
+        )
 
     def authorize(self, scope: TokenScope, ns: str) -> None:
         """Allow `ns` for `scope`: its own namespace or an org sibling. Unknown `ns`: NotFound."""
@@ -84,3 +99,23 @@ class AuthStore(NamespaceStore):
         if scope.org is not None and row["org"] == scope.org:
             return
         raise Forbidden(f"this token is scoped to namespace '{scope.namespace}', not '{ns}'")
+
+    def acquire_leadership(self, name: str, holder: str, ttl_s: float) -> bool:
+        """Hold leadership of `name` for `ttl_s` more seconds; False while another holds it."""
+        check_name(name, "leadership")
+        if not isinstance(holder, str) or not 0 < len(holder) <= 200 or not holder.isprintable():
+            raise InvalidArgument(
+                "holder must be 1 to 200 printable characters (a host and pid, say)"
+            )
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not 0 < ttl_s <= 3600:
+            raise InvalidArgument(f"ttl_s must be a number of seconds in (0, 3600], got {ttl_s!r}")
+        now = time.time()
+        with self.connector.transaction() as tx:
+            row = tx.one(
+                "leader_acquire", name=name, holder=holder, expires_at=now + ttl_s, now=now
+            )
+        return row is not None
+
+    def release_leadership(self, name: str, holder: str) -> None:
+        with self.connector.transaction() as tx:
+            tx.all("leader_release", name=name, holder=holder)

@@ -5,13 +5,8 @@ from __future__ import annotations
 import time
 
 from ...errors import Conflict, InvalidArgument, LeaseLost, NotFound
-from ...types import (
-    Frame,
-)
-from .base import (
-    FRAME_PAGE,
-    StoreBase,
-)
+from ...types import Frame
+from .base import FRAME_PAGE, StoreBase
 
 
 class FrameStore(StoreBase):

@@ -5,13 +5,9 @@ from __future__ import annotations
 import time
 
 from ...errors import NotFound
-from ...types import (
-    check_name,
-)
+from ...types import check_name
 from ..connector import Row
-from .base import (
-    StoreBase,
-)
+from .base import StoreBase
 
 
 class NamespaceStore(StoreBase):

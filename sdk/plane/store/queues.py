@@ -16,11 +16,7 @@ from ...types import (
     check_name,
     normalize_kind,
 )
-from .records import (
-    check_admission,
-    check_elasticity,
-    queue_info_of,
-)
+from .records import check_admission, check_elasticity, queue_info_of
 from .workers import WorkerStore
 
 

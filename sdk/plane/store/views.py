@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import InvalidArgument
+from ...types import check_name
 from ..connector import Row
-from .base import (
-    StoreBase,
-)
+from .base import StoreBase
+
+#: What a queue event's kind looks like (`created`, `scaled`, `scale_error`, ...).
+EVENT_KIND = re.compile(r"[a-z][a-z_]{0,63}")
 
 
 class ViewStore(StoreBase):
@@ -44,6 +48,11 @@ class ViewStore(StoreBase):
         self, events: Sequence[tuple[str, str, str, dict[str, Any]]], now: float
     ) -> None:
         """(namespace, queue, kind, detail) events in one transaction: a controller tick's."""
+        for ns, queue, kind, _ in events:
+            check_name(ns, "namespace")
+            check_name(queue)
+            if not isinstance(kind, str) or not EVENT_KIND.fullmatch(kind):
+                raise InvalidArgument(f"event kind must match {EVENT_KIND.pattern}, got {kind!r}")
         with self.connector.transaction() as tx:
             for ns, queue, kind, detail in events:
                 tx.all(

@@ -8,19 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import InvalidArgument, NotFound
-from ...types import (
-    DEFAULT_QUEUE,
-    WorkerInfo,
-    check_name,
-)
-from .base import (
-    WORKER_STALE_S,
-    StoreBase,
-    new_id,
-)
-from .records import (
-    worker_info_of,
-)
+from ...types import DEFAULT_QUEUE, WorkerInfo, check_name
+from .base import WORKER_STALE_S, StoreBase, new_id
+from .records import worker_info_of
 
 
 class WorkerStore(StoreBase):
