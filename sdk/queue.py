@@ -776,7 +776,7 @@ def _twin_init(
         self.sync = sync_cls(*args, **kwargs)
 
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+    vars(__init__)["__signature__"] = signature.replace(
         parameters=[self_param, *signature.parameters.values()], return_annotation=None
     )
     return __init__
