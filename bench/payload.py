@@ -100,7 +100,7 @@ def _lakeshore(home: Path, inline: bool) -> Iterator[dls.SyncQueue]:
 
 
 def lakeshore(s: Settings) -> list[Measurement]:
-    out: list[Measurement] = []
+    out: list[Measurement] = _lakeshore_refs(s)
     for inline in (True, False):
         mode = "inline" if inline else "spilled (file:// storage)"
         with (
@@ -115,6 +115,31 @@ def lakeshore(s: Settings) -> list[Measurement]:
                     _timed(lambda a: q.call(a, timeout=120), data, _calls(s, label))
                     for _ in range(s.reps)
                 ]
+                out += _rows(f"lakeshore http (sqlite), {mode}", label, reps, FULL, "one daemon")
+    return out
+
+
+def _lakeshore_refs(s: Settings) -> list[Measurement]:
+    """The array travels by Ref (`dls.put`): the messages carry ~200 bytes, the worker maps the
+    array from this box's host tier and puts its result there; durable also writes both through
+    to storage (fsynced) before each put returns."""
+    from .tasks import echo_ref
+
+    out: list[Measurement] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-payload-") as tmp,
+        _lakeshore(Path(tmp), inline=False) as q,
+    ):
+        for durable in (False, True):
+            mode = "by Ref, durable" if durable else "by Ref, host tier (durable=False)"
+
+            def call(a: np.ndarray, durable: bool = durable) -> Any:
+                ref = dls.put(a, durable=durable)
+                return dls.get(q.call(dls.thunk(echo_ref, ref, durable), timeout=120))
+
+            for label, size in SIZES.items():
+                data = array(size)
+                reps = [_timed(call, data, _calls(s, label)) for _ in range(s.reps)]
                 out += _rows(f"lakeshore http (sqlite), {mode}", label, reps, FULL, "one daemon")
     return out
 

@@ -13,6 +13,7 @@ from . import context, run, spill
 from .codec import decode, encode
 from .envelope import Envelope, Thunk, thunk
 from .errors import DecodeError, DispatchError, QueueFullError
+from .objects import get, put
 from .plane import Dispatch, HttpDispatch, Plane
 from .queue import (
     BoltzmannQueue,
@@ -27,6 +28,7 @@ from .queue import (
     SyncQueue,
     UnknownQueueWarning,
 )
+from .ref import Ref
 from .run import scope
 from .storage import StorageRef, storage
 from .topic import Topic
@@ -50,6 +52,7 @@ __all__ = [
     "PriorityQueue",
     "Queue",
     "QueueFullError",
+    "Ref",
     "StorageRef",
     "SyncBoltzmannQueue",
     "SyncFILOQueue",
@@ -62,6 +65,8 @@ __all__ = [
     "context",
     "decode",
     "encode",
+    "get",
+    "put",
     "run",
     "run_worker",
     "scope",

@@ -23,6 +23,7 @@ code  Python type       ext payload
 32    Thunk             cloudpickle bytes (protocol `PICKLE_PROTOCOL`)
 33    Envelope          msgpack map (see below)
 48    StorageRef        msgpack map {url, key, size}: bytes kept in storage (see `storage.py`)
+49    Ref               msgpack map {id, size, digest, kind, ...}: an object store handle (`ref.py`)
 ====  ================  ========================================================================
 
 msgpack's own timestamp (ext -1), as other languages write it, decodes to an aware UTC datetime.
@@ -67,6 +68,8 @@ import msgpack  # ships no type information
 
 from .envelope import Envelope, Thunk
 from .errors import DecodeError, InvalidArgument
+from .ref import EXT_OBJECT_REF as _EXT_OBJECT_REF
+from .ref import Ref
 from .storage import EXT_STORAGE_REF as _EXT_STORAGE_REF
 from .storage import StorageRef
 
@@ -98,6 +101,7 @@ EXT_IMAGE: Final = 19
 EXT_THUNK: Final = 32
 EXT_ENVELOPE: Final = 33
 EXT_STORAGE_REF: Final = _EXT_STORAGE_REF  # 48, defined beside StorageRef
+EXT_OBJECT_REF: Final = _EXT_OBJECT_REF  # 49, defined beside Ref
 
 #: Name to ext code, for `GET /v1/hello` and for writers in other languages.
 EXT_TYPES: Final[Mapping[str, int]] = MappingProxyType(
@@ -117,6 +121,7 @@ EXT_TYPES: Final[Mapping[str, int]] = MappingProxyType(
         "thunk": EXT_THUNK,
         "envelope": EXT_ENVELOPE,
         "storage_ref": EXT_STORAGE_REF,
+        "object_ref": EXT_OBJECT_REF,
     }
 )
 _EXT_NAMES: Final = {code: name for name, code in EXT_TYPES.items()}
@@ -330,6 +335,7 @@ _ENCODERS: Final[dict[type, Callable[[Any], Any]]] = {
     Thunk: _encode_thunk,
     Envelope: _encode_envelope,
     StorageRef: lambda ref: _ExtType(EXT_STORAGE_REF, ref.to_wire()),
+    Ref: lambda ref: _ExtType(EXT_OBJECT_REF, ref.to_wire()),
 }
 
 # Checked in order, so datetime comes before its base class date.
@@ -680,4 +686,5 @@ _DECODERS: Final[dict[int, Callable[[bytes, bool], Any]]] = {
     EXT_THUNK: _decode_thunk,
     EXT_ENVELOPE: _decode_envelope,
     EXT_STORAGE_REF: lambda data, allow_pickle: StorageRef.from_wire(data),
+    EXT_OBJECT_REF: lambda data, allow_pickle: Ref.from_wire(data),
 }

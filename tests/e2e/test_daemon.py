@@ -74,6 +74,19 @@ def test_sync_body_returns_its_result(q: dls.SyncQueue) -> None:
     assert q.result(inv, timeout=20) == 49
 
 
+def test_a_ref_passes_through_a_daemon_and_back_without_its_bytes(q: dls.SyncQueue) -> None:
+    import numpy as np
+
+    ref = dls.put(np.arange(1 << 20, dtype=np.float32), durable=False)  # 4 MiB on this box
+    inv = q.submit(dls.thunk(jobs.double_ref, ref))
+
+    out = q.result(inv, timeout=20)
+
+    assert isinstance(out, dls.Ref) and out.size == ref.size
+    assert len(q.status(inv).result or b"") < 300  # the row holds the Ref, not the array
+    assert np.array_equal(dls.get(out), np.arange(1 << 20, dtype=np.float32) * 2)
+
+
 def test_generator_yields_frames_and_returns_the_result(q: dls.SyncQueue) -> None:
     inv = q.submit(dls.thunk(jobs.count_up, 4))
     assert q.result(inv, timeout=20) == 4
