@@ -27,7 +27,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--handler", default=None)
     p.add_argument("--normal", action="store_true")
     a = p.parse_args(argv)
-    from dreamlake.lakeshore.plane.dispatch import Dispatch, home, open_store
+    from dreamlake.lakeshore.home import home
+    from dreamlake.lakeshore.plane.dispatch import Dispatch, open_store
 
     if a.what == "server":
         import uvicorn

@@ -262,7 +262,7 @@ def _wait_registered(
 
 def _launched_rows(plane: Plane, name: str) -> list[Any]:
     pattern = re.compile(rf"^{re.escape(name)}(-\d+)?$")
-    return [w for w in plane.workers() if pattern.match(w.name)]
+    return [w for w in plane.workers() if pattern.fullmatch(w.name)]
 
 
 @daemon.command("stop")

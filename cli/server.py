@@ -99,9 +99,16 @@ def server(
     sql = open_cli_store(store)
     # Payload signatures (sdk/signing.py): the key stays outside the store, in LAKESHORE_HOME.
     sql.signing_key = load_key(home(), create=True)
-    token = bootstrap(sql, home())
-    if token is not None:
-        click.echo(f"admin token (shown once, also in {home() / 'token'}): {token}", err=True)
+    made = bootstrap(sql, home())
+    if made is not None:
+        token, path = made
+        click.echo(f"admin token (shown once, also in {path}): {token}", err=True)
+        if path.name != "token":
+            click.echo(
+                f"{home() / 'token'} belongs to another store under this LAKESHORE_HOME, so it "
+                f"was left as it is: pass --token (or LAKESHORE_TOKEN) to reach this server",
+                err=True,
+            )
     app = create_app(
         sql,
         max_body=max_body_mb * 1024 * 1024,

@@ -53,7 +53,7 @@ class PruneResult:
 
 def parse_duration(text: str) -> float:
     """Seconds in "90", "90s", "30m", "12h", "7d" or "2w"."""
-    match = _DURATION.match(text) if isinstance(text, str) else None
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise InvalidArgument(
             f"invalid duration {text!r}: a number with an optional unit s, m, h, d or w (7d)"

@@ -319,8 +319,8 @@ class _LocalWriter(_Writer):
         self._url = storage.url
         self._target = storage.path(key)
         try:
-            self._target.parent.mkdir(parents=True, exist_ok=True)
-            fd, self._tmp = tempfile.mkstemp(
+            self._target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(  # mode 0600
                 prefix=f".{self._target.name}.", suffix=".tmp", dir=self._target.parent
             )
         except OSError as exc:

@@ -34,6 +34,8 @@ FrameKind = Literal["VALUE", "ERROR", "END"]
 DEFAULT_QUEUE = "default"
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
 DEFAULT_NAMESPACE = "default"
+#: Always `fullmatch`ed: with `match`, the `$` also accepts a trailing newline, and a queue
+#: "training-h100\n" would look like "training-h100" in every table.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NAME_LENGTH = 128
 
@@ -53,7 +55,7 @@ def check_state(state: str) -> str:
 
 
 def check_name(name: object, what: str = "queue") -> str:
-    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not NAME_PATTERN.fullmatch(name):
         raise InvalidArgument(
             f"invalid {what} name {name!r}: names match ^[a-z0-9][a-z0-9-]*$ "
             f"(lowercase letters, digits and '-', at most {MAX_NAME_LENGTH} characters)"

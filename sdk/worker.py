@@ -166,4 +166,4 @@ def default_name(host: str | None = None, pid: int | None = None, suffix: str = 
     host = re.sub(r"[^a-z0-9-]+", "-", host).strip("-") or "worker"
     suffix = f"-{pid if pid is not None else os.getpid()}{suffix}"
     name = host[: MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
-    return name if NAME_PATTERN.match(name) else f"worker{suffix}"
+    return name if NAME_PATTERN.fullmatch(name) else f"worker{suffix}"

@@ -46,24 +46,34 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def bootstrap(store: SqlStore, home: Path) -> str | None:
+def bootstrap(store: SqlStore, home: Path) -> tuple[str, Path] | None:
     """On a store with no token yet: create namespace `default` and an admin token.
 
-    The token is written to `home/token` with mode 0600 (the SDK and CLI read it from there)
-    and returned so the caller can print it once; later starts return None.
+    The token is written with mode 0600 to `home/token` (the SDK and CLI read it from there) and
+    returned with that path so the caller can print both once; later starts return None. A token
+    file is never overwritten (only its hash is stored, so an overwritten token is gone for
+    good): when `home/token` already belongs to another store under the same home, the new one
+    goes to `home/token.2` (then .3, ...), and the caller says where.
     """
     store.ensure_namespace(DEFAULT_NAMESPACE)
     if store.token_count() > 0:
         return None
     token = store.create_token(DEFAULT_NAMESPACE, label=ADMIN_LABEL, admin=True)
-    write_token_file(home / "token", token)
-    return token
+    for n in range(1, 1000):
+        path = home / ("token" if n == 1 else f"token.{n}")
+        try:
+            write_token_file(path, token)
+        except FileExistsError:
+            continue
+        return token, path
+    raise FileExistsError(f"{home} holds 999 token files: remove the stale ones")
 
 
 def write_token_file(path: Path, token: str) -> None:
-    """Write a secret so that only the owner can read it, even for an instant."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write a secret so that only the owner can read it, even for an instant; never over an
+    existing file (FileExistsError)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.fchmod(fd, 0o600)
         os.write(fd, (token + "\n").encode("utf-8"))

@@ -41,7 +41,7 @@ class FileLeader:
     """
 
     def __init__(self, database: str | os.PathLike[str], key: str) -> None:
-        if not _KEY.match(key):
+        if not _KEY.fullmatch(key):
             raise InvalidArgument(f"leader key must match {_KEY.pattern}, got {key!r}")
         self.key = key
         self.path = Path(f"{os.fspath(database)}.leader-{key}")
@@ -113,7 +113,7 @@ class LeaseLeader:
     def __init__(
         self, leases: Leases, key: str, *, ttl_s: float, holder: str | None = None
     ) -> None:
-        if not _KEY.match(key):
+        if not _KEY.fullmatch(key):
             raise InvalidArgument(f"leader key must match {_KEY.pattern}, got {key!r}")
         self.key = key
         self.ttl_s = ttl_s

@@ -116,7 +116,7 @@ def parse_url(url: str, schema: str | None = None) -> tuple[str, str | None]:
     # quote, not quote_plus: libpq reads '+' literally, only %XX is decoded
     params = conninfo_to_dict(urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote))))
     if schema is not None:
-        if not _SCHEMA.match(schema):
+        if not _SCHEMA.fullmatch(schema):
             raise InvalidArgument(
                 f"schema must match {_SCHEMA.pattern} (it also names the NOTIFY channel), "
                 f"got {schema!r}"

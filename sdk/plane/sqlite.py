@@ -10,6 +10,8 @@ of a small commit.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -23,6 +25,16 @@ from .wakeup import CrossProcessWaker, Waker
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_MS = 30_000
+
+
+def _create_private(path: Path) -> None:
+    """A new database (and its folder) readable by its owner only: it holds every payload.
+
+    SQLite gives the -wal and -shm files the database file's permissions, so they follow.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 class SqliteTransaction:
@@ -55,7 +67,7 @@ class SqliteConnector:
         self.waker = Waker()
         self._lock = threading.RLock()
         if not self.memory:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(self.path))
         self._conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )

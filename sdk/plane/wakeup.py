@@ -183,7 +183,7 @@ class CrossProcessWaker:
 
     def __init__(self, directory: Path) -> None:
         self._dir = directory
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._send_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._send_sock.setblocking(False)
         self._lock = threading.Lock()

@@ -191,3 +191,13 @@ def test_json_bytes_fields_nested_in_items_only(api, ns):
     )
     assert status == 201 and body["description"] == "value"
     assert json.loads(json.dumps(body))["name"] == "meta"
+
+
+@pytest.mark.parametrize("name", ["nl%0A", "sp%20", "%00x", "tr%D0%B0ining", "a" * 300])
+def test_a_hostile_queue_name_in_the_path_is_400_and_creates_nothing(api, ns, name):
+    response = api.request("POST", ns(f"/queues/{name}/invocations"), {"items": [{"json": 1}]})
+
+    assert response.status_code == 400, response.content[:300]
+    assert "names match" in decode(response)["error"]["message"]
+    listed = decode(api.request("GET", ns("/queues")))
+    assert {q["name"] for q in listed["queues"]} <= {"default"}
