@@ -156,11 +156,15 @@ def show(
 @click.argument("name")
 @click.option("--add-queue", "add", multiple=True, metavar="QUEUE", help="Serve this queue too.")
 @click.option("--remove-queue", "remove", multiple=True, metavar="QUEUE", help="Stop serving it.")
+@click.option(
+    "--force", is_flag=True, help="Allow removing its last queue (it then idles, claiming nothing)."
+)
 @plane_options
 def update(
     name: str,
     add: tuple[str, ...],
     remove: tuple[str, ...],
+    force: bool,
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -170,6 +174,12 @@ def update(
         raise click.UsageError("nothing to change: pass --add-queue and/or --remove-queue")
     plane = _plane(url, token, namespace)
     try:
+        left = set(plane.worker(name).queues) - set(remove) | set(add)
+        if not left and not force:
+            raise click.UsageError(
+                f"that removes {name}'s last queue: it would idle, serving nothing "
+                "(pass --force to do it anyway, or --add-queue another)"
+            )
         row = plane.update_worker_queues(name, add=add, remove=remove)
     finally:
         plane.close()

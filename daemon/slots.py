@@ -9,7 +9,7 @@ Why the parent does all plane traffic: the child holds no lease, no token and no
 stale or runaway child can never settle or post; every frame and settle is fenced by the lease the
 parent holds. The child only decodes, runs `run_body`, and writes messages on a pipe:
 
-    parent -> child   ("run", invocation id, payload bytes, attempt) | None (exit)
+    parent -> child   ("run", invocation id, payload bytes, attempt, queue) | None (exit)
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
                                            | ("error", id, (traceback, one-line summary))
@@ -104,14 +104,16 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             return
         if message is None:
             return
-        _, inv_id, payload, attempt = message
+        _, inv_id, payload, attempt, queue = message
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
             conn.send(("frame", inv_id, codec.encode(value)))
 
         try:
             # dls.run inside the body: this attempt, the daemon's --storage (LAKESHORE_STORAGE).
-            result = run_body(codec.decode(payload), emit, handler, inv_id=inv_id, attempt=attempt)
+            result = run_body(
+                codec.decode(payload), emit, handler, inv_id=inv_id, attempt=attempt, queue=queue
+            )
             reply: tuple[str, str, Any] = ("ok", inv_id, spill.dumps(result))
         except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
             reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
@@ -403,7 +405,7 @@ class ProcessSlot:
             child = self._child = self._spawn()
         self._drain_wake()
         try:
-            child.conn.send(("run", claim.id, claim.payload, claim.attempt))
+            child.conn.send(("run", claim.id, claim.payload, claim.attempt, claim.queue))
         except OSError as exc:
             return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
         deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s

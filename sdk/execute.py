@@ -39,6 +39,7 @@ def run_body(
     inv_id: str | None = None,
     attempt: int = 1,
     storage: str | Storage | None = None,
+    queue: str | None = None,
 ) -> Any:
     """Run what a job carries and return its result; raises what the body raises.
 
@@ -49,7 +50,7 @@ def run_body(
     """
     payload = spill.resolve(payload)
     with (
-        _job(inv_id, attempt, emit, storage),
+        _job(inv_id, attempt, emit, storage, queue),
         context.run(payload.run if isinstance(payload, Envelope) else None),
     ):
         if isinstance(payload, Thunk):
@@ -65,11 +66,15 @@ def run_body(
 
 
 def _job(
-    inv_id: str | None, attempt: int, emit: Emit, storage: str | Storage | None
+    inv_id: str | None,
+    attempt: int,
+    emit: Emit,
+    storage: str | Storage | None,
+    queue: str | None,
 ) -> contextlib.AbstractContextManager[Any]:
     if inv_id is None:
         return contextlib.nullcontext()
-    return jobrun.job(inv_id, attempt, post=emit, storage=storage)
+    return jobrun.job(inv_id, attempt, post=emit, storage=storage, queue=queue)
 
 
 def _call_handler(handler: Handler | None, value: Any, emit: Emit) -> Any:

@@ -161,6 +161,9 @@ class WorkerCore(JobSink):
         self._claimer = claimer
         self._log = log if log is not None else EventLogger({"worker": config.name})
         self._membership = list(config.queues or ())
+        #: Started for named queues: if they are all taken away, it idles (the empty list is
+        #: how the plane spells "the default queue", which this worker was never asked to serve).
+        self._named = bool(config.queues)
         self._row_read_at = 0.0
         self._row_lock = threading.Lock()
         self._draining = threading.Event()
@@ -317,6 +320,12 @@ class WorkerCore(JobSink):
             if room is None:
                 return
             queues = self._queues()
+            if not queues and self._named:
+                if self.config.burst:
+                    self.drain("burst: no queue left to serve")
+                    return
+                self._draining.wait(self.config.claim_wait_s)  # idle until a queue is added
+                continue
             with self._free:
                 buffered = bool(self._buffer)
             try:
@@ -510,7 +519,7 @@ class WorkerCore(JobSink):
             if membership != self._membership:
                 self._log.info(
                     "daemon.membership_changed",
-                    queues=membership or ["default"],
+                    queues=membership or (["(none: idle)"] if self._named else ["default"]),
                     previous=self._membership or ["default"],
                 )
                 self._membership = list(membership)

@@ -187,6 +187,7 @@ class _Body:
                 inv_id=claim.id,
                 attempt=claim.attempt,
                 storage=self._storage,
+                queue=claim.queue,
             )
             outcome = Outcome("ok", result=spill.dumps(result, storage=self._storage))
         except BaseException as exc:  # SystemExit from a job is a failed job, not our exit

@@ -124,3 +124,10 @@ def double_ref(ref: Any) -> Any:
     import dreamlake.lakeshore as dls
 
     return dls.put(dls.get(ref) * 2, durable=False)
+
+
+def where_am_i() -> Any:
+    """What `dls.run` says about the running job (id, attempt, queue)."""
+    import dreamlake.lakeshore as dls
+
+    return {"id": dls.run.id, "attempt": dls.run.attempt, "queue": dls.run.queue}

@@ -87,6 +87,11 @@ def test_a_ref_passes_through_a_daemon_and_back_without_its_bytes(q: dls.SyncQue
     assert np.array_equal(dls.get(out), np.arange(1 << 20, dtype=np.float32) * 2)
 
 
+def test_dls_run_names_the_job_its_attempt_and_its_queue(q: dls.SyncQueue) -> None:
+    inv = q.submit(dls.thunk(jobs.where_am_i))
+    assert q.result(inv, timeout=20) == {"id": inv, "attempt": 1, "queue": QUEUE}
+
+
 def test_generator_yields_frames_and_returns_the_result(q: dls.SyncQueue) -> None:
     inv = q.submit(dls.thunk(jobs.count_up, 4))
     assert q.result(inv, timeout=20) == 4

@@ -76,6 +76,16 @@ def test_membership_changes_without_a_restart_and_drain_from_the_cli(
     assert evals.result(evals.submit(dls.thunk(jobs.square, 6)), timeout=20) == 36
     assert train.status(left).state == "queued"
 
+    # removing its last queue needs --force, and then it idles rather than serve `default`
+    refused = CliRunner().invoke(
+        cli,
+        ["daemon", "update", "member", "--remove-queue", "eval"],
+        env={"LAKESHORE_HOME": str(tmp_path), "LAKESHORE_URL": ""},
+    )
+    assert refused.exit_code == 2 and "last queue" in refused.output
+    lakeshore(tmp_path, "daemon", "update", "member", "--remove-queue", "eval", "--force")
+    proc.wait_for("daemon.membership_changed", queues=["(none: idle)"])
+
     # `daemon drain` reaches it at its next heartbeat: it exits 0 and its row is gone
     lakeshore(tmp_path, "daemon", "drain", "member")
     assert proc.wait(timeout=30) == 0

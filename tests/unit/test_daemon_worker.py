@@ -208,3 +208,23 @@ def test_a_prefetched_job_killed_before_it_starts_ends_killed(plane: Dispatch) -
         assert q.result(gate, timeout=20) is None
     finally:
         assert running.stop() == EXIT_OK
+
+
+def test_a_daemon_whose_last_queue_is_removed_idles_instead_of_serving_default(
+    plane: Dispatch,
+) -> None:
+    default = dls.SyncQueue("default", dispatch=plane)
+    other = dls.SyncQueue("other", dispatch=plane)
+    running = Running(plane, queues=("gpu-only",), lease_s=1.5)
+    try:
+        plane.update_worker_queues("unit", remove=["gpu-only"])  # as `queues rm --force` does
+        wait_until(
+            lambda: plane.worker("unit").load.get("queues") == [], what="the daemon to see it"
+        )
+        stray = default.submit(dls.thunk(operator.add, 1, 1))
+        plane.update_worker_queues("unit", add=["other"])
+        # By the time a job of the queue added after it has run, the daemon has claimed again.
+        assert other.result(other.submit(dls.thunk(operator.add, 2, 2)), timeout=20) == 4
+        assert default.status(stray).state == "queued"
+    finally:
+        assert running.stop() == EXIT_OK

@@ -442,3 +442,15 @@ def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def where_am_i() -> dict[str, object]:
+    return {"id": dls.run.id, "attempt": dls.run.attempt, "queue": dls.run.queue}
+
+
+def test_dls_run_names_the_job_its_attempt_and_its_queue(q: dls.SyncQueue) -> None:
+    inv = q.submit(dls.thunk(where_am_i))
+
+    dls.run_worker(q, once=True)
+
+    assert q.result(inv, timeout=5) == {"id": inv, "attempt": 1, "queue": "tutorial"}
