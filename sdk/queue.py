@@ -34,6 +34,8 @@ from .envelope import Envelope, Thunk
 from .errors import DispatchError, InvalidArgument
 from .plane.base import Plane
 from .plane.default import default_plane
+from .plane.reference import reference as plane_reference
+from .plane.reference import resolve as resolve_plane
 from .plane.store import check_elasticity
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
@@ -359,7 +361,26 @@ class SyncQueue:
         """The plane, resolved on first use so that constructing a queue costs nothing."""
         if self._dispatch is None:
             self._dispatch = default_plane()
+            self._on_default_plane = True
         return self._dispatch
+
+    # A handle pickles by reference (a job that submits to another queue carries it): its name,
+    # kind and options, and its plane's address, never the plane's connections or locks.
+    _LOCAL_STATE = ("_lock", "_ready_at", "_derived", "_annealing", "_held", "_dispatch")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items() if k not in self._LOCAL_STATE}
+        plane = None if getattr(self, "_on_default_plane", False) else self._dispatch
+        state["_plane_reference"] = plane_reference(plane)
+        state.pop("_on_default_plane", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self._dispatch = resolve_plane(state.pop("_plane_reference"))
+        self.__dict__.update(state)
+        self._held = {}
+        self._reset_state()
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self._repr_extra().items())

@@ -7,9 +7,11 @@ ride out, a side task that crashes, a settle that arrives after the lease moved 
 from __future__ import annotations
 
 import operator
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,32 +169,43 @@ def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> No
     assert q.result(stale.id, timeout=1) == 2
 
 
-def test_prefetch_claims_ahead_and_every_job_still_runs_once(plane: Dispatch) -> None:
+def gate_on(path: Path) -> Any:
+    """A job that runs until `path` exists: the test, not the clock, decides when it ends."""
+    return dls.thunk(os.system, f"while [ ! -e '{path}' ]; do sleep 0.02; done")
+
+
+def test_prefetch_claims_ahead_and_every_job_still_runs_once(
+    plane: Dispatch, tmp_path: Path
+) -> None:
     q = dls.SyncQueue("q", dispatch=plane)
-    gate = q.submit(dls.thunk(time.sleep, 1.0))
+    gate = q.submit(gate_on(tmp_path / "open"))
     rest = [q.submit(dls.thunk(operator.add, n, 1)) for n in range(6)]
     running = Running(plane, prefetch=4)
     try:
         # One slot busy with the gate, four claimed ahead of it, two left queued.
         wait_until(lambda: q.count("running") == 5, what="a prefetched batch")
         assert q.count("queued") == 2
+        (tmp_path / "open").touch()
         assert [q.result(i, timeout=20) for i in rest] == [n + 1 for n in range(6)]
-        assert q.result(gate, timeout=20) is None
+        assert q.result(gate, timeout=20) == 0
     finally:
+        (tmp_path / "open").touch()
         assert running.stop() == EXIT_OK
     assert {plane.invocation(i).attempt for i in [gate, *rest]} == {1}
 
 
-def test_a_drain_gives_prefetched_jobs_back_unspent(plane: Dispatch) -> None:
+def test_a_drain_gives_prefetched_jobs_back_unspent(plane: Dispatch, tmp_path: Path) -> None:
     q = dls.SyncQueue("q", dispatch=plane)
-    gate = q.submit(dls.thunk(time.sleep, 1.0))
+    gate = q.submit(gate_on(tmp_path / "open"))
     rest = [q.submit(dls.thunk(operator.add, n, 1)) for n in range(3)]
     running = Running(plane, prefetch=3)
     wait_until(lambda: q.count("running") == 4, what="a prefetched batch")
 
-    assert running.stop() == EXIT_OK
+    running.daemon.drain("test over")  # before the gate opens: nothing more may start
+    (tmp_path / "open").touch()
+    assert running.join() == EXIT_OK
 
-    assert q.result(gate, timeout=1) is None  # the running job finished
+    assert q.result(gate, timeout=1) == 0  # the running job finished
     assert [(q.status(i).state, q.status(i).attempt) for i in rest] == [("queued", 0)] * 3
 
 

@@ -7,6 +7,7 @@ import operator
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -454,3 +455,46 @@ def test_dls_run_names_the_job_its_attempt_and_its_queue(q: dls.SyncQueue) -> No
     dls.run_worker(q, once=True)
 
     assert q.result(inv, timeout=5) == {"id": inv, "attempt": 1, "queue": "tutorial"}
+
+
+def test_a_udf_whose_body_submits_to_another_udf_can_be_submitted(d: dls.Dispatch) -> None:
+    # Given a body that closes over another udf (pickled by value, so the udf and its queue
+    # travel with it: by reference, not by their locks and connections)
+    parent_q = dls.SyncQueue("parent", dispatch=d)
+    child_q = dls.SyncQueue("child", dispatch=d)
+    child = dls.udf(add, queue=child_q)
+
+    def parent(x: int) -> str:
+        return child.submit(x, y=1)
+
+    inv = dls.udf(parent, queue=parent_q).submit(41)
+    assert dls.run_worker(parent_q, once=True) == 1
+
+    child_inv = parent_q.result(inv, timeout=5)
+    assert dls.run_worker(child_q, once=True) == 1
+    assert child_q.result(child_inv, timeout=5) == 42
+
+
+def test_a_queue_handle_pickles_by_reference(tmp_path: Path) -> None:
+    import cloudpickle
+
+    with dls.Dispatch(tmp_path / "plane.db") as plane:
+        q = dls.SyncPriorityQueue("urgent", dispatch=plane, priority_field="p")
+        q.submit({"p": 3})
+
+        back = cloudpickle.loads(cloudpickle.dumps(q))
+
+        assert (type(back), back.name, back.priority_field) == (type(q), "urgent", "p")
+        assert back.dispatch is not plane and back.count() == 1  # its own plane, same file
+        on_default = cloudpickle.loads(cloudpickle.dumps(dls.SyncQueue("x")))
+        assert on_default._dispatch is None  # whoever unpickles uses their own default plane
+
+
+def test_a_queue_on_an_in_memory_plane_cannot_leave_its_process(d: dls.Dispatch) -> None:
+    from dreamlake.lakeshore.plane import reference
+
+    ref = reference.reference(d)
+    assert ref is not None and ref[0] == "local"
+
+    with pytest.raises(DispatchError, match="in-memory plane cannot leave its process"):
+        reference.resolve(("local", -1, ref[2]))
