@@ -9,8 +9,12 @@ module does not do: TLS, proxies from the environment, and transports that tests
 One connection per thread, as httpx's pool would hand out: the daemon's claim, heartbeat and
 ack threads each hold theirs, and a long-poll on one never queues another's request. A pooled
 connection the server has closed meanwhile (uvicorn drops idle ones after a few seconds) is
-noticed before it is used, as httpcore does, so a request is never written into a dead socket;
-a failure after that is raised, never retried here: the caller decides what is safe to repeat.
+noticed before it is used, as httpcore does, so a request is never written into a dead socket.
+That check can still lose a race with a server closing at that very moment, so a connection is
+not reused at all once it has been idle for `MAX_IDLE_S` (well under uvicorn's 5 s), and an
+idempotent request (GET, HEAD, PUT, DELETE) that fails on a reused connection before any byte of
+an answer is sent once more on a fresh one. Any other failure is raised: the caller decides
+what is safe to repeat.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import http.client
 import select
 import socket
 import threading
+import time
 import urllib.request
 import weakref
 from typing import Any
@@ -48,6 +53,20 @@ def query_string(params: dict[str, Any] | None) -> str:
     return "?" + urlencode(pairs) if pairs else ""
 
 
+#: A keep-alive connection idle for longer than this is replaced rather than reused: servers
+#: close idle ones (uvicorn after 5 s), and a request racing that close fails.
+MAX_IDLE_S = 2.0
+#: What may be sent again after a reused connection failed before any answer arrived.
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+#: How a reused connection that the server closed under a request fails.
+_STALE = (
+    http.client.RemoteDisconnected,
+    ConnectionResetError,
+    BrokenPipeError,
+    ConnectionAbortedError,
+)
+
+
 class Connections:
     """Per-thread keep-alive connections to one server; `request` is safe from any thread."""
 
@@ -73,7 +92,23 @@ class Connections:
         timeout: float,
     ) -> tuple[int, str, bytes]:
         """(status, content type, body). Raises OSError or http.client.HTTPException."""
-        conn = self._connection(timeout)
+        conn, reused = self._connection(timeout)
+        try:
+            return self._exchange(conn, method, target, body, headers)
+        except _STALE:
+            if not (reused and method in IDEMPOTENT):
+                raise
+        conn, _ = self._connection(timeout)  # the stale one was dropped: this one is fresh
+        return self._exchange(conn, method, target, body, headers)
+
+    def _exchange(
+        self,
+        conn: _Connection,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str] | None,
+    ) -> tuple[int, str, bytes]:
         try:
             conn.request(
                 method,
@@ -86,15 +121,22 @@ class Connections:
         except BaseException:
             self._drop(conn)
             raise
+        conn.used_at = time.monotonic()
         if response.will_close:
             self._drop(conn)
         return response.status, response.getheader("content-type", ""), data
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is not None and (conn.sock is None or _closed_by_peer(conn.sock)):
+    def _connection(self, timeout: float) -> tuple[_Connection, bool]:
+        """This thread's connection, and whether it is a reused one."""
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and (
+            conn.sock is None
+            or time.monotonic() - conn.used_at > MAX_IDLE_S
+            or _closed_by_peer(conn.sock)
+        ):
             self._drop(conn)
             conn = None
+        reused = conn is not None
         if conn is None:
             conn = _Connection(self.host, self.port, timeout=timeout)
             conn.connect()
@@ -105,7 +147,7 @@ class Connections:
                 self._all.add(conn)
         assert conn.sock is not None
         conn.sock.settimeout(timeout)
-        return conn
+        return conn, reused
 
     def _drop(self, conn: http.client.HTTPConnection) -> None:
         conn.close()
@@ -124,6 +166,8 @@ class Connections:
 
 class _Connection(http.client.HTTPConnection):
     """Closes its socket when it is collected: when the thread that held it has ended."""
+
+    used_at = 0.0  # monotonic time of its last answer
 
     def __del__(self) -> None:
         self.close()

@@ -111,3 +111,75 @@ def test_a_thread_that_ends_takes_its_connection_with_it(server: _Server) -> Non
     finally:
         conns.close()
     assert len(conns._all) == 0
+
+
+class _DropsSecond(_Handler):
+    """Answers the first request of a connection; reads the second and hangs up unanswered: a
+    server closing an idle keep-alive connection just as the client reused it."""
+
+    def handle(self) -> None:
+        self.served = 0
+        super().handle()
+
+    def handle_one_request(self) -> None:
+        if self.served == 1:
+            self.raw_requestline = self.rfile.readline(65537)
+            self.close_connection = True
+            return
+        self.served += 1
+        super().handle_one_request()
+
+    def do_GET(self) -> None:
+        self.headers["content-length"] = "0"
+        self.do_POST()
+
+
+@pytest.fixture
+def dropping() -> Iterator[_Server]:
+    srv = _Server(_DropsSecond)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_an_idempotent_request_on_a_connection_the_server_dropped_is_sent_once_more(
+    dropping: _Server,
+) -> None:
+    host, port = dropping.server_address[:2]
+    conns = http11.Connections(f"http://{host}:{port}", {})
+    try:
+        assert conns.request("GET", "/a", None, None, 5.0)[0] == 200
+        status, _, body = conns.request("GET", "/b", None, None, 5.0)  # dropped, then resent
+    finally:
+        conns.close()
+
+    assert (status, body) == (200, b"echo::/b")
+    assert len(dropping.peers) == 2
+
+
+def test_a_post_on_a_connection_the_server_dropped_is_not_repeated(dropping: _Server) -> None:
+    host, port = dropping.server_address[:2]
+    conns = http11.Connections(f"http://{host}:{port}", {})
+    try:
+        conns.request("POST", "/a", b"1", None, 5.0)
+        with pytest.raises(http11.http.client.RemoteDisconnected):
+            conns.request("POST", "/b", b"2", None, 5.0)  # the caller decides about a submit
+        assert conns.request("POST", "/c", b"3", None, 5.0)[2] == b"echo:3:/c"
+    finally:
+        conns.close()
+
+
+def test_a_connection_idle_past_the_limit_is_not_reused(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http11, "MAX_IDLE_S", 0.0)
+    host, port = server.server_address[:2]
+    conns = http11.Connections(f"http://{host}:{port}", {})
+    try:
+        for i in range(3):
+            assert conns.request("POST", f"/{i}", b"x", None, 5.0)[0] == 200
+    finally:
+        conns.close()
+
+    assert len(server.peers) == 3
