@@ -8,6 +8,7 @@ wake-up and re-checks; it never spins.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -46,6 +47,11 @@ def open_store(target: str | os.PathLike[str], *, durable: bool = True) -> SqlSt
     return SqlStore(SqliteConnector(text, durable=durable))
 
 
+#: How often reads sweep expired leases and start deadlines when nothing else does (`_swept`):
+#: the cadence of the server's sweeper.
+READ_SWEEP_EVERY_S = 1.0
+
+
 class Dispatch:
     """A plane in this process: `Dispatch(":memory:")` for tests, a path to share a box.
 
@@ -66,6 +72,7 @@ class Dispatch:
             self.store.signing_key = signing.load_key(home())
         self.namespace = namespace
         self.store.ensure_namespace(namespace)
+        self._read_swept_at = 0.0
 
     def __repr__(self) -> str:
         return f"Dispatch({self.target!r}, namespace={self.namespace!r})"
@@ -78,6 +85,15 @@ class Dispatch:
 
     def close(self) -> None:
         self.store.close()
+
+    def _swept(self) -> None:
+        """Sweep expired leases and start deadlines before a read, at most every
+        READ_SWEEP_EVERY_S: with no worker claiming (claims sweep on their way) and no server
+        (whose sweeper runs on a timer), a job past its deadline would read `queued` forever."""
+        now = time.monotonic()
+        if now - self._read_swept_at >= READ_SWEEP_EVERY_S:
+            self._read_swept_at = now
+            self.store.sweep()
 
     def _wait_for(self, fetch: Callable[[], T], ready: Callable[[T], bool], wait_s: float) -> T:
         deadline = Deadline(wait_s)
@@ -114,6 +130,7 @@ class Dispatch:
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def fetch() -> Invocation:
+            self._swept()
             inv = self.store.invocation(self.namespace, inv_id)
             if inv.state == "running" and wait_s > 0 and self.store.sweep():
                 inv = self.store.invocation(self.namespace, inv_id)
@@ -122,6 +139,7 @@ class Dispatch:
         return self._wait_for(fetch, lambda inv: inv.terminal, wait_s)
 
     def count(self, queue: str, state: str = "queued") -> int:
+        self._swept()
         return self.store.count(self.namespace, queue, state)
 
     def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
@@ -238,6 +256,7 @@ class Dispatch:
         return self.store.events(self.namespace, name, limit=limit)
 
     def stats(self, name: str) -> dict[str, Any]:
+        self._swept()
         return self.store.stats(self.namespace, name)
 
     # -- worker rows --------------------------------------------------------------------------
@@ -275,6 +294,7 @@ class Dispatch:
         before: str | None = None,
     ) -> list[Invocation]:
         """Newest first; rows carry no result bytes (`invocation(id)` reads one with it)."""
+        self._swept()
         return self.store.invocations(
             self.namespace, queue=queue, state=state, limit=limit, before=before
         )

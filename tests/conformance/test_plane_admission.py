@@ -177,6 +177,19 @@ def test_a_job_not_started_within_the_cutoff_ends_timeout_unrun(plane: PlaneEnv)
         q.result(inv, timeout=1.0)
 
 
+def test_the_deadline_holds_with_no_worker_present(plane: PlaneEnv) -> None:
+    # Given a job nobody will ever claim
+    plane.dispatch.create_queue("unwatched", admission={"deadline_cutoff_s": 0.3})
+    q = plane.queue("unwatched")
+    inv = q.submit({"op": "double", "x": 1})
+
+    # then it ends `timeout` by itself, as every reader sees, on every plane
+    with pytest.raises(DispatchError, match="timeout"):
+        q.result(inv, timeout=10.0)
+    assert plane.dispatch.invocation(inv).state == "timeout"
+    assert (q.count("queued"), q.count("timeout")) == (0, 1)
+
+
 def test_a_job_started_within_the_cutoff_runs(plane: PlaneEnv) -> None:
     plane.dispatch.create_queue("fresh", admission={"deadline_cutoff_s": 30})
     inv = plane.queue("fresh").submit({"op": "double", "x": 21})
