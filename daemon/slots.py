@@ -26,7 +26,6 @@ import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
-import queue
 import signal
 import threading
 import time
@@ -42,6 +41,7 @@ from ..work.slot import (
     AbortReason,
     JobSink,
     Outcome,
+    SlotBase,
     abort_error,
     crash_outcome,
     format_failure,
@@ -243,7 +243,7 @@ def describe_exit(exitcode: int | None) -> str:
 # -- the slot -------------------------------------------------------------------------------------
 
 
-class ProcessSlot:
+class ProcessSlot(SlotBase):
     """One unit of concurrency: a thread in the daemon that owns one warm child process.
 
     The slot thread is the only one that touches its child and the only one that settles its
@@ -262,9 +262,8 @@ class ProcessSlot:
         env: Mapping[str, str] | None = None,
         kill_grace_s: float = 10.0,
     ) -> None:
-        self.index = index
+        super().__init__(index, kill_grace_s=kill_grace_s)
         self.gpus = list(gpus)
-        self.kill_grace_s = kill_grace_s
         self._ctx = ctx
         self._sink = sink
         self._handler = handler
@@ -272,78 +271,26 @@ class ProcessSlot:
         if self.gpus:
             self._env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order nvidia-smi numbers them
             self._env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in self.gpus)
-        self._inbox: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._claim: Claim | None = None
-        self._since = 0.0
-        self._abort: tuple[str, AbortReason, float] | None = None
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._child: Child | None = None
-        self._thread: threading.Thread | None = None
-        self.started = threading.Event()
-        self.start_error: BaseException | None = None
         self._log = get_logger(slot=index)
 
-    # -- what other threads may call ---------------------------------------------------------
-
-    def start(self, run_thread: Callable[[str, Callable[[], None]], threading.Thread]) -> None:
-        """Start the slot's thread (through the daemon's watcher); the child spawns on it."""
-        self._thread = run_thread(f"lakeshore-slot-{self.index}", self._serve)
-
-    def assign(self, claim: Claim) -> None:
-        with self._lock:
-            if self._claim is not None:
-                raise RuntimeError(f"slot {self.index} is busy")
-            self._claim = claim
-            self._since = time.time()
-            self._abort = None
-        self._inbox.put(claim)
-
-    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
-        """Ask the slot to end `inv_id` now; ignored if it is no longer the slot's job."""
-        with self._lock:
-            if self._claim is None or self._claim.id != inv_id or self._abort is not None:
-                return False
-            self._abort = (inv_id, reason, self.kill_grace_s if grace_s is None else grace_s)
-            if not self._closed:
-                with contextlib.suppress(BlockingIOError):
-                    os.write(self._wake_w, b"!")
-        return True
-
-    def close(self) -> None:
-        """Let the thread stop its child and exit once the current job is done."""
-        self._inbox.put(None)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def claim(self) -> Claim | None:
-        with self._lock:
-            return self._claim
-
-    @property
-    def busy(self) -> bool:
-        return self.claim is not None
-
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            claim, since = self._claim, self._since
         child = self._child
-        return {
-            "index": self.index,
-            "state": "busy" if claim else ("idle" if child is not None else "starting"),
-            "invocation": claim.id if claim else None,
-            "queue": claim.queue if claim else None,
-            "attempt": claim.attempt if claim else None,
-            "since": since if claim else None,
-            "gpus": [g.index for g in self.gpus],
-            "pid": child.pid if child is not None else None,
-        }
+        pid = child.pid if child is not None else None
+        return self._snapshot("idle" if child is not None else "starting", self.gpu_indexes, pid)
+
+    @property
+    def gpu_indexes(self) -> list[int]:
+        return [g.index for g in self.gpus]
+
+    def _aborted(self) -> None:
+        if not self._closed:  # wake the slot thread out of its wait on the child
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_w, b"!")
 
     # -- the slot thread ---------------------------------------------------------------------
 
@@ -364,9 +311,7 @@ class ProcessSlot:
                 # Free the slot before settling: the daemon's next claim for it then travels
                 # while this settle does, instead of after it (one round trip less per job).
                 # The next job waits in the inbox until this thread has settled this one.
-                with self._lock:
-                    self._claim = None
-                    self._abort = None
+                self._finished()
                 self._sink.slot_free(self)
                 self._sink.settle(claim, outcome)
                 self._rewarm()

@@ -121,14 +121,8 @@ class Daemon(WorkerCore):
             self._meter = LoadMeter()
         return self._meter.measure([s.snapshot() for s in self.slots])
 
-    def _on_ready(self) -> None:
-        self._log.info(
-            "daemon.ready",
-            worker_id=self.worker_id,
-            queues=self._membership or ["default"],
-            concurrency=self.config.concurrency,
-            gpus=[g.index for g in self._gpus or []],
-        )
+    def _ready_fields(self) -> dict[str, Any]:
+        return {"gpus": [g.index for g in self._gpus or []]}
 
     def _start_slots(self, factory: SlotFactory) -> bool:
         started = super()._start_slots(factory)

@@ -214,12 +214,17 @@ class WorkerCore(JobSink):
         """The heartbeat's load figures (the daemon measures CPU, memory and GPUs)."""
         return {"slots": [s.snapshot() for s in self.slots]}
 
+    def _ready_fields(self) -> dict[str, Any]:
+        """What the `daemon.ready` line says besides the worker, its queues and concurrency."""
+        return {}
+
     def _on_ready(self) -> None:
         self._log.info(
             "daemon.ready",
             worker_id=self.worker_id,
             queues=self._membership or ["default"],
             concurrency=self.config.concurrency,
+            **self._ready_fields(),
         )
 
     # -- run ----------------------------------------------------------------------------------

@@ -10,10 +10,8 @@ processes.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .. import codec, spill
@@ -21,9 +19,9 @@ from ..execute import Handler, run_body
 from ..types import Claim
 from .slot import (
     DEADLINE_WAIT_CHUNK_S,
-    AbortReason,
     JobSink,
     Outcome,
+    SlotBase,
     abort_error,
     crash_outcome,
     format_failure,
@@ -35,8 +33,10 @@ class JobAbandoned(Exception):
     """Raised into a body that yields after its attempt was ended (killed, timed out, lost)."""
 
 
-class InlineSlot:
+class InlineSlot(SlotBase):
     """One unit of concurrency in this process: a slot thread, and a fresh thread per body."""
+
+    thread_name = "lakeshore-inline"
 
     def __init__(
         self,
@@ -46,69 +46,17 @@ class InlineSlot:
         handler: Handler | None = None,
         storage: Any = None,
     ) -> None:
-        self.index = index
-        self.started = threading.Event()
-        self.start_error: BaseException | None = None
+        super().__init__(index)
         self._sink = sink
         self._handler = handler
         self._storage = storage
-        self._inbox: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # the body ended, or an abort came
-        self._claim: Claim | None = None
-        self._since = 0.0
-        self._abort: AbortReason | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- what other threads may call ---------------------------------------------------------
-
-    def start(self, run_thread: Callable[[str, Callable[[], None]], threading.Thread]) -> None:
-        self._thread = run_thread(f"lakeshore-inline-{self.index}", self._serve)
-
-    def assign(self, claim: Claim) -> None:
-        with self._lock:
-            if self._claim is not None:
-                raise RuntimeError(f"slot {self.index} is busy")
-            self._claim, self._since, self._abort = claim, time.time(), None
-        self._inbox.put(claim)
-
-    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
-        with self._lock:
-            if self._claim is None or self._claim.id != inv_id or self._abort is not None:
-                return False
-            self._abort = reason
-            self._changed.notify_all()
-        return True
-
-    def close(self) -> None:
-        self._inbox.put(None)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def claim(self) -> Claim | None:
-        with self._lock:
-            return self._claim
-
-    @property
-    def busy(self) -> bool:
-        return self.claim is not None
+        self._changed = threading.Condition(self._lock)  # the body ended, or an end was asked
 
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            claim, since = self._claim, self._since
-        return {
-            "index": self.index,
-            "state": "busy" if claim else "idle",
-            "invocation": claim.id if claim else None,
-            "queue": claim.queue if claim else None,
-            "attempt": claim.attempt if claim else None,
-            "since": since if claim else None,
-            "gpus": [],
-            "pid": None,
-        }
+        return self._snapshot("idle", [], None)
+
+    def _aborted(self) -> None:
+        self._changed.notify_all()
 
     # -- the slot thread ---------------------------------------------------------------------
 
@@ -119,9 +67,7 @@ class InlineSlot:
                 outcome = self._run(claim)
             except Exception as exc:  # around the body, not in it: end the attempt, not the slot
                 outcome = crash_outcome(exc)
-            with self._lock:
-                self._claim = None
-                self._abort = None
+            self._finished()
             self._sink.slot_free(self)
             self._sink.settle(claim, outcome)
 
@@ -140,8 +86,8 @@ class InlineSlot:
                 self._changed.wait(None if left is None else min(left, DEADLINE_WAIT_CHUNK_S))
             if body.outcome is not None:
                 return body.outcome
-            reason = self._abort
-        assert reason is not None
+            assert self._abort is not None
+            _, reason, _ = self._abort
         body.abandon()
         return Outcome(reason, error=abort_error(reason))
 

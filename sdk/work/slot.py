@@ -7,7 +7,10 @@ and the inline slots of `run_worker` (inline.py: a thread per job in the calling
 
 from __future__ import annotations
 
+import abc
+import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -77,6 +80,92 @@ class Slot(Protocol):
 
 #: Builds slot `index` reporting to `sink`.
 SlotFactory = Callable[[int, JobSink], Slot]
+
+
+class SlotBase(abc.ABC):
+    """What every kind of slot keeps: one claim at a time, the request to end it, the inbox its
+    thread reads. A kind runs bodies on that thread (`_serve`) and is told when an end is asked
+    for (`_aborted`, under the lock) so that it can wake what waits on the body."""
+
+    def __init__(self, index: int, *, kill_grace_s: float = 0.0) -> None:
+        self.index = index
+        self.kill_grace_s = kill_grace_s
+        self.started = threading.Event()
+        self.start_error: BaseException | None = None
+        self._inbox: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._claim: Claim | None = None
+        self._since = 0.0
+        #: (invocation id, why, grace): what other threads asked of the running job.
+        self._abort: tuple[str, AbortReason, float] | None = None
+        self._thread: threading.Thread | None = None
+
+    thread_name = "lakeshore-slot"
+
+    def start(self, run_thread: Callable[[str, Callable[[], None]], threading.Thread]) -> None:
+        """Start the slot's thread through the core's watcher (a crash stops the worker)."""
+        self._thread = run_thread(f"{self.thread_name}-{self.index}", self._serve)
+
+    def assign(self, claim: Claim) -> None:
+        with self._lock:
+            if self._claim is not None:
+                raise RuntimeError(f"slot {self.index} is busy")
+            self._claim, self._since, self._abort = claim, time.time(), None
+        self._inbox.put(claim)
+
+    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
+        """Ask the slot to end `inv_id` now; ignored if it is no longer the slot's job."""
+        with self._lock:
+            if self._claim is None or self._claim.id != inv_id or self._abort is not None:
+                return False
+            self._abort = (inv_id, reason, self.kill_grace_s if grace_s is None else grace_s)
+            self._aborted()
+        return True
+
+    def close(self) -> None:
+        """Let the slot's thread exit once its current job is done."""
+        self._inbox.put(None)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def claim(self) -> Claim | None:
+        with self._lock:
+            return self._claim
+
+    @property
+    def busy(self) -> bool:
+        return self.claim is not None
+
+    def _snapshot(self, idle: str, gpus: list[int], pid: int | None) -> dict[str, Any]:
+        with self._lock:
+            claim, since = self._claim, self._since
+        return {
+            "index": self.index,
+            "state": "busy" if claim else idle,
+            "invocation": claim.id if claim else None,
+            "queue": claim.queue if claim else None,
+            "attempt": claim.attempt if claim else None,
+            "since": since if claim else None,
+            "gpus": gpus,
+            "pid": pid,
+        }
+
+    def _finished(self) -> None:
+        """The job is over (settled next): the slot is free."""
+        with self._lock:
+            self._claim = None
+            self._abort = None
+
+    @abc.abstractmethod
+    def _serve(self) -> None:
+        """The slot's thread: take claims from the inbox until None, run and settle each."""
+
+    @abc.abstractmethod
+    def _aborted(self) -> None:
+        """An end was asked for the running job (called under the lock): wake what waits."""
 
 
 def format_failure(exc: BaseException) -> str:
