@@ -10,12 +10,13 @@ module imports only httpx and msgpack, so a producer never pulls in the server s
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import msgpack
@@ -55,7 +56,25 @@ def _record(cls: type[R], data: dict[str, Any]) -> R:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def _token_from_home() -> str | None:
+def _loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _token_from_home(url: str) -> str | None:
+    """The box's admin token (written by a `lakeshore server` on this box), for that server only.
+
+    It is sent to loopback addresses and nowhere else: `--url` pointing at another host (a typo,
+    a hostile link) must not receive this box's admin token. Any other server needs an explicit
+    token (`--token`, LAKESHORE_TOKEN).
+    """
+    if not _loopback(url):
+        return None
     try:
         return (home() / "token").read_text().strip() or None
     except OSError:
@@ -87,7 +106,7 @@ class HttpDispatch:
             raise InvalidArgument("HttpDispatch needs a URL (or LAKESHORE_URL)")
         self.url = base.rstrip("/")
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
-        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home()
+        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home(self.url)
         headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
         if token:
             headers["authorization"] = f"Bearer {token}"

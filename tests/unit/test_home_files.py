@@ -5,6 +5,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.auth import bootstrap
 from dreamlake.lakeshore.plane.dispatch import open_store
@@ -53,3 +55,23 @@ def test_a_second_store_under_one_home_never_overwrites_the_first_token(tmp_path
     finally:
         first.close()
         second.close()
+
+
+def test_the_home_token_is_sent_to_loopback_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path))
+    monkeypatch.delenv("LAKESHORE_TOKEN", raising=False)
+    (tmp_path / "token").write_text("lks_home-admin\n")
+
+    def auth(url: str) -> str | None:
+        with dls.HttpDispatch(url) as plane:  # constructing connects to nothing
+            return plane._client.headers.get("authorization")
+
+    assert auth("http://127.0.0.1:8765") == "Bearer lks_home-admin"
+    assert auth("http://localhost:8765") == "Bearer lks_home-admin"
+    assert auth("http://[::1]:8765") == "Bearer lks_home-admin"
+    assert auth("http://control-plane.example:8765") is None
+    assert auth("http://127.0.0.1.example:8765") is None
+    monkeypatch.setenv("LAKESHORE_TOKEN", "lks_explicit")
+    assert auth("http://control-plane.example:8765") == "Bearer lks_explicit"
