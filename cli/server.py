@@ -46,6 +46,12 @@ def open_cli_store(store: str | None) -> SqlStore:
     help="Largest request body accepted (413 above it).",
 )
 @click.option(
+    "--skip-integrity-check",
+    is_flag=True,
+    help="Start without SQLite's quick_check of the database (it reads the whole file: "
+    "minutes on a huge one).",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -77,6 +83,7 @@ def server(
     port: int,
     store: str | None,
     max_body_mb: int,
+    skip_integrity_check: bool,
     log_level: str,
     retain_frames_s: float,
     retain_invocations_s: float,
@@ -97,6 +104,10 @@ def server(
     from ..signing import load_key
 
     sql = open_cli_store(store)
+    problem = sql.integrity_problem(check=not skip_integrity_check)
+    if problem is not None:
+        sql.close()
+        raise click.ClickException(problem)
     # Payload signatures (sdk/signing.py): the key stays outside the store, in LAKESHORE_HOME.
     sql.signing_key = load_key(home(), create=True)
     made = bootstrap(sql, home())

@@ -97,6 +97,14 @@ class Unavailable(DispatchError):
     status = 503
 
 
+class StoreDamaged(DispatchError):
+    """The plane's database file is damaged or is not a Lakeshore database: not the client's
+    fault, and not fixed by retrying; the message names the file and the way to recover."""
+
+    code = "store_damaged"
+    status = 503
+
+
 ERRORS_BY_CODE: dict[str, type[DispatchError]] = {
     cls.code: cls
     for cls in (
@@ -111,5 +119,6 @@ ERRORS_BY_CODE: dict[str, type[DispatchError]] = {
         PayloadTooLarge,
         DecodeError,
         Unavailable,
+        StoreDamaged,
     )
 }

@@ -345,7 +345,11 @@ def install(app: Starlette, store: SqlStore) -> ServerMetrics:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        """Ready when the store answers: a replica that cannot reach it should get no traffic."""
+        """Ready when the store answers: a replica that cannot reach it should get no traffic,
+        nor one whose database file was found damaged."""
+        problem = store.integrity_problem()
+        if problem is not None:
+            return JSONResponse({"status": "unavailable", "detail": problem}, status_code=503)
         try:
             await asyncio.wait_for(run_blocking(store.ping), READY_TIMEOUT_S)
         except Exception as exc:

@@ -26,6 +26,11 @@ class Transaction(Protocol):
 class Connector(Protocol):
     dialect: Dialect
     waker: Waker
+    #: What is wrong with the database, once it was found damaged (/readyz says it).
+    problem: str | None
+
+    def quick_check(self) -> str | None:
+        """A quick integrity check of the database: None when sound, else what is wrong."""
 
     def transaction(
         self, *, write: bool = True, durable: bool = True

@@ -200,6 +200,8 @@ class PostgresConnector:
         self.schema = _migrate(self.conninfo, requested)
         self.channel = channel_name(self.schema)
         self.waker = Waker()
+        #: Postgres checks its own pages (checksums, WAL replay): nothing for a client to find.
+        self.problem: str | None = None
         self._used: dict[int, float] = {}
         self._pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
             _for_role(self.conninfo, "pool", self.schema),
@@ -214,6 +216,9 @@ class PostgresConnector:
         )
         self.relay = NotifyRelay(self.conninfo, self.schema)
         self.waker.relay_through(self.relay)
+
+    def quick_check(self) -> str | None:
+        return None
 
     def __repr__(self) -> str:
         return f"PostgresConnector(schema={self.schema!r})"

@@ -19,12 +19,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import StoreDamaged
 from .connector import Row
 from .queries import SQLITE, bind, migrations, queries, split_statements
 from .wakeup import CrossProcessWaker, Waker
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_MS = 30_000
+
+
+def damage_message(path: str, what: str) -> str:
+    return (
+        f"the database {path} is damaged ({what}): stop every process using it, restore it "
+        f"from a backup, or salvage what is left with `sqlite3 '{path}' .recover | sqlite3 "
+        f"'{path}.recovered'` and start on the copy"
+    )
 
 
 def _create_private(path: Path) -> None:
@@ -66,6 +75,8 @@ class SqliteConnector:
         self.durable = durable and not self.memory
         self.waker = Waker()
         self._lock = threading.RLock()
+        #: Set once the file was found damaged: /readyz reports it.
+        self.problem: str | None = None
         if not self.memory:
             _create_private(Path(self.path))
         self._conn = sqlite3.connect(
@@ -73,9 +84,15 @@ class SqliteConnector:
         )
         self._conn.row_factory = sqlite3.Row
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if not self.memory:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        try:
+            if not self.memory:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        except sqlite3.DatabaseError as exc:  # "file is not a database"
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
+            self._conn.close()
+            raise self.damaged(exc) from exc
         self._migrate()
         if not self.memory:
             self.waker.relay_through(CrossProcessWaker(Path(self.path + ".wake")))
@@ -92,6 +109,23 @@ class SqliteConnector:
                 for statement in split_statements(sql):
                     self._conn.execute(statement)
                 self._conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+
+    def damaged(self, exc: sqlite3.DatabaseError) -> StoreDamaged:
+        """The error for a damaged file, remembered for /readyz (see `problem`)."""
+        self.problem = damage_message(self.path, str(exc))
+        return StoreDamaged(self.problem)
+
+    def quick_check(self) -> str | None:
+        """`PRAGMA quick_check`: None when the file is sound, else what is wrong with it."""
+        try:
+            with self._lock:
+                rows = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)")]
+        except sqlite3.DatabaseError as exc:
+            rows = [str(exc)]
+        if rows == ["ok"]:
+            return None
+        self.problem = damage_message(self.path, "; ".join(rows))
+        return self.problem
 
     @contextmanager
     def transaction(
@@ -111,6 +145,10 @@ class SqliteConnector:
                     self._conn.execute("ROLLBACK")
                     raise
                 self._conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if type(exc) is not sqlite3.DatabaseError:
+                    raise  # busy, locked, I/O, a constraint: the file is not what is wrong
+                raise self.damaged(exc) from exc
             finally:
                 if relax:
                     self._conn.execute("PRAGMA synchronous = FULL")

@@ -47,6 +47,11 @@ class StoreBase:
     def close(self) -> None:
         self.connector.close()
 
+    def integrity_problem(self, *, check: bool = False) -> str | None:
+        """What is wrong with the database file, if it is known to be damaged; `check` runs the
+        dialect's quick integrity check first (SQLite's quick_check; Postgres: nothing to do)."""
+        return self.connector.quick_check() if check else self.connector.problem
+
     def ping(self) -> bool:
         """A round trip to the database: /readyz."""
         with self.connector.transaction(write=False) as tx:
