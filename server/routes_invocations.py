@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
-
+from .. import codec
 from ..errors import InvalidArgument
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import READERS, work_key
@@ -71,12 +70,18 @@ async def submit(call: Call) -> dict[str, Any]:
 def _payload(item: Fields) -> bytes:
     """`payload` (msgpack bytes) or, for curl and other languages, `json`: any JSON value.
 
-    Encoding a JSON value as msgpack is safe on the server; it never decodes a payload.
+    Encoding a JSON value is safe on the server; it never decodes a payload. It is encoded as
+    the SDK would (`codec.encode`): an integer past 64 bits rides as the codec's big integer, and
+    what no codec can carry (a lone surrogate, a document nested past the recursion limit) is a
+    400 naming the field.
     """
     if "json" in item.data:
         if "payload" in item.data:
             raise InvalidArgument("give 'payload' (msgpack bytes) or 'json' (a value), not both")
-        return bytes(msgpack.packb(item.data["json"], use_bin_type=True))
+        try:
+            return codec.encode(item.data["json"])
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"field '{item.where('json')}': {exc}") from None
     return item.req_blob("payload")
 
 

@@ -194,6 +194,11 @@ def error_response(exc: DispatchError, *, as_json: bool) -> Response:
 # -- typed access to body fields and query parameters, with messages naming the field ---------
 
 
+def _int64(value: int) -> bool:
+    """What a database column (and msgpack) can hold: a client's 30-digit number is a 400."""
+    return -(2**63) <= value < 2**63
+
+
 class Fields:
     """A decoded map whose getters check types and name the offending field on a 400."""
 
@@ -203,6 +208,10 @@ class Fields:
         #: The position in the list `path` names (an item of a batch); its name is only
         #: spelled out for an error, not built for each of a thousand items.
         self.index = index
+
+    def where(self, key: str) -> str:
+        """The field's name as an error should show it (`items[2].json`)."""
+        return self._name(key)
 
     def _name(self, key: str) -> str:
         if self.index is not None:
@@ -242,8 +251,8 @@ class Fields:
         value = self._get(key, False)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgument(f"field '{self._name(key)}' must be an integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not _int64(value):
+            raise InvalidArgument(f"field '{self._name(key)}' must be a 64-bit integer")
         return value
 
     def boolean(self, key: str, default: bool = False) -> bool:
@@ -338,11 +347,14 @@ class Query:
         if raw is None or raw == "":
             return default
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
+            value = None
+        if value is None or not _int64(value):
             raise InvalidArgument(
-                f"query parameter '{key}' must be an integer, got {raw!r}"
+                f"query parameter '{key}' must be a 64-bit integer, got {raw[:40]!r}"
             ) from None
+        return value
 
     def boolean(self, key: str) -> bool:
         raw = (self.params.get(key) or "false").lower()

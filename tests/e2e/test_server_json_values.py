@@ -60,3 +60,35 @@ def test_payload_and_json_together_are_refused(api: Api, ns: Callable[[str], str
     )
     assert status == 400
     assert "not both" in body["error"]["message"]
+
+
+def test_integers_past_64_bits_ride_whole_and_what_no_codec_carries_is_400(
+    api: Api, ns: Callable[[str], str], http_plane: Callable[..., HttpDispatch], tenant: Any
+) -> None:
+    big = [2**64, -(2**63) - 1, 10**30]
+    status, body = api.call(
+        "POST", ns("/queues/wide/invocations"), {"json": {"n": big}}, as_json=True
+    )
+    assert status == 201, body
+    q = dls.SyncQueue("wide", dispatch=http_plane(namespace=tenant.namespace, token=tenant.token))
+    job = q.claim()
+    assert job is not None and job.payload == {"n": big}
+
+    raw = b'{"items": [{"json": "\\ud800"}]}'
+    response = api.request(
+        "POST",
+        ns("/queues/wide/invocations"),
+        content=raw,
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert "items[0].json" in response.text and "UnicodeEncodeError" in response.text
+
+
+def test_a_query_number_past_64_bits_is_400(api: Api, ns: Callable[[str], str]) -> None:
+    status, body = api.call("POST", ns("/queues/q/invocations"), {"json": 1}, as_json=True)
+    (inv,) = body["ids"]
+    for query in ("since=" + "9" * 30, "since=-" + "9" * 30):
+        response = api.request("GET", ns(f"/invocations/{inv}/frames?{query}"))
+        assert response.status_code == 400, response.text
+        assert "64-bit integer" in response.text
