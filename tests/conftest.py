@@ -1,0 +1,22 @@
+"""Suite-wide: the longest real-process tests are collected first.
+
+`make test` spreads the suite over every core (pytest-xdist hands out tests in collection
+order). The two fault runs that take half a minute each used to come last and ran alone at the
+end; started first, they overlap the rest of the suite. Only whole modules move, so module
+fixtures and the order inside each module are untouched.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: Modules holding the longest tests (see `pytest --durations`), longest first.
+FIRST = ("tests/faults/test_mixed.py", "tests/faults/test_network_faults.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: everything else keeps its order
