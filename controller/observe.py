@@ -52,8 +52,9 @@ class FleetSource(Protocol):
     """What the controller reads and writes: `SqlStore` on the database, `HttpFleet` through a
     server's fleet routes (an admin token)."""
 
-    def fleet_view(self) -> dict[str, list[dict[str, Any]]]: ...
-    def all_providers(self) -> list[ProviderInfo]: ...
+    def fleet(self) -> tuple[dict[str, list[dict[str, Any]]], list[ProviderInfo]]:
+        """Queue, count, running and worker rows, and provider configs: one read per tick."""
+
     def set_worker_state(self, ns: str, ref: str, state: str) -> WorkerInfo: ...
     def record_events(
         self, events: Sequence[tuple[str, str, str, dict[str, Any]]], now: float
@@ -62,7 +63,7 @@ class FleetSource(Protocol):
 
 def observe(store: FleetSource, now: float | None = None) -> Snapshot:
     snap = Snapshot(at=time.time() if now is None else now)
-    view = store.fleet_view()
+    view, providers = store.fleet()
     queue_rows, count_rows = view["queues"], view["counts"]
     running_rows, worker_rows = view["running"], view["workers"]
     for r in queue_rows:
@@ -91,5 +92,5 @@ def observe(store: FleetSource, now: float | None = None) -> Snapshot:
             heartbeat_at=float(r["heartbeat_at"]),
             running=running.get(key, 0),
         )
-    snap.providers = {(p.namespace, p.name): p for p in store.all_providers()}
+    snap.providers = {(p.namespace, p.name): p for p in providers}
     return snap

@@ -28,8 +28,7 @@ async def _admin(call: Call) -> None:
 
 async def fleet(call: Call) -> dict[str, Any]:
     await _admin(call)
-    view = await call.run(call.store.fleet_view)
-    providers = await call.run(call.store.all_providers)
+    view, providers = await call.run(call.store.fleet)
     return {**view, "providers": providers}
 
 

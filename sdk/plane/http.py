@@ -555,7 +555,7 @@ class HttpDispatch:
 class HttpFleet:
     """The fleet routes of a server (`/v1/fleet`): what `lakeshore-controller --url` runs on.
 
-    The same calls `SqlStore` answers on the database (`fleet_view`, `all_providers`,
+    The same calls `SqlStore` answers on the database (`fleet`, `fleet_view`, `all_providers`,
     `set_worker_state`, `record_events`, leadership leases), across every namespace, so it needs
     an admin token.
     """
@@ -573,12 +573,17 @@ class HttpFleet:
         data: dict[str, Any] = self._plane._request("GET", "/v1/fleet", namespaced=False)
         return data
 
-    def fleet_view(self) -> dict[str, list[dict[str, Any]]]:
+    def fleet(self) -> tuple[dict[str, list[dict[str, Any]]], list[ProviderInfo]]:
+        """Rows and provider configs in one request (a controller tick's one read)."""
         data = self._fleet()
-        return {k: list(data[k]) for k in ("queues", "counts", "running", "workers")}
+        rows = {k: list(data[k]) for k in ("queues", "counts", "running", "workers")}
+        return rows, [_record(ProviderInfo, p) for p in data["providers"]]
+
+    def fleet_view(self) -> dict[str, list[dict[str, Any]]]:
+        return self.fleet()[0]
 
     def all_providers(self) -> list[ProviderInfo]:
-        return [_record(ProviderInfo, p) for p in self._fleet()["providers"]]
+        return self.fleet()[1]
 
     def set_worker_state(self, ns: str, ref: str, state: str) -> WorkerInfo:
         body = {"namespace": ns, "ref": ref, "state": state}

@@ -23,10 +23,10 @@ class EventLogger:
     def bind(self, **fields: Any) -> EventLogger:
         return EventLogger({**self._bound, **fields})
 
-    def _log(self, level: int, event: str, fields: dict[str, Any]) -> None:
+    def _log(self, level: int, event: str, fields: dict[str, Any], exc_info: bool = False) -> None:
         if _LOGGER.isEnabledFor(level):
             pairs = " ".join(f"{k}={v!r}" for k, v in {**self._bound, **fields}.items())
-            _LOGGER.log(level, "%s %s", event, pairs)
+            _LOGGER.log(level, "%s %s", event, pairs, exc_info=exc_info)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._log(logging.DEBUG, event, fields)
@@ -41,6 +41,5 @@ class EventLogger:
         self._log(logging.ERROR, event, fields)
 
     def exception(self, event: str, **fields: Any) -> None:
-        if _LOGGER.isEnabledFor(logging.ERROR):
-            pairs = " ".join(f"{k}={v!r}" for k, v in {**self._bound, **fields}.items())
-            _LOGGER.exception("%s %s", event, pairs)
+        """An error with the exception being handled (as structlog's `exception`)."""
+        self._log(logging.ERROR, event, fields, exc_info=True)

@@ -87,6 +87,7 @@ def test_integers_past_64_bits_ride_whole_and_what_no_codec_carries_is_400(
 
 def test_a_query_number_past_64_bits_is_400(api: Api, ns: Callable[[str], str]) -> None:
     status, body = api.call("POST", ns("/queues/q/invocations"), {"json": 1}, as_json=True)
+    assert status == 201, body
     (inv,) = body["ids"]
     for query in ("since=" + "9" * 30, "since=-" + "9" * 30):
         response = api.request("GET", ns(f"/invocations/{inv}/frames?{query}"))

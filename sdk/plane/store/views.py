@@ -10,6 +10,7 @@ from typing import Any
 from ...errors import InvalidArgument
 from ...types import check_name
 from ..connector import Row
+from ..providers import ProviderInfo, provider_info
 from .base import StoreBase
 
 #: What a queue event's kind looks like (`created`, `scaled`, `scale_error`, ...).
@@ -66,14 +67,21 @@ class ViewStore(StoreBase):
 
     def fleet_view(self) -> dict[str, list[Row]]:
         """Every namespace's queues, live counts, running jobs per worker and worker rows, read in
-        one transaction (the controller's view of the world; sql: controller_*)."""
+        one transaction (sql: controller_*)."""
+        return self.fleet()[0]
+
+    def fleet(self) -> tuple[dict[str, list[Row]], list[ProviderInfo]]:
+        """The controller's view of the world, one transaction: `fleet_view`'s rows and every
+        namespace's provider configs."""
         with self.connector.transaction(write=False) as tx:
-            return {
+            rows = {
                 "queues": tx.all("controller_queues"),
                 "counts": tx.all("controller_counts"),
                 "running": tx.all("controller_running_by_worker"),
                 "workers": tx.all("controller_workers"),
             }
+            providers = [provider_info(r) for r in tx.all("provider_list_all")]
+        return rows, providers
 
     def metrics_view(self, stale_before: float) -> dict[str, list[Row]]:
         """Depth by state, workers by state and events by kind over every namespace, read in one
