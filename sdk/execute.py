@@ -46,7 +46,8 @@ def run_body(
     The body runs under the run its envelope carries (`dls.context`), so what it submits
     inherits its parent's run; a payload without one runs outside any run. Given `inv_id`, it
     also runs inside `dls.run`'s job context (id, attempt, `storage`, `emit` as `dls.run.post`).
-    A spilled payload arrives as its `StorageRef` and is read back here, in the worker.
+    A spilled payload (or a spilled argument of a call) arrives as its Ref and is read back
+    here, in the worker.
     """
     payload = spill.resolve(payload)
     with (
@@ -61,7 +62,8 @@ def run_body(
             if payload.kind == "raw":
                 return _call_handler(handler, payload.value, emit)
             assert payload.fn is not None  # checked when the envelope was built
-            return drive(payload.fn(*payload.args, **payload.kwargs), emit)
+            args, kwargs = spill.resolve_call(payload.args, payload.kwargs)
+            return drive(payload.fn(*args, **kwargs), emit)
         return _call_handler(handler, payload, emit)
 
 

@@ -61,13 +61,16 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def result_of(inv: Invocation, *, allow_pickle: bool = False) -> Any:
+def result_of(inv: Invocation, *, allow_pickle: bool = False, ref: bool = False) -> Any:
     """Decode a terminal invocation's result, or raise what ended it.
 
     A result is written by whichever worker held the lease, so by default it is decoded as plain
     values only: a pickled result would run that worker's code in the reader (docs/security.md).
+    `ref=True` returns the result's `Ref` instead, without reading or decoding it.
     """
     if inv.state == "succeeded":
+        if ref:
+            return spill.ref_of(inv.result)
         if inv.result is None:
             return None
         return spill.loads(inv.result, allow_pickle=allow_pickle)
@@ -447,14 +450,23 @@ class SyncQueue:
         return self.dispatch.submit(self.name, reqs)
 
     def result(
-        self, inv_id: str, *, timeout: float = 30.0, allow_pickle: bool | None = None
+        self,
+        inv_id: str,
+        *,
+        timeout: float = 30.0,
+        allow_pickle: bool | None = None,
+        ref: bool = False,
     ) -> Any:
         """The result, waiting up to `timeout`; plain values only unless `allow_pickle`
-        (default: this queue's `allow_pickle`) trusts the workers with code."""
+        (default: this queue's `allow_pickle`) trusts the workers with code.
+
+        `ref=True` returns the result's `Ref` rather than its value, to hand to the next job
+        without the bytes coming here (`dls.get(ref)` reads it).
+        """
         inv = self.dispatch.invocation(inv_id, wait_s=timeout)
         if not inv.terminal:
             raise TimeoutError(f"invocation {inv_id} still {inv.state} after {timeout}s")
-        return result_of(inv, allow_pickle=self._pickles(allow_pickle))
+        return result_of(inv, allow_pickle=self._pickles(allow_pickle), ref=ref)
 
     def call(
         self,
@@ -655,10 +667,15 @@ class Queue:
         )
 
     async def result(
-        self, inv_id: str, *, timeout: float = 30.0, allow_pickle: bool | None = None
+        self,
+        inv_id: str,
+        *,
+        timeout: float = 30.0,
+        allow_pickle: bool | None = None,
+        ref: bool = False,
     ) -> Any:
         return await asyncio.to_thread(
-            self.sync.result, inv_id, timeout=timeout, allow_pickle=allow_pickle
+            self.sync.result, inv_id, timeout=timeout, allow_pickle=allow_pickle, ref=ref
         )
 
     async def call(self, payload: Any = None, *, timeout: float = 30.0, **kw: Any) -> Any:

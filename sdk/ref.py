@@ -38,6 +38,9 @@ class Ref:
     host: str | None = None
     #: The storage URL holding the durable copy (None: the object is not durable).
     storage: str | None = None
+    #: Stands in for a payload, result or frame too big to ride inline (spill.py): readers get
+    #: the value, not the Ref, and retention deletes the object with what carried it.
+    spilled: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.fullmatch(self.id):
@@ -54,6 +57,8 @@ class Ref:
             raise InvalidArgument(f"a ref's host must match {_HOST.pattern}, got {self.host!r}")
         if self.storage is not None and not (isinstance(self.storage, str) and self.storage):
             raise InvalidArgument("a ref's storage is a non-empty URL")
+        if not isinstance(self.spilled, bool):
+            raise InvalidArgument(f"a ref's spilled flag is a bool, got {self.spilled!r}")
 
     @property
     def durable(self) -> bool:
@@ -68,6 +73,8 @@ class Ref:
             fields["host"] = self.host
         if self.storage is not None:
             fields["storage"] = self.storage
+        if self.spilled:
+            fields["spilled"] = True
         data: bytes = msgpack.packb(fields, use_bin_type=True)
         return data
 
@@ -94,4 +101,5 @@ class Ref:
             shape=tuple(shape) if shape is not None else None,
             host=fields.get("host"),
             storage=fields.get("storage"),
+            spilled=fields.get("spilled", False),
         )

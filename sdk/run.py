@@ -64,8 +64,9 @@ class JobContext:
 _JOB: ContextVar[JobContext | None] = ContextVar("lakeshore_job", default=None)
 _SCOPE: ContextVar[str] = ContextVar("lakeshore_scope", default="")
 
-#: Keys under this top-level prefix belong to spill (see spill.py); bodies may not write there.
-_RESERVED = "_spill/"
+#: Keys under these top-level prefixes belong to spill and the object store; bodies may not write
+#: there (a body could otherwise overwrite another job's object).
+_RESERVED = ("_spill/", "_objects/")
 
 
 class NotInJob(DispatchError):
@@ -142,7 +143,9 @@ def _storage() -> Storage:
 def _writable(name: str) -> str:
     full = key(name)
     if full.startswith(_RESERVED):
-        raise InvalidArgument(f"keys under '{_RESERVED}' are reserved for spilled payloads")
+        raise InvalidArgument(
+            f"keys under {' and '.join(_RESERVED)} are reserved for spilled payloads and objects"
+        )
     return full
 
 

@@ -1,34 +1,44 @@
-"""Spill: payloads and results above the inline limit travel as a `StorageRef`, not as bytes.
+"""Spill: payloads and results above the inline limit travel as a `Ref`, not as bytes.
 
 Why: the invocation row (and every HTTP hop, and Postgres's TOAST) should carry small values. A
 value whose encoding exceeds the inline limit (256 KiB by default; `LAKESHORE_INLINE_LIMIT`, or
-`configure(inline_limit=...)`) is written to storage under `_spill/<ulid>` and the wire carries
-only the encoded ref, a few dozen bytes. The control plane stores and forwards those bytes like
-any payload; it never sees the spilled data.
+`configure(inline_limit=...)`) is put in the object store (objects/) and the wire carries only
+its encoded `Ref`, flagged `spilled`: a few hundred bytes. A numpy array is put as its raw
+buffer without being encoded at all, and a worker on the same box reads it as a view over the
+host tier's memory. The control plane stores and forwards the Ref like any payload; it never
+sees the data.
 
 Both directions are transparent: `SyncQueue.submit` and `ack`, the worker loop and the daemon's
-children spill on the way out (`dumps`/`spill`); `result()`, `claim()` and `run_body` resolve on
-the way in (`loads`/`resolve`). Only refs under `_spill/` are resolved and, with the
-invocation's retention, deleted (`is_spilled`): a `StorageRef` that user code passes on purpose
-(a dataset in a bucket) is a value like any other and is never touched.
+children spill on the way out (`dumps`); `result()`, `claim()` and `run_body` resolve on the way
+in (`loads`/`resolve`). Only spilled Refs are resolved and, with the invocation's retention,
+deleted (`is_spilled`): a Ref or `StorageRef` that user code passes on purpose (a dataset in a
+bucket, an object from `dls.put`) is a value like any other and is never touched. Refs under the
+old `_spill/` storage prefix (rows written before objects existed) still resolve.
 
-Where spills go: the storage given to the call, else `configure(storage=...)`, else the job's
-storage when inside a running job (`dls.run`), else `$LAKESHORE_STORAGE`, else
-`$LAKESHORE_HOME/storage`. A ref names its storage's URL, so a reader needs access, not config.
+Durable by default: the object is written through to the storage tier and fsynced before the
+submit or ack that carries it returns. `configure(durable=False)` (or `LAKESHORE_SPILL_DURABLE=0`)
+keeps spilled objects in the host tier only, for work that never leaves the box and need not
+survive a reboot (Ray's model).
+
+Where durable copies go: the storage given to the call, else `configure(storage=...)`, else the
+job's storage when inside a running job (`dls.run`), else `$LAKESHORE_STORAGE`, else
+`$LAKESHORE_HOME/storage`. A Ref names its storage's URL, so a reader needs access, not config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
 import threading
 from typing import Any, Final
 
-from ulid import ULID
-
-from . import codec
+from . import codec, objects
+from .envelope import Envelope, Thunk
 from .errors import InvalidArgument
+from .ref import Ref
 from .run import current as current_job
-from .storage import Storage, StorageRef
+from .storage import MAX_REF_BYTES, Storage, StorageRef, sniff_ref
 from .storage import storage as open_storage
 
 __all__ = [
@@ -45,20 +55,43 @@ __all__ = [
 
 #: Encoded values up to this many bytes stay inline on the invocation.
 DEFAULT_INLINE_LIMIT: Final = 256 * 1024
-#: Spilled objects live under this top-level key prefix, and only those are ever deleted.
+#: Storage keys of spilled values: the old spill's prefix and the object store's. Only refs under
+#: these are ever resolved or deleted.
 SPILL_PREFIX: Final = "_spill/"
+SPILLED_PREFIXES: Final = (SPILL_PREFIX, f"{objects.STORAGE_PREFIX}/")
 
 _lock = threading.Lock()
-_settings: dict[str, Any] = {"inline_limit": None, "storage": None}
+_settings: dict[str, Any] = {"inline_limit": None, "storage": None, "durable": None}
 
 
-def configure(*, inline_limit: int | None = None, storage: str | Storage | None = None) -> None:
-    """Set this process's inline limit and spill storage (None: back to the environment)."""
+def configure(
+    *,
+    inline_limit: int | None = None,
+    storage: str | Storage | None = None,
+    durable: bool | None = None,
+) -> None:
+    """Set this process's inline limit, spill storage and durability (None: the environment's)."""
     if inline_limit is not None:
         _check_limit(inline_limit)
+    if durable is not None and not isinstance(durable, bool):
+        raise InvalidArgument(f"durable is True, False or None, got {durable!r}")
     with _lock:
         _settings["inline_limit"] = inline_limit
         _settings["storage"] = storage
+        _settings["durable"] = durable
+
+
+def durable() -> bool:
+    """Whether spills are durable: `configure()`, else `$LAKESHORE_SPILL_DURABLE`, else yes."""
+    configured = _settings["durable"]
+    if configured is not None:
+        return bool(configured)
+    text = os.environ.get("LAKESHORE_SPILL_DURABLE", "1").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise InvalidArgument(f"LAKESHORE_SPILL_DURABLE is 1 or 0, got {text!r}")
 
 
 def _check_limit(limit: object) -> int:
@@ -97,30 +130,108 @@ def spill_storage(storage: str | Storage | None = None) -> Storage:
 
 
 def spill(data: bytes, *, limit: int | None = None, storage: str | Storage | None = None) -> bytes:
-    """`data` itself when it fits the inline limit, else the encoded ref to a spilled copy."""
+    """`data` itself when it fits the inline limit, else the encoded Ref of a spilled copy."""
     if len(data) <= (inline_limit() if limit is None else _check_limit(limit)):
         return data
-    target = spill_storage(storage)
-    key = f"{SPILL_PREFIX}{str(ULID()).lower()}"
-    target.write(key, data)
-    return codec.encode(target.ref(key, len(data)))
+    keep = durable()
+    ref = objects.put_encoded(
+        data, durable=keep, storage=spill_storage(storage) if keep else None, spilled=True
+    )
+    return codec.encode(ref)
 
 
 def dumps(value: Any, *, limit: int | None = None, storage: str | Storage | None = None) -> bytes:
-    """`codec.encode(value)`, spilled when too big."""
-    return spill(codec.encode(value), limit=limit, storage=storage)
+    """`codec.encode(value)`, spilled when too big.
+
+    A big array is put raw, never encoded; so is each big array argument of a thunk or udf call,
+    which the worker gets back as a view (`resolve_call`) while the rest of the call is pickled.
+    """
+    cap = inline_limit() if limit is None else _check_limit(limit)
+    if _big_array(value, cap):
+        return codec.encode(_put(value, storage))
+    if isinstance(value, Thunk | Envelope) and (value.args or value.kwargs):
+        args = tuple(_put(a, storage) if _big_array(a, cap) else a for a in value.args)
+        kwargs = {k: _put(v, storage) if _big_array(v, cap) else v for k, v in value.kwargs.items()}
+        value = dataclasses.replace(value, args=args, kwargs=kwargs)
+    return spill(codec.encode(value), limit=cap, storage=storage)
+
+
+def _big_array(value: Any, cap: int) -> bool:
+    np = sys.modules.get("numpy")
+    return (
+        np is not None
+        and type(value) is np.ndarray
+        and value.nbytes > cap
+        and objects.layout.raw_dtype(value.dtype)
+    )
+
+
+def _put(value: Any, storage: str | Storage | None) -> Ref:
+    keep = durable()
+    return objects.put(
+        value, durable=keep, storage=spill_storage(storage) if keep else None, spilled=True
+    )
+
+
+def resolve_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call's arguments with spilled ones read back (`dumps` put them aside)."""
+    if not any(isinstance(a, Ref) for a in (*args, *kwargs.values())):
+        return args, kwargs
+    return (
+        tuple(resolve(a) for a in args),
+        {k: resolve(v) for k, v in kwargs.items()},
+    )
 
 
 def is_spilled(value: object) -> bool:
-    """True for a ref this module wrote (under `_spill/`): one that stands for a value."""
-    return isinstance(value, StorageRef) and value.key.startswith(SPILL_PREFIX)
+    """True for a spilled `Ref`, or a `StorageRef` under a spill prefix: one that stands for a value
+    (and is deleted with its invocation)."""
+    if isinstance(value, Ref):
+        return value.spilled
+    return isinstance(value, StorageRef) and value.key.startswith(SPILLED_PREFIXES)
 
 
 def resolve(value: Any, *, allow_pickle: bool = True) -> Any:
     """The value a spilled ref stands for (read and decoded); any other value unchanged."""
+    if isinstance(value, Ref):
+        return objects.get(value, allow_pickle=allow_pickle) if value.spilled else value
     if is_spilled(value):
         return codec.decode(value.read(), allow_pickle=allow_pickle)
     return value
+
+
+def ref_of(data: bytes | None) -> Ref:
+    """A `Ref` to the value `data` encodes, without decoding it: a spilled value's own object
+    (handed out as a plain Ref, which readers do not resolve), else a new object holding `data`."""
+    found = sniff_ref(data)
+    if found is not None and found.key.startswith(f"{objects.STORAGE_PREFIX}/"):
+        ref = codec.decode(data or b"", allow_pickle=False)
+        assert isinstance(ref, Ref)
+        return dataclasses.replace(ref, spilled=False)
+    if data is not None and found is None:
+        ref = _host_only_spill(data)
+        if ref is not None:
+            return dataclasses.replace(ref, spilled=False)
+    if found is not None and found.key.startswith(SPILL_PREFIX):
+        data = found.read()  # a row from before objects: its bytes become an object
+    encoded = codec.encode(None) if data is None else data
+    keep = durable()
+    return objects.put_encoded(
+        encoded, durable=keep, storage=spill_storage() if keep else None, spilled=False
+    )
+
+
+def _host_only_spill(data: bytes) -> Ref | None:
+    """The Ref `data` consists of when it is a spilled object with no durable copy."""
+    if len(data) > MAX_REF_BYTES:
+        return None
+    try:
+        value = codec.decode(data, allow_pickle=False)
+    except Exception:
+        return None
+    return value if isinstance(value, Ref) and value.spilled else None
 
 
 def loads(data: bytes | bytearray | memoryview, *, allow_pickle: bool = True) -> Any:

@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 import msgpack
 
 from .errors import DispatchError, InvalidArgument, NotFound
+from .ref import EXT_OBJECT_REF, Ref
 
 __all__ = [
     "LocalStorage",
@@ -50,6 +51,8 @@ MAX_KEY_LENGTH: Final = 768
 MAX_URL_LENGTH: Final = 1024
 #: A `StorageRef` on the wire is never longer than this: what the store reads to find refs.
 MAX_REF_BYTES: Final = 2048
+#: Where the object store keeps durable copies (objects/): `_objects/<ref id>`.
+OBJECTS_PREFIX: Final = "_objects"
 #: The msgpack ext code of a `StorageRef` (registered in `codec.EXT_TYPES` as "storage_ref").
 EXT_STORAGE_REF: Final = 48
 #: Chunk size for streaming copies.
@@ -134,20 +137,28 @@ def sniff_ref(blob: bytes | bytearray | memoryview | None) -> StorageRef | None:
     """The `StorageRef` that `blob` consists of, or None; never decodes anything else.
 
     This is how the control plane finds spilled bytes to delete with an invocation without
-    decoding payloads: a spilled payload is exactly one msgpack ext of type `EXT_STORAGE_REF`,
-    which its first few bytes say; anything else (or anything malformed) is None.
+    decoding payloads: a spilled payload is exactly one msgpack ext, of type `EXT_STORAGE_REF` (the
+    old spill) or `EXT_OBJECT_REF` with the spilled flag (named by its durable copy's key), which
+    its first few bytes say; anything else (or anything malformed) is None.
     """
     if blob is None or not 3 <= len(blob) <= MAX_REF_BYTES:
         return None
     data = bytes(blob)
     offset = _EXT_HEADERS.get(data[0])
-    if offset is None or data[offset] != EXT_STORAGE_REF:
+    if offset is None or data[offset] not in (EXT_STORAGE_REF, EXT_OBJECT_REF):
         return None
     try:
         ext = msgpack.unpackb(data, raw=False)
-        if not isinstance(ext, msgpack.ExtType) or ext.code != EXT_STORAGE_REF:
+        if not isinstance(ext, msgpack.ExtType):
             return None
-        return StorageRef.from_wire(ext.data)
+        if ext.code == EXT_STORAGE_REF:
+            return StorageRef.from_wire(ext.data)
+        if ext.code == EXT_OBJECT_REF:
+            # A spilled object's durable copy, named as the storage key it lives under.
+            ref = Ref.from_wire(ext.data)
+            if ref.spilled and ref.storage is not None:
+                return StorageRef(url=ref.storage, key=f"{OBJECTS_PREFIX}/{ref.id}", size=ref.size)
+        return None
     except Exception:
         return None
 

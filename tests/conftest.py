@@ -8,7 +8,16 @@ fixtures and the order inside each module are untouched.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# The object store's host tier (an arena of shared memory) lives in a directory of the run's own,
+# small, rather than in /dev/shm where it would outlive the run. Processes the tests start inherit
+# it, so they share one arena as the processes of a box do.
+os.environ.setdefault("LAKESHORE_OBJECTS", tempfile.mkdtemp(prefix="lakeshore-objects-"))
+os.environ.setdefault("LAKESHORE_OBJECTS_CAP", str(256 << 20))
 
 #: Modules holding the longest tests (see `pytest --durations`), longest first.
 FIRST = ("tests/faults/test_mixed.py", "tests/faults/test_network_faults.py")

@@ -116,12 +116,12 @@ def test_spilled_payloads_are_deleted_with_their_invocation(
     inv = q.submit({"op": "double", "x": 21, "pad": "y" * 5000})  # spilled; the peer reads it
     assert plane.peer.call("run_worker", queue="big", once=True) == 1
     assert q.result(inv, timeout=10.0) == 42
-    assert len(list(spill_dir.list("_spill/"))) == 1
+    assert len(list(spill_dir.list("_objects/"))) == 1
 
     result = retention.trim(plane.dispatch, invocations_older_than_s=0)
 
     assert (result.invocations, result.refs_deleted, result.problems) == (1, 1, [])
-    assert list(spill_dir.list("_spill/")) == []
+    assert list(spill_dir.list("_objects/")) == []
 
 
 def test_a_frames_only_trim_keeps_the_spilled_payload(
@@ -133,12 +133,12 @@ def test_a_frames_only_trim_keeps_the_spilled_payload(
 
     result = retention.trim(plane.dispatch, frames_older_than_s=0)
 
-    assert result.refs_deleted == 0 and len(list(spill_dir.list("_spill/"))) == 1
+    assert result.refs_deleted == 0 and len(list(spill_dir.list("_objects/"))) == 1
     assert q.result(inv, timeout=5.0) == 2
 
 
 def test_a_ref_the_producer_passed_is_never_deleted(plane: PlaneEnv, tmp_path: Path) -> None:
-    """Only refs under _spill/ belong to retention: a dataset named by the user stays."""
+    """Only spilled objects belong to retention: a dataset named by the user stays."""
     data = LocalStorage(tmp_path / "data")
     dataset = data.ref(data.write("datasets/train.bin", b"rows"), 4)
     inv = plane.queue("refs").submit(dataset)

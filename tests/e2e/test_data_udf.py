@@ -149,7 +149,7 @@ def test_the_daemons_storage_is_where_files_land(setup: Setup) -> None:
 
 def test_big_payloads_and_results_spill_through_the_daemon(setup: Setup) -> None:
     blob = os.urandom(50_000)
-    before = set(setup.storage.list("_spill/"))
+    before = set(setup.storage.list("_objects/"))
 
     inv = setup.q.submit(dls.thunk(checksum, blob))
     result = setup.q.result(inv, timeout=30)
@@ -158,7 +158,7 @@ def test_big_payloads_and_results_spill_through_the_daemon(setup: Setup) -> None
     assert len(result) == 403
     row = setup.q.status(inv)
     assert row.result is not None and len(row.result) < 200  # a ref rode the wire, not bytes
-    spilled = set(setup.storage.list("_spill/")) - before
+    spilled = set(setup.storage.list("_objects/")) - before
     assert len(spilled) == 2  # the payload (written here) and the result (by the daemon's child)
 
 

@@ -64,7 +64,7 @@ def test_the_servers_retention_task_trims_frames_then_rows(
         spilled = q.submit(dls.thunk(len, b"p" * 5000))  # above the 1 KiB limit: spilled
         dls.run_worker(q, burst=True)
         assert list(q.stream(inv, timeout=5)) == [0, 1, 2]
-        assert len(list(spill_dir.list("_spill/"))) == 1
+        assert len(list(spill_dir.list("_objects/"))) == 1
 
         wait_for(lambda: plane.frames(inv) == [], what="the frames to be trimmed")
         assert q.result(inv, timeout=5) == 3  # the row outlives its journal
@@ -78,7 +78,7 @@ def test_the_servers_retention_task_trims_frames_then_rows(
             return False
 
         wait_for(row_gone, what="the invocation rows to be trimmed")
-        wait_for(lambda: list(spill_dir.list("_spill/")) == [], what="the spill to be deleted")
+        wait_for(lambda: list(spill_dir.list("_objects/")) == [], what="the spill to be deleted")
 
 
 def test_queues_prune_also_trims_ended_invocations(
@@ -101,7 +101,7 @@ def test_queues_prune_also_trims_ended_invocations(
     assert trimmed.exit_code == 0, trimmed.output
     report = json.loads(trimmed.output)["trimmed"]
     assert (report["invocations"], report["refs_deleted"], report["problems"]) == (1, 1, [])
-    assert list(spill_dir.list("_spill/")) == []
+    assert list(spill_dir.list("_objects/")) == []
     with dls.Dispatch(home() / "lakeshore.db") as plane:
         assert plane.invocation(live).state == "queued"
         with pytest.raises(NotFound):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import BOX_VARS
+
 T = TypeVar("T")
 
 DAEMON = (sys.executable, "-m", "dreamlake.lakeshore.daemon")
@@ -45,7 +47,7 @@ def daemon_env(
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("LAKESHORE_", "NOTIFY_SOCKET", "WATCHDOG_"))
+        if not k.startswith(("LAKESHORE_", "NOTIFY_SOCKET", "WATCHDOG_")) or k in BOX_VARS
     }
     env["LAKESHORE_HOME"] = str(home)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, os.environ.get("PYTHONPATH", "")) if p)
@@ -65,14 +67,19 @@ class DaemonProcess:
         env: dict[str, str] | None = None,
         paths: Sequence[str] = (),
         log_path: Path | None = None,
+        cwd: Path | None = None,
+        command: Sequence[str] = DAEMON,
     ) -> None:
+        """`command` starts the daemon (default `python -m ...`; the `lakeshore-daemon` script
+        differs in what it can import from `cwd`)."""
         self.name = name
         home.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path or home / f"{name}.log"
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in wait()/stop()
         self.proc = subprocess.Popen(
-            [*DAEMON, "--name", name, "--log-json", *args],
+            [*command, "--name", name, "--log-json", *args],
             env=daemon_env(home, env, paths),
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,

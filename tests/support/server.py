@@ -16,9 +16,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from . import BOX_VARS
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -32,7 +35,7 @@ def free_port() -> int:
 
 
 def server_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESHORE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESHORE_") or k in BOX_VARS}
     env["LAKESHORE_HOME"] = str(home)
     return env
 
@@ -64,11 +67,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+@dataclass(frozen=True)
+class StartedServer:
+    url: str
+    token: str  # the admin token of namespace `default`
+    pid: int  # for tests that watch the process itself (its memory, its connections)
+
+
 @contextlib.contextmanager
-def running_server(
+def server_process(
     home: Path, store: str | None = None, *, extra_args: tuple[str, ...] = ()
-) -> Iterator[tuple[str, str]]:
-    """A server on a free port with LAKESHORE_HOME=`home`; yields (url, admin token)."""
+) -> Iterator[StartedServer]:
+    """A server on a free port with LAKESHORE_HOME=`home`, stopped on exit."""
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     args = [sys.executable, "-c", LAUNCH, "server", "--port", str(port), *extra_args]
@@ -81,6 +91,15 @@ def running_server(
     try:
         _wait_ready(proc, url, log)
         token = (home / "token").read_text().strip()
-        yield url, token
+        yield StartedServer(url, token, proc.pid)
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def running_server(
+    home: Path, store: str | None = None, *, extra_args: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str]]:
+    """A server on a free port with LAKESHORE_HOME=`home`; yields (url, admin token)."""
+    with server_process(home, store, extra_args=extra_args) as srv:
+        yield srv.url, srv.token

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore import codec
+from dreamlake.lakeshore import codec, spill
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
 from dreamlake.lakeshore.objects import ObjectCorrupt
+from dreamlake.lakeshore.objects.arena import Arena, arena_at
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +107,7 @@ def test_a_durable_object_is_read_on_another_host_and_cached_there(
     got = dls.get(ref)
 
     assert np.array_equal(got, np.arange(5, dtype=np.int32))
-    assert (box / "tier-b" / ref.id).exists()  # the next read is local
+    assert arena_at(box / "tier-b").holds(ref.id)  # the next read is local
 
 
 def test_a_host_only_object_is_not_found_elsewhere_with_the_reason(
@@ -119,20 +120,33 @@ def test_a_host_only_object_is_not_found_elsewhere_with_the_reason(
         dls.get(ref)
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "not-an-object"])
-def test_a_damaged_copy_is_an_error_never_a_wrong_array(box: Path, damage: str) -> None:
+@pytest.mark.parametrize("damage", ["flip", "not-an-object"])
+def test_a_damaged_arena_copy_is_an_error_never_a_wrong_array(box: Path, damage: str) -> None:
     ref = dls.put(np.arange(4096, dtype=np.float32), durable=False)
-    path = box / "tier-a" / ref.id
-    data = bytearray(path.read_bytes())
-    if damage == "flip":
-        data[-5] ^= 0xFF
-    elif damage == "truncate":
-        del data[-100:]
-    else:
-        data[:8] = b"garbage!"
-    path.write_bytes(bytes(data))
+    arena = arena_at(box / "tier-a")
+    where = arena.extent(ref.id)
+    assert where is not None
+    off, size = where
+    with open(arena.path, "r+b") as f:
+        if damage == "flip":
+            f.seek(off + size - 5)
+            f.write(bytes([f.read(1)[0] ^ 0xFF]))
+        else:
+            f.seek(off)
+            f.write(b"garbage!")
 
     with pytest.raises(ObjectCorrupt, match=ref.id):
+        dls.get(ref)
+
+
+def test_a_truncated_file_copy_is_an_error(box: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKESHORE_OBJECTS", str(box / "tiny"))
+    monkeypatch.setenv("LAKESHORE_OBJECTS_CAP", "4096")  # too small: objects go to files
+    ref = dls.put(np.arange(4096, dtype=np.float32), durable=False)
+    path = box / "tiny" / ref.id
+    path.write_bytes(path.read_bytes()[:-100])
+
+    with pytest.raises(ObjectCorrupt, match="truncated"):
         dls.get(ref)
 
 
@@ -148,6 +162,7 @@ def test_a_durable_copy_that_was_altered_is_refused_before_it_is_cached(
 
     with pytest.raises(ObjectCorrupt, match="hash"):
         dls.get(ref)
+    assert not arena_at(box / "tier-b").holds(ref.id)
     assert not (box / "tier-b" / ref.id).exists()
 
 
@@ -188,6 +203,174 @@ def test_a_forged_ref_is_refused_when_decoded(fields: dict[str, object]) -> None
 def test_get_takes_only_a_ref() -> None:
     with pytest.raises(TypeError, match="takes a Ref"):
         dls.get("01m8s3rh4ngjsxpthvtvstn24a")  # type: ignore[arg-type]
+
+
+# -- the arena: room, pins, eviction --------------------------------------------------------------
+
+
+@pytest.fixture
+def small_arena(box: Path, monkeypatch: pytest.MonkeyPatch) -> Arena:
+    """A 1 MiB arena: four 256 KiB objects fill it."""
+    monkeypatch.setenv("LAKESHORE_OBJECTS", str(box / "small"))
+    monkeypatch.setenv("LAKESHORE_OBJECTS_CAP", str(1 << 20))
+    return arena_at(box / "small")
+
+
+def quarter_mib(seed: int) -> np.ndarray:
+    return np.full(256 * 1024 // 8 - 16, seed, dtype=np.float64)  # leaves room for the header
+
+
+def test_a_full_arena_evicts_the_least_recently_used_and_loses_nothing(small_arena: Arena) -> None:
+    durable = dls.put(quarter_mib(1))
+    host_only = [dls.put(quarter_mib(n), durable=False) for n in (2, 3, 4)]
+    dls.get(durable)  # the durable one is now the most recently used; 2 is the oldest
+
+    more = [dls.put(quarter_mib(n), durable=False) for n in (5, 6)]
+
+    assert not small_arena.holds(host_only[0].id) and not small_arena.holds(host_only[1].id)
+    # Evicted, not lost: an object with no durable copy was written out beside the arena.
+    for n, ref in enumerate([*host_only, *more], start=2):
+        assert float(dls.get(ref)[0]) == n
+    assert float(dls.get(durable)[0]) == 1
+
+
+def test_an_object_with_live_views_is_never_evicted(small_arena: Arena) -> None:
+    first = dls.put(quarter_mib(7), durable=False)
+    view = dls.get(first)
+
+    for n in range(8):  # twice the arena's room
+        dls.put(quarter_mib(n), durable=False)
+
+    assert small_arena.holds(first.id)
+    assert float(view[0]) == 7 and float(view[-1]) == 7  # the memory under it never changed
+
+
+def test_a_view_released_makes_its_object_evictable_again(small_arena: Arena) -> None:
+    first = dls.put(quarter_mib(7), durable=False)
+    view = dls.get(first)[10:]  # a derived view holds the pin as well
+    del view
+
+    for n in range(8):
+        dls.put(quarter_mib(n), durable=False)
+
+    assert not small_arena.holds(first.id)
+    assert float(dls.get(first)[0]) == 7  # from the file it was evicted to
+
+
+def test_an_object_too_big_for_the_arena_goes_to_a_file(small_arena: Arena, box: Path) -> None:
+    big = np.arange(1 << 18, dtype=np.float64)  # 2 MiB, twice the arena
+
+    ref = dls.put(big, durable=False)
+
+    assert not small_arena.holds(ref.id) and (box / "small" / ref.id).exists()
+    assert np.array_equal(dls.get(ref), big)
+
+
+def test_an_extent_whose_writer_died_is_reclaimed(small_arena: Arena) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(dead.stdout)
+    # What a writer killed mid-copy leaves: a reserved extent, never sealed, of a gone pid.
+    small_arena._db.execute(
+        "INSERT INTO extents VALUES ('00000000000000000000000000', 0, 1048576, 0, ?, 0)", (pid,)
+    )
+
+    ref = dls.put(quarter_mib(3), durable=False)
+
+    assert small_arena.holds(ref.id)
+    assert small_arena.extent("00000000000000000000000000") is None
+
+
+def test_putting_back_an_array_get_returned_moves_no_bytes() -> None:
+    ref = dls.put(np.arange(100, dtype=np.int64), durable=False)
+    got = dls.get(ref)
+
+    assert dls.put(got, durable=False) == ref
+    assert dls.put(got.copy(), durable=False).id != ref.id
+    assert dls.put(got, durable=True).id != ref.id  # asked for more than it has: a new object
+
+
+# -- transparent spills ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spills(box: Path) -> Iterator[Path]:
+    storage = box / "spills"
+    spill.configure(inline_limit=1024, storage=f"file://{storage}")
+    yield storage
+    spill.configure()
+
+
+def test_a_big_array_payload_and_result_ride_as_refs(d: dls.Dispatch, spills: Path) -> None:
+    q = dls.SyncQueue("big", dispatch=d)
+    a = np.arange(100_000, dtype=np.float32)
+
+    inv = q.submit(dls.thunk(negated, a))
+    dls.run_worker(q, once=True)
+
+    row = d.store.invocation(d.namespace, inv)
+    assert row.result is not None and len(row.result) < 1024
+    out = q.result(inv, timeout=5)
+    assert isinstance(out, np.ndarray) and np.array_equal(out, -a)
+    # Durable by default: both objects were written through to storage.
+    assert len(list((spills / "_objects").iterdir())) == 2
+
+
+def test_result_with_ref_true_hands_back_the_ref(d: dls.Dispatch, spills: Path) -> None:
+    q = dls.SyncQueue("big", dispatch=d)
+    a = np.arange(100_000, dtype=np.float32)
+    inv = q.submit(dls.thunk(negated, a))
+    dls.run_worker(q, once=True)
+
+    ref = q.result(inv, ref=True)
+
+    assert isinstance(ref, dls.Ref) and not ref.spilled and ref.shape == (100_000,)
+    assert np.array_equal(dls.get(ref), -a)
+    # A small result has no object yet: asking for its Ref puts one.
+    small = q.submit(dls.thunk(negated, np.arange(3, dtype=np.float32)))
+    dls.run_worker(q, once=True)
+    assert np.array_equal(dls.get(q.result(small, ref=True)), -np.arange(3, dtype=np.float32))
+
+
+def test_a_job_handing_its_input_on_returns_the_same_object(d: dls.Dispatch, spills: Path) -> None:
+    q = dls.SyncQueue("echo", dispatch=d)
+    inv = q.submit(dls.thunk(same, np.arange(100_000, dtype=np.float32)))
+    dls.run_worker(q, once=True)
+
+    row = d.store.invocation(d.namespace, inv)
+    assert row.result is not None
+    result = codec.decode(row.result)
+    assert isinstance(result, dls.Ref) and result.spilled
+    # The worker returned the view it was given: the result is the argument's own object.
+    assert len(list((spills / "_objects").iterdir())) == 1
+    assert np.array_equal(q.result(inv), np.arange(100_000, dtype=np.float32))
+
+
+def test_spills_can_stay_on_the_host(d: dls.Dispatch, spills: Path) -> None:
+    spill.configure(inline_limit=1024, durable=False)
+    q = dls.SyncQueue("fast", dispatch=d)
+    a = np.arange(100_000, dtype=np.float32)
+
+    out = q.submit(dls.thunk(negated, a))
+    dls.run_worker(q, once=True)
+
+    assert np.array_equal(q.result(out, timeout=5), -a)
+    assert not (spills / "_objects").exists()
+
+
+def negated(a: np.ndarray) -> np.ndarray:
+    return -a
+
+
+def same(a: np.ndarray) -> np.ndarray:
+    return a
 
 
 def doubled(ref: dls.Ref) -> dls.Ref:

@@ -81,7 +81,7 @@ def test_spilled_refs_come_back_for_deletion(store: SqlStore, tmp_path: Path) ->
 
     trimmed = store.trim_retention(invocations_older_than_s=0, now=time.time() + 1)
 
-    assert sorted(r.key for r in trimmed.refs) == sorted(storage.list("_spill/"))
+    assert sorted(r.key for r in trimmed.refs) == sorted(storage.list("_objects/"))
     assert spill.delete_refs(trimmed.refs) == []
     assert list(storage.list()) == []
 

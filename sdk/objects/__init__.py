@@ -1,0 +1,316 @@
+"""The object store: `dls.put(value)` returns a `Ref`, `dls.get(ref)` the value, in tiers.
+
+Why: ML work moves arrays, and a queue that serialises every argument and result through every
+hop loses to Ray by an order of magnitude on them. An object is written once; what travels is its
+Ref (a few hundred bytes), and a reader on the same box maps the bytes instead of copying them.
+
+Tiers, nearest first:
+    host     every process on the box shares it: an arena in tmpfs under /dev/shm where there is
+             one (`/dev/shm/lakeshore-<uid>/<host>`), else under `$LAKESHORE_HOME/objects/<host>`
+             (`LAKESHORE_OBJECTS` overrides), mapped once per process (see arena.py), plus files
+             beside it for objects the arena cannot hold or has evicted. Not durable: tmpfs is
+             gone on reboot.
+    storage  the storage tier (`file://` or `s3://`, as `dls.storage`): written through and
+             fsynced before `put` returns unless `durable=False`; any box with access reads it
+             and keeps a copy in its own host tier.
+
+Every read checks the body's size and xxh3-128 hash against the Ref (layout.py): a truncated or
+corrupt copy is `ObjectCorrupt`, never a wrong array. An array comes back as a read-only view
+over the host tier's memory; putting that same view again returns its Ref without a copy, so a
+job that hands its input on moves no bytes.
+
+Not yet (issue 15): the plane tier (objects through the control plane), locality-aware claims,
+torch tensors laid out raw (they go through the codec), retention of objects `put` by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import socket
+import threading
+import weakref
+from pathlib import Path
+from typing import IO, Any, Final
+
+from ulid import ULID
+
+from ..errors import NotFound
+from ..home import home
+from ..ref import Ref
+from ..storage import OBJECTS_PREFIX, Storage
+from ..storage import storage as open_storage
+from . import layout
+from .arena import Arena, arena_at
+from .layout import ObjectCorrupt, body_of, checked_body, digest_of, prefix_of, value_of
+
+__all__ = [
+    "ObjectCorrupt",
+    "Ref",
+    "get",
+    "host_id",
+    "host_root",
+    "layout",
+    "put",
+    "put_encoded",
+]
+
+#: Where durable copies live in the storage tier.
+STORAGE_PREFIX: Final = OBJECTS_PREFIX
+_HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def host_id() -> str:
+    """This box in Refs: `LAKESHORE_HOST_ID`, else the hostname (folded to [A-Za-z0-9._-])."""
+    raw = os.environ.get("LAKESHORE_HOST_ID") or socket.gethostname()
+    return (_HOST_CHARS.sub("-", raw).strip("-.") or "host")[:128]
+
+
+def host_root() -> Path:
+    """The host tier's directory (created on first use, mode 0700)."""
+    explicit = os.environ.get("LAKESHORE_OBJECTS")
+    if explicit:
+        root = Path(explicit)
+    elif os.access("/dev/shm", os.W_OK):
+        root = Path("/dev/shm") / f"lakeshore-{os.getuid()}" / host_id()
+    else:
+        root = home() / "objects" / host_id()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return root
+
+
+def host_arena() -> Arena:
+    return arena_at(host_root())
+
+
+# -- put ------------------------------------------------------------------------------------------
+
+
+def put(
+    value: Any,
+    *,
+    durable: bool = True,
+    storage: str | Storage | None = None,
+    spilled: bool = False,
+) -> Ref:
+    """Store `value` and return its Ref; durable (storage tier, fsynced) unless `durable=False`.
+
+    A numpy array is stored as its raw buffer (one copy only if it is not C-contiguous); any
+    other value as its codec encoding (`dls.encode`'s rules: what it cannot carry, put refuses).
+    `spilled` marks a Ref that stands in for a payload or result too big to ride inline (spill.py):
+    readers resolve it to its value, and retention deletes it with its invocation.
+    """
+    known = _handed_out(value)
+    if known is not None and (known.durable or not durable) and known.spilled == spilled:
+        return known
+    header, body = body_of(value)
+    return _store(header, body, durable=durable, storage=storage, spilled=spilled)
+
+
+def put_encoded(
+    data: bytes, *, durable: bool = True, storage: str | Storage | None = None, spilled: bool
+) -> Ref:
+    """`put` of a value already encoded by the codec (spill: no second encoding)."""
+    return _store(
+        {"kind": "value"}, memoryview(data), durable=durable, storage=storage, spilled=spilled
+    )
+
+
+def _store(
+    header: dict[str, Any],
+    body: memoryview,
+    *,
+    durable: bool,
+    storage: str | Storage | None,
+    spilled: bool,
+) -> Ref:
+    digest = digest_of(body)
+    ref_id = str(ULID()).lower()
+    prefix = prefix_of(header)
+    arena = host_arena()
+    off = arena.reserve(ref_id, len(prefix) + body.nbytes, durable=durable)
+    if off is None:
+        _write_file(host_root() / ref_id, prefix, body)
+    else:
+        try:
+            arena.write(off, prefix, body)
+        except BaseException:
+            arena.discard(ref_id)
+            raise
+        arena.seal(ref_id)
+    where = None
+    if durable:
+        tier = storage if isinstance(storage, Storage) else open_storage(storage)
+        with tier.open(f"{STORAGE_PREFIX}/{ref_id}", "wb") as out:  # fsynced when closed
+            out.write(prefix)
+            out.write(body)
+        where = tier.url
+    return Ref(
+        id=ref_id,
+        size=body.nbytes,
+        digest=digest,
+        kind=header["kind"],
+        dtype=header.get("dtype"),
+        shape=tuple(header["shape"]) if "shape" in header else None,
+        host=host_id(),
+        storage=where,
+        spilled=spilled,
+    )
+
+
+def _write_file(path: Path, prefix: bytes, body: memoryview) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(prefix)
+            out.write(body)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+# -- get ------------------------------------------------------------------------------------------
+
+
+def get(ref: Ref, *, allow_pickle: bool = False) -> Any:
+    """The value `ref` stands for, from the nearest tier that holds it.
+
+    An array comes back as a read-only view over the host tier (`.copy()` to write). Other
+    values are decoded as plain values unless `allow_pickle` (an object, like a result, may have
+    been written by any worker of the namespace).
+    """
+    if not isinstance(ref, Ref):
+        raise TypeError(f"dls.get takes a Ref (from dls.put), got {type(ref).__name__}")
+    arena = host_arena()
+    value = _from_arena(arena, ref, allow_pickle)
+    if value is not _ABSENT:
+        return value
+    path = host_root() / ref.id
+    if path.exists():
+        return _from_file(path, ref, allow_pickle)
+    if ref.storage is None:
+        raise NotFound(
+            f"object {ref.id} is not on this host ({host_id()}) and has no durable copy: "
+            f"it was put with durable=False on host {ref.host}"
+        )
+    _fetch(arena, ref)
+    value = _from_arena(arena, ref, allow_pickle)
+    return _from_file(path, ref, allow_pickle) if value is _ABSENT else value
+
+
+_ABSENT: Final = object()
+
+
+def _from_arena(arena: Arena, ref: Ref, allow_pickle: bool) -> Any:
+    opened = arena.open(ref.id)
+    if opened is None:
+        return _ABSENT
+    view, release = opened
+    try:
+        header, body = checked_body(view, ref, f"{arena.path} (object {ref.id})")
+    except BaseException:
+        release()
+        raise
+    value = value_of(header, body, allow_pickle=allow_pickle, on_release=release)
+    _remember(value, ref)
+    return value
+
+
+def _from_file(path: Path, ref: Ref, allow_pickle: bool) -> Any:
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    header, body = checked_body(memoryview(mapped), ref, str(path))
+    value = value_of(header, body, allow_pickle=allow_pickle)
+    _remember(value, ref)
+    return value
+
+
+def _fetch(arena: Arena, ref: Ref) -> None:
+    """Copy the durable copy into this host's tier, checked before any reader can see it.
+
+    Into the arena when it has room (the header is rebuilt from the Ref to know the size before
+    reading), else into a file; either way nothing is visible until the hash has been checked.
+    """
+    assert ref.storage is not None
+    header: dict[str, Any] = {"kind": ref.kind}
+    if ref.dtype is not None:
+        header |= {"dtype": ref.dtype, "shape": list(ref.shape or ())}
+    size = len(prefix_of(header)) + ref.size
+    source = open_storage(ref.storage).open(f"{STORAGE_PREFIX}/{ref.id}", "rb")
+    off = arena.reserve(ref.id, size, durable=True)
+    if off is None:
+        with source as src:
+            _fetch_to_file(src, ref, host_root() / ref.id)
+        return
+    try:
+        with source as src:
+            window = arena.window(off, size)
+            got = _read_into(src, window)
+            if got != size or src.read(1):
+                raise ObjectCorrupt(
+                    f"object {ref.id} in {ref.storage} is not {size} bytes: truncated or padded"
+                )
+            checked_body(window, ref, f"{ref.storage}/{STORAGE_PREFIX}/{ref.id}")
+    except BaseException:
+        arena.discard(ref.id)
+        raise
+    arena.seal(ref.id)
+
+
+def _read_into(src: IO[Any], window: memoryview, chunk: int = 8 << 20) -> int:
+    got = 0
+    while got < len(window):
+        block = src.read(min(chunk, len(window) - got))
+        if not block:
+            break
+        window[got : got + len(block)] = block
+        got += len(block)
+    return got
+
+
+def _fetch_to_file(src: IO[Any], ref: Ref, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.fetch")
+    try:
+        with open(tmp, "wb") as out:
+            while block := src.read(8 << 20):
+                out.write(block)
+        with open(tmp, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        checked_body(memoryview(mapped), ref, f"{ref.storage}/{STORAGE_PREFIX}/{ref.id}")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+# -- arrays this process handed out -------------------------------------------------------------
+
+#: id() of an array `get` returned -> (a weak reference to it, its Ref). Putting the same array
+#: back (a job returning its input) then costs nothing: the object already exists.
+_handed: dict[int, tuple[weakref.ref[Any], Ref]] = {}
+_handed_lock = threading.Lock()
+
+
+def _remember(value: Any, ref: Ref) -> None:
+    if ref.kind != "ndarray":
+        return
+    key = id(value)
+    with _handed_lock:
+        _handed[key] = (weakref.ref(value), ref)
+    weakref.finalize(value, _forget, key)
+
+
+def _forget(key: int) -> None:
+    with _handed_lock:
+        _handed.pop(key, None)
+
+
+def _handed_out(value: Any) -> Ref | None:
+    entry = _handed.get(id(value))
+    if entry is None or entry[0]() is not value:
+        return None
+    return entry[1]
