@@ -27,6 +27,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -88,6 +89,7 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
     with contextlib.suppress(OSError):
         os.setsid()
     _die_with_parent()
+    _import_from_working_directory()
     from .. import codec, spill
     from ..execute import run_body
 
@@ -121,6 +123,15 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             conn.send(reply)
         except OSError:
             return
+
+
+def _import_from_working_directory() -> None:
+    """`--handler handlers:reply` and the udfs of your own modules import from the daemon's
+    working directory, as under `python -m` (the `lakeshore-daemon` script's path holds only
+    its own folder)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _die_with_parent() -> None:
