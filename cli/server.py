@@ -40,10 +40,42 @@ def open_cli_store(store: str | None) -> SqlStore:
 @store_option
 @click.option(
     "--max-body-mb",
+    envvar="LAKESHORE_MAX_BODY_MB",
+    show_envvar=True,
     default=64,
     show_default=True,
     type=click.IntRange(1, 4096),
-    help="Largest request body accepted (413 above it).",
+    help="Largest request body accepted, in MiB (413 above it, before it is read).",
+)
+@click.option(
+    "--body-budget-mb",
+    envvar="LAKESHORE_BODY_BUDGET_MB",
+    show_envvar=True,
+    default=1024,
+    show_default=True,
+    type=click.IntRange(1, 1024 * 1024),
+    help="What all request bodies in flight together may hold in memory, in MiB (429 with "
+    "Retry-After beyond it, before the body is read). At least --max-body-mb.",
+)
+@click.option(
+    "--header-timeout-s",
+    envvar="LAKESHORE_HEADER_TIMEOUT_S",
+    show_envvar=True,
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600, min_open=True),
+    help="Close a connection whose request headers are not complete this long after it opened "
+    "(or after the first byte of its next request).",
+)
+@click.option(
+    "--body-timeout-s",
+    envvar="LAKESHORE_BODY_TIMEOUT_S",
+    show_envvar=True,
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600, min_open=True),
+    help="Answer 408 and close when a request body sends no bytes for this long while the "
+    "server reads it (a long-poll the server holds is not timed).",
 )
 @click.option(
     "--skip-integrity-check",
@@ -83,6 +115,9 @@ def server(
     port: int,
     store: str | None,
     max_body_mb: int,
+    body_budget_mb: int,
+    header_timeout_s: float,
+    body_timeout_s: float,
     skip_integrity_check: bool,
     log_level: str,
     retain_frames_s: float,
@@ -90,10 +125,17 @@ def server(
     retention_interval_s: float,
 ) -> None:
     """Run the control plane (Starlette + uvicorn; needs the `server` extra)."""
+    if body_budget_mb < max_body_mb:
+        raise click.BadParameter(
+            f"{body_budget_mb} is below --max-body-mb {max_body_mb}: a body between the two "
+            "could never be admitted; raise the budget or lower the limit",
+            param_hint="'--body-budget-mb'",
+        )
     try:
         import uvicorn
 
         from ..server.app import create_app
+        from ..server.client_timeouts import timed_protocol
     except ModuleNotFoundError as exc:
         raise click.ClickException(
             f"the server needs the 'server' extra ({exc.name} is missing): "
@@ -123,6 +165,7 @@ def server(
     app = create_app(
         sql,
         max_body=max_body_mb * 1024 * 1024,
+        body_budget=body_budget_mb * 1024 * 1024,
         retain_frames_s=retain_frames_s or None,
         retain_invocations_s=retain_invocations_s or None,
         retention_interval_s=retention_interval_s,
@@ -134,5 +177,6 @@ def server(
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=3,
+        http=timed_protocol(header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s),
         access_log=log_level in ("info", "debug"),
     )

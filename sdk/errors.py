@@ -97,6 +97,23 @@ class Unavailable(DispatchError):
     status = 503
 
 
+class ServerBusy(Unavailable):
+    """The control plane holds as many request bodies as its memory budget allows.
+
+    The request was refused before its body was read, so nothing changed and sending it again
+    is safe whatever it was: the HTTP client does so itself, after `retry_after_s`, within the
+    call's timeout. An `Unavailable`, so a worker's retry loop treats it as the outage it is.
+    """
+
+    code = "server_busy"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        #: When trying again may succeed (the HTTP Retry-After header).
+        self.retry_after_s = retry_after_s
+
+
 class StoreDamaged(DispatchError):
     """The plane's database file is damaged or is not a Lakeshore database: not the client's
     fault, and not fixed by retrying; the message names the file and the way to recover."""
@@ -119,6 +136,7 @@ ERRORS_BY_CODE: dict[str, type[DispatchError]] = {
         PayloadTooLarge,
         DecodeError,
         Unavailable,
+        ServerBusy,
         StoreDamaged,
     )
 }

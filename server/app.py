@@ -1,8 +1,9 @@
 """The ASGI control plane: `create_app(store)` over the same `SqlStore` as the embedded plane.
 
-No middleware stack: every route goes through one wrapper (`endpoint.py`), which keeps a local
-round trip short. The lifespan runs the lease sweeper, so an attempt whose worker vanished is
-requeued (or ended) within about a second even when nobody is claiming.
+Every route goes through one wrapper (`endpoint.py`), which keeps a local round trip short; the
+one middleware, `body_budget.py`, bounds the request bodies held in memory and costs a request
+without a body one header scan. The lifespan runs the lease sweeper, so an attempt whose worker
+vanished is requeued (or ended) within about a second even when nobody is claiming.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -35,10 +37,17 @@ from . import (
 )
 from .auth import Grants
 from .blocking import run_blocking
+from .body_budget import BodyBudget, BodyLedger
 from .endpoint import Api, Call, ServerState
 from .longpoll import MAX_WAIT_S
 from .openapi import document
-from .wire import MAX_BODY_BYTES, MethodNotAllowed, error_response, wants_json
+from .wire import (
+    BODY_BUDGET_BYTES,
+    MAX_BODY_BYTES,
+    MethodNotAllowed,
+    error_response,
+    wants_json,
+)
 
 log = logging.getLogger("lakeshore.server")
 
@@ -107,12 +116,14 @@ def create_app(
     store: SqlStore,
     *,
     max_body: int = MAX_BODY_BYTES,
+    body_budget: int = BODY_BUDGET_BYTES,
     sweep_interval_s: float = SWEEP_INTERVAL_S,
     close_store: bool = True,
     retain_frames_s: float | None = None,
     retain_invocations_s: float | None = None,
     retention_interval_s: float = routes_retention.RETENTION_INTERVAL_S,
 ) -> Starlette:
+    bodies = BodyLedger(max_body, body_budget)  # checks the bounds now, not at a first request
     apis = metrics.instrument(all_apis())
     openapi = JSONResponse(document(apis))
 
@@ -140,8 +151,9 @@ def create_app(
         routes=[*(api.route() for api in apis), Route("/openapi.json", openapi_json)],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
+        middleware=[Middleware(BodyBudget, ledger=bodies)],
     )
     app.state.lakeshore = ServerState(store=store, max_body=max_body, grants=Grants())
-    metrics.install(app, store)  # /metrics, /healthz, /readyz; counts the wrapped routes
+    metrics.install(app, store, bodies)  # /metrics, /healthz, /readyz; counts the wrapped routes
     routes_dashboard.install(app)  # the dashboard page at /
     return app

@@ -1,4 +1,4 @@
-"""One wrapper around every route: auth, body limits, decoding, error mapping, encoding.
+"""One wrapper around every route: auth, decoding, error mapping, encoding.
 
 Handlers receive a `Call` (the store, the namespace, checked accessors for body and query) and
 return plain data; they never build responses or catch errors. Every `DispatchError` becomes its
@@ -104,8 +104,8 @@ def _endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
             ns = request.path_params.get("ns")
             if api.auth:
                 await authenticate(request, state.store, ns, state.grants)
-            raw = await read_body(request, state.max_body)
-            body = decode_body(raw, request.headers.get("content-type", ""))
+            # One expression: the raw bytes are freed once decoded, not held through the call.
+            body = decode_body(await read_body(request), request.headers.get("content-type", ""))
             call = Call(request, state.store, ns or "", Fields(body), Query(request))
             data = await api.handler(call)
         except DispatchError as exc:

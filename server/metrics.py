@@ -38,6 +38,7 @@ from starlette.routing import Route
 from ..plane.store import WORKER_STALE_S, SqlStore
 from ..types import TERMINAL_STATES
 from .blocking import run_blocking
+from .body_budget import BodyLedger
 from .endpoint import Api, Call, Handler
 
 log = logging.getLogger("lakeshore.server")
@@ -141,6 +142,40 @@ class StoreCollector(Collector):
         yield workers
         yield events
         yield decisions
+
+
+class BodyCollector(Collector):
+    """The request-body budget of this process (body_budget.py): what it holds, what it refused.
+
+    For sizing `--body-budget-mb`: a gauge that sits at the budget and a climbing 429 count
+    mean clients are being turned away; both near zero mean memory could be given back.
+    """
+
+    def __init__(self, bodies: BodyLedger) -> None:
+        self.bodies = bodies
+
+    def collect(self) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            "lakeshore_request_body_bytes_in_flight",
+            "Bytes of request bodies admitted and not yet answered (bodies of 64 KiB or less "
+            "are not counted)",
+            value=float(self.bodies.in_flight),
+        )
+        budget = GaugeMetricFamily(
+            "lakeshore_request_body_budget_bytes",
+            "What request bodies in flight may hold together (--body-budget-mb)",
+            value=float(self.bodies.budget),
+        )
+        refused = CounterMetricFamily(
+            "lakeshore_request_bodies_refused",
+            "Requests refused for their body: 413 over the per-request limit, 429 over the budget",
+            labels=["status"],
+        )
+        refused.add_metric(["413"], float(self.bodies.refused_too_large))
+        refused.add_metric(["429"], float(self.bodies.refused_busy))
+        yield held
+        yield budget
+        yield refused
 
 
 class ServerMetrics:
@@ -327,7 +362,7 @@ def instrument(apis: Iterable[Api]) -> list[Api]:
     return out
 
 
-def install(app: Starlette, store: SqlStore) -> ServerMetrics:
+def install(app: Starlette, store: SqlStore, bodies: BodyLedger | None = None) -> ServerMetrics:
     """Add /metrics, /healthz and /readyz to `app` and start counting its traffic.
 
     None of the three needs a token: probes and scrapers rarely carry one, and the figures are
@@ -335,6 +370,8 @@ def install(app: Starlette, store: SqlStore) -> ServerMetrics:
     scrape path behind your proxy's auth) where queue names are sensitive.
     """
     metrics = ServerMetrics(store)
+    if bodies is not None:
+        metrics.registry.register(BodyCollector(bodies))
     app.state.lakeshore_metrics = metrics
 
     async def scrape(request: Request) -> Response:

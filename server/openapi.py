@@ -251,9 +251,11 @@ ERRORS = {
     "403": "token scoped to a namespace outside this org",
     "404": "unknown namespace, queue, invocation or worker",
     "409": "conflict (exists, has members, default queue, lost lease)",
-    "413": "body above the size limit",
+    "408": "request headers or body stalled (the connection is closed)",
+    "413": "body above the per-request size limit (refused before it is read)",
     "415": "Content-Type neither msgpack nor JSON",
-    "429": "admission refused (queue full)",
+    "429": "admission refused (queue_full), or the server's request-body budget is in use "
+    "(server_busy: nothing was changed, send it again after Retry-After)",
 }
 
 MEDIA = ("application/msgpack", "application/json")

@@ -20,12 +20,14 @@ import msgpack
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import DispatchError, InvalidArgument, PayloadTooLarge, QueueFullError
+from ..errors import DispatchError, InvalidArgument, QueueFullError, ServerBusy
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"
 #: Request bodies above this are refused with 413 (a big payload belongs in storage).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: What all request bodies in flight together may hold (429 beyond it): see body_budget.py.
+BODY_BUDGET_BYTES = 1024 * 1024 * 1024
 #: Fields whose values are opaque bytes: base64 strings when the body is JSON.
 BYTES_FIELDS = frozenset({"payload", "result", "value"})
 
@@ -54,24 +56,20 @@ def _is_json(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower().endswith("json")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refused with 413 as soon as it passes `limit` (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is None and "transfer-encoding" not in request.headers:
-        return b""  # no body (a GET): nothing to stream
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def read_body(request: Request) -> bytearray:
+    """The raw body, its size bounded before a byte was read (`body_budget.py`).
+
+    Grown in place rather than joined from chunks: a big body then costs its size once, not
+    twice, and the decoder reads a bytearray as it reads bytes.
+    """
+    body = bytearray()
+    if "content-length" in request.headers or "transfer-encoding" in request.headers:
+        async for chunk in request.stream():
+            body += chunk
+    return body
 
 
-def decode_body(raw: bytes, content_type: str) -> dict[str, Any]:
+def decode_body(raw: bytes | bytearray, content_type: str) -> dict[str, Any]:
     """A request body as a map; an empty body is an empty map."""
     if not raw:
         return {}
@@ -179,15 +177,19 @@ def respond(data: Any, *, status: int = 200, as_json: bool = False) -> Response:
 
 
 def error_response(exc: DispatchError, *, as_json: bool) -> Response:
-    """`{error: {code, message}}`; a full queue adds `retry_after_s` / `block` and Retry-After."""
+    """`{error: {code, message}}`; a full queue adds `block`, and a refusal that says when to
+    come back (full queue, busy server) `retry_after_s` and Retry-After."""
     status = exc.status if 400 <= exc.status < 600 else 400
     error: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+    retry_after_s: float | None = None
+    if isinstance(exc, (QueueFullError, ServerBusy)):
+        retry_after_s = exc.retry_after_s
+        error["retry_after_s"] = retry_after_s
     if isinstance(exc, QueueFullError):
         error["block"] = exc.block
-        error["retry_after_s"] = exc.retry_after_s
     response = respond({"error": error}, status=status, as_json=as_json)
-    if isinstance(exc, QueueFullError) and exc.retry_after_s is not None:
-        response.headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_s)))
+    if retry_after_s is not None:
+        response.headers["retry-after"] = str(max(1, math.ceil(retry_after_s)))
     return response
 
 

@@ -13,6 +13,8 @@ import http.client
 import ipaddress
 import json
 import os
+import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
@@ -21,7 +23,14 @@ from urllib.parse import quote, urlsplit
 import httpx
 import msgpack
 
-from ..errors import ERRORS_BY_CODE, DispatchError, InvalidArgument, QueueFullError, Unavailable
+from ..errors import (
+    ERRORS_BY_CODE,
+    DispatchError,
+    InvalidArgument,
+    QueueFullError,
+    ServerBusy,
+    Unavailable,
+)
 from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
@@ -45,6 +54,8 @@ SERVER_WAIT_CAP_S = 60.0
 WAIT_MARGIN_S = 10.0
 #: Timeout of a request that does not wait.
 REQUEST_TIMEOUT_S = 30.0
+#: How long to wait before sending again a request a busy server refused without a hint.
+BUSY_RETRY_S = 1.0
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -148,8 +159,42 @@ class HttpDispatch:
         wait_s: float = 0.0,
         namespaced: bool = True,
     ) -> Any:
+        """One call; sent again while the server is too busy to take its body.
+
+        A `ServerBusy` (429) was refused before the server read a byte of the body, so sending
+        it again is safe whatever it was; it is, after the server's hint (jittered, so that a
+        fleet refused together does not return together), until the call's own timeout is
+        spent. Any other refusal is raised at once: a 413 (`PayloadTooLarge`) would only be
+        refused again.
+        """
         url = (self._prefix + path) if namespaced else path
         content = msgpack.packb(body, use_bin_type=True) if body is not None else None
+        try:
+            return self._send(method, url, content, params, wait_s)
+        except ServerBusy as busy:
+            refused = busy
+        deadline = Deadline(self._timeout_s)
+        while True:
+            pause = (refused.retry_after_s or BUSY_RETRY_S) * random.uniform(1.0, 1.5)
+            if pause > deadline.remaining():
+                raise ServerBusy(
+                    f"{refused} (still refused after {self._timeout_s:g} s of retries)",
+                    retry_after_s=refused.retry_after_s,
+                ) from None
+            time.sleep(pause)  # no wake-up crosses the network: the server's hint is the signal
+            try:
+                return self._send(method, url, content, params, wait_s)
+            except ServerBusy as busy:
+                refused = busy
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        content: bytes | None,
+        params: dict[str, Any] | None,
+        wait_s: float,
+    ) -> Any:
         headers = {"content-type": MSGPACK} if content is not None else None
         timeout = wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s
         if self._fast is not None:
@@ -193,7 +238,7 @@ class HttpDispatch:
     def _error(status: int, data: Any) -> DispatchError:
         err = data.get("error") if isinstance(data, dict) else None
         if not isinstance(err, dict):  # a proxy's error page: a 502/503 is an outage
-            cls = Unavailable if status >= 500 else DispatchError
+            cls = Unavailable if status >= 500 else ServerBusy if status == 429 else DispatchError
             return cls(f"control plane answered HTTP {status}")
         message = str(err.get("message", f"HTTP {status}"))
         cls = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError)
@@ -201,13 +246,14 @@ class HttpDispatch:
             unknown = DispatchError(message)  # so a 5xx still reads as transient
             unknown.status = status
             return unknown
+        retry = err.get("retry_after_s")
+        retry_after_s = float(retry) if isinstance(retry, (int, float)) else None
         if cls is QueueFullError:
-            retry = err.get("retry_after_s")
             return QueueFullError(
-                message,
-                retry_after_s=float(retry) if isinstance(retry, (int, float)) else None,
-                block=bool(err.get("block")),
+                message, retry_after_s=retry_after_s, block=bool(err.get("block"))
             )
+        if cls is ServerBusy:
+            return ServerBusy(message, retry_after_s=retry_after_s)
         return cls(message)
 
     def _long_poll(self, wait_s: float, once: Callable[[float], T], done: Callable[[T], bool]) -> T:
