@@ -81,6 +81,7 @@ def jobs() -> list[Job]:
         ("payload", "lakeshore http payloads", payload.lakeshore),
         ("payload", "rq payloads", payload.rq),
         ("payload", "ray payloads", payload.ray),
+        ("payload", "floors (memcpy, tobytes, write+fsync+read)", payload.floors),
     ]
     for label, reason in payload.left_out().items():
         out.append(("payload", label, lambda s, r=reason: _cannot(r)))

@@ -109,7 +109,7 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
         _, inv_id, payload, attempt, queue = message
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
-            conn.send(("frame", inv_id, codec.encode(value)))
+            conn.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref
 
         try:
             # dls.run inside the body: this attempt, the daemon's --storage (LAKESHORE_STORAGE).

@@ -13,7 +13,7 @@ from typing import Any
 
 from ulid import ULID
 
-from . import codec
+from . import codec, spill
 from .errors import DispatchError
 from .plane.base import Plane
 from .types import Frame, check_name
@@ -69,7 +69,7 @@ def _value(frame: Frame, allow_pickle: bool = False) -> Any:
     if frame.kind == "VALUE":
         if frame.value is None:
             return None
-        return codec.decode(frame.value, allow_pickle=allow_pickle)
+        return spill.loads(frame.value, allow_pickle=allow_pickle)  # a big frame rides as a Ref
     if frame.kind == "ERROR":
         message = (
             codec.decode(frame.value, allow_pickle=False)

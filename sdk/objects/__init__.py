@@ -7,9 +7,11 @@ Ref (a few hundred bytes), and a reader on the same box maps the bytes instead o
 Tiers, nearest first:
     host     every process on the box shares it: an arena in tmpfs under /dev/shm where there is
              one (`/dev/shm/lakeshore-<uid>/<host>`), else under `$LAKESHORE_HOME/objects/<host>`
-             (`LAKESHORE_OBJECTS` overrides), mapped once per process (see arena.py), plus files
-             beside it for objects the arena cannot hold or has evicted. Not durable: tmpfs is
-             gone on reboot.
+             (`LAKESHORE_OBJECTS` overrides), mapped once per process (see arena.py). Objects
+             the arena cannot take (too big, or everything else pinned) are files on disk under
+             `$LAKESHORE_HOME/objects/<host>`, deleted after `LAKESHORE_OBJECTS_TTL_S` unread.
+             Not durable: tmpfs is gone on reboot, and an object with no durable copy lives
+             while the arena has room for it.
     storage  the storage tier (`file://` or `s3://`, as `dls.storage`): written through and
              fsynced before `put` returns unless `durable=False`; any box with access reads it
              and keeps a copy in its own host tier.
@@ -31,13 +33,14 @@ import os
 import re
 import socket
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import IO, Any, Final
 
 from ulid import ULID
 
-from ..errors import NotFound
+from ..errors import InvalidArgument, NotFound
 from ..home import home
 from ..ref import Ref
 from ..storage import OBJECTS_PREFIX, Storage
@@ -59,6 +62,8 @@ __all__ = [
 
 #: Where durable copies live in the storage tier.
 STORAGE_PREFIX: Final = OBJECTS_PREFIX
+#: How long an object kept as a file (not in the arena) lives unread, by default.
+DEFAULT_TTL_S: Final = 86400.0
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -83,6 +88,41 @@ def host_root() -> Path:
 
 def host_arena() -> Arena:
     return arena_at(host_root())
+
+
+def file_root() -> Path:
+    """Where this host keeps objects the arena cannot take (too big, or all else pinned): on
+    disk under `$LAKESHORE_HOME/objects/<host>`, so the arena's cap bounds the memory used."""
+    root = home() / "objects" / host_id()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return root
+
+
+def ttl_s() -> float:
+    """How long an object kept as a file lives unread: `LAKESHORE_OBJECTS_TTL_S`, else a day."""
+    text = os.environ.get("LAKESHORE_OBJECTS_TTL_S")
+    if not text:
+        return DEFAULT_TTL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise InvalidArgument(f"LAKESHORE_OBJECTS_TTL_S is a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _expire_files(root: Path) -> None:
+    """Delete file objects nobody read for `ttl_s()`. A reader that mapped one keeps its view:
+    unlinking a mapped file frees it only when the mapping goes."""
+    before = time.time() - ttl_s()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat().st_mtime < before:
+                    os.unlink(entry.path)
 
 
 # -- put ------------------------------------------------------------------------------------------
@@ -132,7 +172,9 @@ def _store(
     arena = host_arena()
     off = arena.reserve(ref_id, len(prefix) + body.nbytes, durable=durable)
     if off is None:
-        _write_file(host_root() / ref_id, prefix, body)
+        root = file_root()
+        _expire_files(root)
+        _write_file(root / ref_id, prefix, body)
     else:
         try:
             arena.write(off, prefix, body)
@@ -189,17 +231,24 @@ def get(ref: Ref, *, allow_pickle: bool = False) -> Any:
     value = _from_arena(arena, ref, allow_pickle)
     if value is not _ABSENT:
         return value
-    path = host_root() / ref.id
+    path = file_root() / ref.id
     if path.exists():
+        os.utime(path)  # read: its time to live starts again
         return _from_file(path, ref, allow_pickle)
     if ref.storage is None:
+        if ref.host == host_id() and arena.was_evicted(ref.id):
+            raise NotFound(
+                f"object {ref.id} was evicted from this host's tier to make room: it was put "
+                "with durable=False, which lives while the tier has room (LAKESHORE_OBJECTS_CAP"
+                f" = {arena.capacity} bytes); put it durable to keep it"
+            )
         raise NotFound(
             f"object {ref.id} is not on this host ({host_id()}) and has no durable copy: "
             f"it was put with durable=False on host {ref.host}"
         )
     _fetch(arena, ref)
     value = _from_arena(arena, ref, allow_pickle)
-    return _from_file(path, ref, allow_pickle) if value is _ABSENT else value
+    return _from_file(file_root() / ref.id, ref, allow_pickle) if value is _ABSENT else value
 
 
 _ABSENT: Final = object()
@@ -244,7 +293,7 @@ def _fetch(arena: Arena, ref: Ref) -> None:
     off = arena.reserve(ref.id, size, durable=True)
     if off is None:
         with source as src:
-            _fetch_to_file(src, ref, host_root() / ref.id)
+            _fetch_to_file(src, ref, file_root() / ref.id)
         return
     try:
         with source as src:

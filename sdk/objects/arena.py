@@ -16,8 +16,11 @@ eviction and pins are transactions, so any number of processes share one arena s
 - get: pin the object (one row per process that holds views of it), check it, hand out views;
   the pin goes when the process's last view does. A pinned object is never evicted, so a view
   never changes under its reader.
-- eviction frees memory, it never loses an object: one with no durable copy is first written
-  out as a file in the host tier's directory, where `objects.get` finds it next.
+- eviction makes room by dropping unpinned objects, those with a durable copy first (a reader
+  fetches them again), then the least recently used of the rest. An object put with
+  `durable=False` lives while the arena has room for it, as in Ray's object store without
+  spilling: nothing counts references to objects across processes, so writing every evicted
+  object out to disk instead would cost a disk write per put once the arena is full.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import Final
 
 __all__ = ["Arena", "arena_at", "default_capacity"]
 
+#: How many dropped objects the index remembers, to say "evicted" rather than "not found".
+EVICTIONS_REMEMBERED: Final = 10_000
 #: Extents start on page boundaries, so no two objects share a page.
 PAGE: Final = mmap.PAGESIZE
 #: The arena never takes more than this by default, nor more than an eighth of its filesystem.
@@ -50,6 +55,11 @@ CREATE TABLE IF NOT EXISTS extents (
     used   REAL NOT NULL      -- last put or get, for least-recently-used eviction
 );
 CREATE INDEX IF NOT EXISTS extents_by_off ON extents (off);
+CREATE TABLE IF NOT EXISTS evicted (  -- so a reader of a dropped object is told why
+    id TEXT PRIMARY KEY,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evicted_by_at ON evicted (at);
 CREATE TABLE IF NOT EXISTS pins (
     id  TEXT NOT NULL,
     pid INTEGER NOT NULL,
@@ -104,6 +114,12 @@ class Arena:
             finally:
                 os.close(fd)
         self._memory = memoryview(self._map)
+
+    def close(self) -> None:
+        with self._lock, contextlib.suppress(BufferError):  # views handed out keep it mapped
+            self._db.close()
+            self._memory.release()
+            self._map.close()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -215,29 +231,30 @@ class Arena:
     # -- room ----------------------------------------------------------------------------------
 
     def _evict_one(self, db: sqlite3.Connection) -> bool:
-        """Free the least recently used unpinned object; False when there is none."""
+        """Drop one unpinned object (durable ones first, then the least recently used); False
+        when every object is pinned or being written."""
         if self._reap(db):
             return True
         row = db.execute(
-            "SELECT id, off, size, durable FROM extents"
-            " WHERE writer IS NULL AND id NOT IN (SELECT id FROM pins)"
-            " ORDER BY used LIMIT 1"
+            "SELECT id FROM extents WHERE writer IS NULL AND id NOT IN (SELECT id FROM pins)"
+            " ORDER BY durable DESC, used LIMIT 1"
         ).fetchone()
         if row is None:
             return False
-        ref_id, off, size, durable = row
-        if not durable:
-            self._write_out(ref_id, self._memory[off : off + size])
-        db.execute("DELETE FROM extents WHERE id = ?", (ref_id,))
+        db.execute("INSERT OR REPLACE INTO evicted VALUES (?, ?)", (row[0], time.time()))
+        db.execute(
+            "DELETE FROM evicted WHERE at <"
+            " (SELECT at FROM evicted ORDER BY at DESC LIMIT 1 OFFSET ?)",
+            (EVICTIONS_REMEMBERED,),
+        )
+        db.execute("DELETE FROM extents WHERE id = ?", (row[0],))
         return True
 
-    def _write_out(self, ref_id: str, data: memoryview) -> None:
-        """Keep an object that has no durable copy as a file in the host tier's directory."""
-        path = self.root / ref_id
-        tmp = path.with_name(f".{ref_id}.{os.getpid()}.evict")
-        with open(tmp, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
+    def was_evicted(self, ref_id: str) -> bool:
+        """Whether this arena dropped the object to make room (among the last evictions)."""
+        with self._lock:
+            row = self._db.execute("SELECT 1 FROM evicted WHERE id = ?", (ref_id,)).fetchone()
+        return row is not None
 
     def _reap(self, db: sqlite3.Connection) -> int:
         """Forget pins and unsealed extents of processes that are gone (killed mid-use); returns
@@ -308,6 +325,15 @@ def arena_at(root: Path) -> Arena:
             if arena is None:
                 arena = _arenas[root] = Arena(root, default_capacity(root))
     return arena
+
+
+def close_arena(root: Path) -> None:
+    """Unmap and forget this process's arena in `root` (a bench or test that deletes the folder
+    gives its memory back). Views still in use keep the mapping alive until they go."""
+    with _arenas_lock:
+        arena = _arenas.pop(root, None)
+    if arena is not None:
+        arena.close()
 
 
 def _after_fork_in_child() -> None:

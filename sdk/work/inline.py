@@ -118,7 +118,9 @@ class _Body:
     def emit(self, value: Any) -> None:
         if self._abandoned:
             raise JobAbandoned(f"invocation {self.claim.id} was ended while it ran")
-        refused = self._sink.post_frames(self.claim, [codec.encode(value)])
+        refused = self._sink.post_frames(
+            self.claim, [spill.dumps(value, storage=self._storage)]
+        )
         if refused is not None:
             self._refused = refused
             raise JobAbandoned(refused.error)

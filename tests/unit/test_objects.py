@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore import codec, spill
+from dreamlake.lakeshore import codec, retention, spill
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
 from dreamlake.lakeshore.objects import ObjectCorrupt
 from dreamlake.lakeshore.objects.arena import Arena, arena_at
@@ -143,7 +143,7 @@ def test_a_truncated_file_copy_is_an_error(box: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("LAKESHORE_OBJECTS", str(box / "tiny"))
     monkeypatch.setenv("LAKESHORE_OBJECTS_CAP", "4096")  # too small: objects go to files
     ref = dls.put(np.arange(4096, dtype=np.float32), durable=False)
-    path = box / "tiny" / ref.id
+    path = box / "home" / "objects" / "box-a" / ref.id
     path.write_bytes(path.read_bytes()[:-100])
 
     with pytest.raises(ObjectCorrupt, match="truncated"):
@@ -163,7 +163,7 @@ def test_a_durable_copy_that_was_altered_is_refused_before_it_is_cached(
     with pytest.raises(ObjectCorrupt, match="hash"):
         dls.get(ref)
     assert not arena_at(box / "tier-b").holds(ref.id)
-    assert not (box / "tier-b" / ref.id).exists()
+    assert not (box / "home" / "objects" / "box-b" / ref.id).exists()
 
 
 def test_what_the_codec_cannot_carry_is_refused_by_put() -> None:
@@ -220,18 +220,23 @@ def quarter_mib(seed: int) -> np.ndarray:
     return np.full(256 * 1024 // 8 - 16, seed, dtype=np.float64)  # leaves room for the header
 
 
-def test_a_full_arena_evicts_the_least_recently_used_and_loses_nothing(small_arena: Arena) -> None:
+def test_a_full_arena_drops_durable_objects_first_then_the_least_recently_used(
+    small_arena: Arena,
+) -> None:
     durable = dls.put(quarter_mib(1))
     host_only = [dls.put(quarter_mib(n), durable=False) for n in (2, 3, 4)]
-    dls.get(durable)  # the durable one is now the most recently used; 2 is the oldest
+    dls.get(host_only[0])  # 2 is now more recently used than 3
 
-    more = [dls.put(quarter_mib(n), durable=False) for n in (5, 6)]
+    dls.put(quarter_mib(5), durable=False)  # room for it: the durable one goes (a copy remains)
+    assert not small_arena.holds(durable.id)
+    assert float(dls.get(durable)[0]) == 1  # fetched back from storage, into the arena
 
-    assert not small_arena.holds(host_only[0].id) and not small_arena.holds(host_only[1].id)
-    # Evicted, not lost: an object with no durable copy was written out beside the arena.
-    for n, ref in enumerate([*host_only, *more], start=2):
-        assert float(dls.get(ref)[0]) == n
-    assert float(dls.get(durable)[0]) == 1
+    dls.put(quarter_mib(6), durable=False)  # the durable one is back and goes again
+    dls.put(quarter_mib(7), durable=False)  # then the least recently used without a copy: 3
+    assert not small_arena.holds(host_only[1].id)
+    with pytest.raises(NotFound, match="evicted from this host's tier to make room"):
+        dls.get(host_only[1])
+    assert float(dls.get(host_only[0])[0]) == 2
 
 
 def test_an_object_with_live_views_is_never_evicted(small_arena: Arena) -> None:
@@ -254,7 +259,6 @@ def test_a_view_released_makes_its_object_evictable_again(small_arena: Arena) ->
         dls.put(quarter_mib(n), durable=False)
 
     assert not small_arena.holds(first.id)
-    assert float(dls.get(first)[0]) == 7  # from the file it was evicted to
 
 
 def test_an_object_too_big_for_the_arena_goes_to_a_file(small_arena: Arena, box: Path) -> None:
@@ -262,7 +266,8 @@ def test_an_object_too_big_for_the_arena_goes_to_a_file(small_arena: Arena, box:
 
     ref = dls.put(big, durable=False)
 
-    assert not small_arena.holds(ref.id) and (box / "small" / ref.id).exists()
+    assert not small_arena.holds(ref.id)
+    assert (box / "home" / "objects" / "box-a" / ref.id).exists()  # on disk, not in memory
     assert np.array_equal(dls.get(ref), big)
 
 
@@ -286,6 +291,21 @@ def test_an_extent_whose_writer_died_is_reclaimed(small_arena: Arena) -> None:
 
     assert small_arena.holds(ref.id)
     assert small_arena.extent("00000000000000000000000000") is None
+
+
+def test_file_objects_unread_for_their_ttl_are_deleted(
+    small_arena: Arena, box: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = dls.put(np.arange(1 << 18, dtype=np.float64), durable=False)  # too big: a file
+    path = box / "home" / "objects" / "box-a" / old.id
+    os.utime(path, (0, 0))  # unread since 1970
+    monkeypatch.setenv("LAKESHORE_OBJECTS_TTL_S", "3600")
+
+    new = dls.put(np.arange(1 << 18, dtype=np.float64), durable=False)
+
+    assert not path.exists() and float(dls.get(new)[-1]) == (1 << 18) - 1
+    with pytest.raises(NotFound):
+        dls.get(old)
 
 
 def test_putting_back_an_array_get_returned_moves_no_bytes() -> None:
@@ -363,6 +383,26 @@ def test_spills_can_stay_on_the_host(d: dls.Dispatch, spills: Path) -> None:
 
     assert np.array_equal(q.result(out, timeout=5), -a)
     assert not (spills / "_objects").exists()
+
+
+def test_a_big_frame_rides_as_a_ref_and_the_reader_gets_the_value(
+    d: dls.Dispatch, spills: Path
+) -> None:
+    q = dls.SyncQueue("frames", dispatch=d)
+    inv = q.submit(dls.thunk(frames_of, 3))
+    dls.run_worker(q, once=True)
+
+    got = list(q.stream(inv, timeout=5))
+
+    assert [float(a[0]) for a in got] == [0.0, 1.0, 2.0]
+    assert len(list((spills / "_objects").iterdir())) == 3
+    trimmed = retention.trim(d, frames_older_than_s=0)
+    assert trimmed.refs_deleted == 3 and not list((spills / "_objects").iterdir())
+
+
+def frames_of(n: int) -> Iterator[np.ndarray]:
+    for i in range(n):
+        yield np.full(100_000, i, dtype=np.float32)
 
 
 def negated(a: np.ndarray) -> np.ndarray:

@@ -400,7 +400,7 @@ DELETE FROM frames WHERE (channel, seq) IN (
     WHERE f.created_at < :cutoff AND i.namespace = :ns AND i.finished_at < :cutoff
       AND i.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
     LIMIT :limit)
-RETURNING seq;
+RETURNING seq, CASE WHEN length(value) <= :ref_bytes THEN value END AS value;
 
 -- name: retention_old_invocations
 -- Terminal invocations of :ns that ended before :cutoff, oldest first. payload and result come
@@ -415,7 +415,9 @@ WHERE namespace = :ns AND finished_at IS NOT NULL AND finished_at < :cutoff
 ORDER BY finished_at LIMIT :limit;
 
 -- name: retention_delete_frames_of
-DELETE FROM frames WHERE channel IN (:ids) RETURNING seq;
+-- A frame's value comes back only when it could be a spilled Ref (see retention_old_invocations).
+DELETE FROM frames WHERE channel IN (:ids)
+RETURNING seq, CASE WHEN length(value) <= :ref_bytes THEN value END AS value;
 
 -- name: retention_delete_invocations
 DELETE FROM invocations

@@ -7,9 +7,10 @@ transaction each.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from ...spill import is_spilled
-from ...storage import MAX_REF_BYTES, sniff_ref
+from ...storage import MAX_REF_BYTES, StorageRef, sniff_ref
 from ..retention import BATCH, Trimmed, check_age
 from .base import StoreBase
 
@@ -41,17 +42,24 @@ class RetentionStore(StoreBase):
             if rows_age is not None:
                 done.add(self._trim_rows(name, now - rows_age, batch))
             if frames_age is not None:
-                done.frames += self._trim_frames(name, now - frames_age, batch)
+                done.add(self._trim_frames(name, now - frames_age, batch))
         return done
 
-    def _trim_frames(self, ns: str, cutoff: float, batch: int) -> int:
-        total = 0
+    def _trim_frames(self, ns: str, cutoff: float, batch: int) -> Trimmed:
+        done = Trimmed()
         while True:
             with self.connector.transaction() as tx:
-                n = len(tx.all("retention_trim_frames", ns=ns, cutoff=cutoff, limit=batch))
-            total += n
-            if n < batch:
-                return total
+                rows = tx.all(
+                    "retention_trim_frames",
+                    ns=ns,
+                    cutoff=cutoff,
+                    limit=batch,
+                    ref_bytes=MAX_REF_BYTES,
+                )
+            done.frames += len(rows)
+            done.refs += _spilled(r["value"] for r in rows)
+            if len(rows) < batch:
+                return done
 
     def _trim_rows(self, ns: str, cutoff: float, batch: int) -> Trimmed:
         done = Trimmed()
@@ -67,12 +75,16 @@ class RetentionStore(StoreBase):
                 if not rows:
                     return done
                 ids = [r["id"] for r in rows]
-                done.frames += len(tx.all("retention_delete_frames_of", ids=ids))
+                frames = tx.all("retention_delete_frames_of", ids=ids, ref_bytes=MAX_REF_BYTES)
+                done.frames += len(frames)
+                done.refs += _spilled(f["value"] for f in frames)
                 done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
-                for r in rows:
-                    for blob in (r["payload"], r["result"]):
-                        ref = sniff_ref(blob)
-                        if ref is not None and is_spilled(ref):  # never a ref a user passed
-                            done.refs.append(ref)
+                done.refs += _spilled(b for r in rows for b in (r["payload"], r["result"]))
             if len(rows) < batch:
                 return done
+
+
+def _spilled(blobs: Iterable[bytes | None]) -> list[StorageRef]:
+    """The spilled objects among `blobs` (never a ref a user passed on purpose)."""
+    refs = (sniff_ref(blob) for blob in blobs)
+    return [ref for ref in refs if ref is not None and is_spilled(ref)]
