@@ -68,8 +68,10 @@ def _load(path: Path) -> ComposeFile:
     try:
         return load(path)
     except ComposeError as exc:
+        for issue in exc.issues:  # each with its file and line; the last line sums them up
+            click.echo(str(issue), err=True)
         raise click.ClickException(
-            f"{path} is not valid ({len(exc.issues)} problem(s)):\n{exc}"
+            f"{path} is not valid: {len(exc.issues)} problem(s), listed above"
         ) from None
 
 

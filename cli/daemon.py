@@ -19,6 +19,7 @@ from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import WorkerInfo
+from .params import seconds
 
 
 @click.group("daemon")
@@ -192,7 +193,7 @@ def update(
 @click.option(
     "--wait",
     "wait_s",
-    type=float,
+    type=seconds(0),
     default=None,
     metavar="SECONDS",
     help="Wait up to this long for the daemon to finish and leave.",

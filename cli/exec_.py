@@ -19,6 +19,7 @@ from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..queue import SyncQueue
 from ..types import DEFAULT_QUEUE
+from .params import Finite, seconds
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
@@ -37,7 +38,7 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
 @click.option("--wait", "-w", is_flag=True, help="Stream the output here and exit with the job.")
 @click.option(
     "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(0, low_open=True),
     default=None,
     help="Kill the command after this many seconds (state timeout).",
 )
@@ -46,7 +47,7 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
     "--env", "env", multiple=True, metavar="KEY=VALUE", help="Extra environment (repeat)."
 )
 @click.option("--key", default=None, help="Idempotency key: the same key returns the same job.")
-@click.option("--priority", type=float, default=0.0, show_default=True)
+@click.option("--priority", type=Finite(), default=0.0, show_default=True)
 @click.option(
     "--max-attempts",
     type=click.IntRange(1, 1000),
@@ -56,7 +57,7 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
 )
 @click.option(
     "--result-timeout-s",
-    type=float,
+    type=seconds(0),
     default=None,
     help="With --wait: give up waiting after this long (the job keeps running).",
 )

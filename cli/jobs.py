@@ -45,6 +45,7 @@ from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import STATES, TERMINAL_STATES, Frame, Invocation
+from .params import count
 
 #: Exit status of a command that waited for a job, by the job's final state.
 EXIT_CODES: dict[str, int] = {
@@ -301,7 +302,7 @@ def follow_frames(plane: Plane, inv_id: str, since: int, follow: bool, as_json: 
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 @click.option(
     "--since",
-    type=int,
+    type=count(-1),
     default=-1,
     show_default=True,
     help="Only frames after this seq (resume where a previous read stopped).",

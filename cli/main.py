@@ -7,7 +7,7 @@ import importlib
 import click
 
 from .. import __version__
-from ..errors import DispatchError
+from .errors import OneLineGroup
 
 #: (module, attribute) of each command; a module that is not there yet is simply left out.
 COMMANDS = [
@@ -22,17 +22,12 @@ COMMANDS = [
     ("compose", "compose"),
     ("providers", "providers"),
     ("controller", "controller"),
+    ("systemd", "systemd"),
 ]
 
 
-class LakeshoreGroup(click.Group):
+class LakeshoreGroup(OneLineGroup):
     """Turns a refused operation into one clear line and exit code 1, never a traceback."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except DispatchError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
 
 @click.group(cls=LakeshoreGroup, context_settings={"help_option_names": ["-h", "--help"]})

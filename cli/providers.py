@@ -27,6 +27,7 @@ from ..plane.providers import ProviderInfo
 from ..providers import registry
 from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider
 from .daemon import daemon
+from .params import seconds
 
 #: How often `--wait` re-reads the worker rows.
 POLL_S = 0.25
@@ -42,7 +43,23 @@ def _setting(values: tuple[str, ...]) -> dict[str, Any]:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
             out[key] = raw
+        except RecursionError:
+            raise click.BadParameter(
+                f"the value of {key!r} is nested too deeply to be a setting", param_hint="--set"
+            ) from None
     return out
+
+
+def _kind(value: str) -> str:
+    """A provider kind this machine has a plugin for: `daemon launch` builds it here."""
+    kinds = registry.kinds()
+    if value not in kinds:
+        hint = "" if "ec2" in kinds else " (ec2 needs: pip install 'dreamlake-lakeshore[ec2]')"
+        raise click.BadParameter(
+            f"unknown provider kind {value!r}; installed here: {', '.join(kinds) or 'none'}{hint}",
+            param_hint="'--kind'",
+        )
+    return value
 
 
 @click.group("providers")
@@ -52,7 +69,12 @@ def providers() -> None:
 
 @providers.command("add")
 @click.argument("name")
-@click.option("--kind", required=True, help=f"Provider plugin: {', '.join(registry.kinds())}.")
+@click.option(
+    "--kind",
+    required=True,
+    callback=lambda ctx, param, value: _kind(value),
+    help="Provider plugin: one installed here (local; ec2 with the ec2 extra).",
+)
 @click.option("--region", default=None, help="ec2: AWS region.")
 @click.option("--instance-type", default=None, help="ec2: instance type.")
 @click.option("--ami", default=None, help="ec2: image id.")
@@ -180,7 +202,7 @@ def _plane_target(url: str | None) -> str:
 @click.option("--count", type=click.IntRange(1, 1000), default=1, show_default=True)
 @click.option("--name", required=True, help="Daemons are named NAME-00, NAME-01, ...")
 @click.option("--wait", is_flag=True, help="Block until every daemon has registered.")
-@click.option("--timeout-s", type=click.FloatRange(0), default=600.0, show_default=True)
+@click.option("--timeout-s", type=seconds(0), default=600.0, show_default=True)
 @plane_options
 def launch(
     provider_name: str,
@@ -269,7 +291,7 @@ def _launched_rows(plane: Plane, name: str) -> list[Any]:
 @click.argument("name")
 @click.option(
     "--timeout-s",
-    type=click.FloatRange(0),
+    type=seconds(0),
     default=60.0,
     show_default=True,
     help="How long the daemons may take to drain before their instances are terminated.",
@@ -307,7 +329,7 @@ def stop(
         click.echo(f"terminated {stopped} instance(s)")
         if not rows and not stopped:
             raise click.ClickException(
-                f"no daemon named '{name}' (nor a launch '{name}' of NAME-NN daemons) in "
+                f"no daemon named {name!r} (nor a launch {name!r} of NAME-NN daemons) in "
                 f"namespace '{plane.namespace}': see `lakeshore daemon list`"
             )
     finally:

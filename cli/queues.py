@@ -24,6 +24,7 @@ from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .controller import controller_figures
+from .params import count
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
@@ -118,14 +119,10 @@ def ls(
     default=None,
     help="Scaling policy kind; fixed / elastic / fully_elastic also need --max.",
 )
-@click.option(
-    "--min", "min_workers", type=click.IntRange(0), default=None, help="elasticity.min (workers)."
-)
-@click.option(
-    "--max", "max_workers", type=click.IntRange(0), default=None, help="elasticity.max (workers)."
-)
+@click.option("--min", "min_workers", type=count(0), default=None, help="elasticity.min (workers).")
+@click.option("--max", "max_workers", type=count(0), default=None, help="elasticity.max (workers).")
 @click.option("--description", default="", help="Free text.")
-@click.option("--max-depth", type=click.IntRange(1), default=None, help="admission.max_depth.")
+@click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")
 @click.option(
     "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
 )
@@ -196,7 +193,7 @@ def show(
 
 @queues.command("patch")
 @click.argument("name")
-@click.option("--max-depth", type=click.IntRange(1), default=None, help="admission.max_depth.")
+@click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")
 @click.option(
     "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
 )

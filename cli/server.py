@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..plane.store import SqlStore
+from .params import seconds
 
 
 def store_option(fn: Any) -> Any:
@@ -63,7 +64,7 @@ def open_cli_store(store: str | None) -> SqlStore:
     show_envvar=True,
     default=10.0,
     show_default=True,
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=seconds(0, 3600, low_open=True),
     help="Close a connection whose request headers are not complete this long after it opened "
     "(or after the first byte of its next request).",
 )
@@ -73,7 +74,7 @@ def open_cli_store(store: str | None) -> SqlStore:
     show_envvar=True,
     default=30.0,
     show_default=True,
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=seconds(0, 3600, low_open=True),
     help="Answer 408 and close when a request body sends no bytes for this long while the "
     "server reads it (a long-poll the server holds is not timed).",
 )
@@ -91,21 +92,21 @@ def open_cli_store(store: str | None) -> SqlStore:
 )
 @click.option(
     "--retain-frames-s",
-    type=click.FloatRange(0),
+    type=seconds(0),
     default=7 * 86400.0,
     show_default=True,
     help="Trim the frames of invocations ended this long ago (0: keep them).",
 )
 @click.option(
     "--retain-invocations-s",
-    type=click.FloatRange(0),
+    type=seconds(0),
     default=30 * 86400.0,
     show_default=True,
     help="Delete invocations ended this long ago, and their spilled payloads (0: keep them).",
 )
 @click.option(
     "--retention-interval-s",
-    type=click.FloatRange(0.05),
+    type=seconds(0.05),
     default=300.0,
     show_default=True,
     help="How often the retention trim runs.",
@@ -150,9 +151,17 @@ def server(
     if problem is not None:
         sql.close()
         raise click.ClickException(problem)
-    # Payload signatures (sdk/signing.py): the key stays outside the store, in LAKESHORE_HOME.
-    sql.signing_key = load_key(home(), create=True)
-    made = bootstrap(sql, home())
+    try:
+        # Payload signatures (sdk/signing.py): the key stays outside the store, in LAKESHORE_HOME.
+        sql.signing_key = load_key(home(), create=True)
+        made = bootstrap(sql, home())
+    except OSError as exc:
+        sql.close()
+        raise click.ClickException(
+            f"cannot write the server's signing key and admin token under {home()} "
+            f"({exc.strerror or type(exc).__name__}: {exc.filename}): point LAKESHORE_HOME at a "
+            "folder this user can write"
+        ) from None
     if made is not None:
         token, path = made
         click.echo(f"admin token (shown once, also in {path}): {token}", err=True)

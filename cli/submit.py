@@ -35,6 +35,7 @@ from .jobs import (
     preview,
     span,
 )
+from .params import Finite, seconds
 
 
 def _payload(text: str) -> Any:
@@ -52,6 +53,11 @@ def _payload(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON ({source}): {exc}", param_hint="--json") from None
+    except RecursionError:
+        raise click.BadParameter(
+            f"the JSON ({source}) is nested deeper than a payload may be: flatten it",
+            param_hint="--json",
+        ) from None
 
 
 def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> Invocation:
@@ -96,27 +102,27 @@ def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> I
     help="The payload: a JSON value, '-' for stdin, or @file.json.",
 )
 @click.option("--key", default=None, help="Idempotency key: the same key returns the same id.")
-@click.option("--priority", type=float, default=None, help="Priority (higher runs first).")
+@click.option("--priority", type=Finite(), default=None, help="Priority (higher runs first).")
 @click.option(
     "--max-attempts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Attempts."
 )
 @click.option(
     "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(0, low_open=True),
     default=None,
     help="End the job as timeout after this long running.",
 )
 @click.option("--wait", "-w", is_flag=True, help="Wait for the outcome; exit status names it.")
 @click.option(
     "--wait-timeout-s",
-    type=click.FloatRange(min=0),
+    type=seconds(0),
     default=24 * 3600.0,
     show_default=True,
     help="With --wait: give up after this long (exit 124; the job keeps going).",
 )
 @click.option(
     "--block-s",
-    type=click.FloatRange(min=0),
+    type=seconds(0),
     default=30.0,
     show_default=True,
     help="On a full queue with on_full: block, wait this long for room.",

@@ -1,4 +1,9 @@
-"""`lakeshore tokens`: mint and list bearer tokens, on the store directly (control host only)."""
+"""`lakeshore tokens`: mint and list bearer tokens, on the store directly (control host only).
+
+Each token holds scopes (docs/security.md): `--scope` picks them, repeatable; without it a token
+gets every namespace scope, what a token could always do. A token meant for a producer that sends
+data (not code) is `--scope submit-data --scope read`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes
 from .server import open_cli_store, store_option
 
 
@@ -21,26 +27,47 @@ def tokens() -> None:
 @click.option("--org", default=None, help="Put the namespace in this org (siblings share tokens).")
 @click.option("--label", default="", help="A note to tell tokens apart.")
 @click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    type=click.Choice(SCOPES),
+    help="What the token may do; repeat for several. Default: every scope but admin "
+    f"({format_scopes(DEFAULT_SCOPES)}). submit-code lets it run code on the namespace's "
+    "workers; see docs/security.md.",
+)
+@click.option(
     "--admin",
     is_flag=True,
-    help="Also open the fleet routes (every namespace's fleet): for lakeshore-controller --url.",
+    help="Also open the fleet routes (every namespace's fleet): for lakeshore-controller --url. "
+    "Adds admin to the other scopes (the default set without --scope); --scope admin alone "
+    "opens the fleet routes and nothing else.",
 )
 @store_option
-def create(namespace: str, org: str | None, label: str, admin: bool, store: str | None) -> None:
+def create(
+    namespace: str,
+    org: str | None,
+    label: str,
+    scopes: tuple[str, ...],
+    admin: bool,
+    store: str | None,
+) -> None:
     """Create a token for NAMESPACE (created if missing) and print it once."""
 
     sql = open_cli_store(store)
     try:
-        click.echo(sql.create_token(namespace, label=label, org=org, admin=admin))
+        token = sql.create_token(
+            namespace, label=label, org=org, admin=admin, scopes=scopes or None
+        )
     finally:
         sql.close()
+    click.echo(token)
 
 
 @tokens.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
 @store_option
 def ls(as_json: bool, store: str | None) -> None:
-    """List tokens (digest prefix, namespace, label); the secrets themselves are not stored."""
+    """List tokens (digest prefix, namespace, label, scopes); the secrets are not stored."""
 
     sql = open_cli_store(store)
     try:
@@ -50,14 +77,12 @@ def ls(as_json: bool, store: str | None) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("digest", "namespace", "label", "admin", "created_at")
+    table = Table("digest", "namespace", "label", "scopes", "created_at")
     for r in rows:
+        scopes = r["scopes"]
+        shown = format_scopes(scopes if isinstance(scopes, list) else ()) or "none"
         table.add_row(
-            str(r["hash"]),
-            str(r["namespace"]),
-            str(r["label"]),
-            "yes" if r["admin"] else "",
-            str(r["created_at"]),
+            str(r["hash"]), str(r["namespace"]), str(r["label"]), shown, str(r["created_at"])
         )
     Console().print(table)
 

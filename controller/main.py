@@ -17,6 +17,8 @@ from types import FrameType
 import click
 
 from .. import __version__
+from ..cli.errors import OneLineCommand
+from ..cli.params import count, seconds
 from ..home import home
 from ..plane.dispatch import open_store
 from ..plane.http import HttpFleet
@@ -27,7 +29,10 @@ from .loop import Controller, Settings
 LEADER_KEY = "controller"
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=OneLineCommand,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--store",
     envvar="LAKESHORE_STORE",
@@ -49,22 +54,22 @@ LEADER_KEY = "controller"
     default=None,
     help="Admin token for --url (lakeshore tokens create --admin).",
 )
-@click.option("--interval-s", type=click.FloatRange(0.01), default=5.0, show_default=True)
+@click.option("--interval-s", type=seconds(0.01), default=5.0, show_default=True)
 @click.option(
     "--max-workers",
-    type=click.IntRange(0),
+    type=count(0),
     default=None,
     help="Global cap on managed daemons; shared out cheapest cost_weight first.",
 )
 @click.option(
     "--scale-down-window-s",
-    type=click.FloatRange(0),
+    type=seconds(0),
     default=300.0,
     show_default=True,
     help="Stabilisation window before scaling down (fully_elastic queues use idle_s).",
 )
-@click.option("--boot-timeout-s", type=click.FloatRange(0), default=600.0, show_default=True)
-@click.option("--drain-timeout-s", type=click.FloatRange(0), default=1800.0, show_default=True)
+@click.option("--boot-timeout-s", type=seconds(0), default=600.0, show_default=True)
+@click.option("--drain-timeout-s", type=seconds(0), default=1800.0, show_default=True)
 @click.option(
     "--plane-url",
     envvar="LAKESHORE_URL",
@@ -75,7 +80,12 @@ LEADER_KEY = "controller"
     "--plane-token", envvar="LAKESHORE_TOKEN", default=None, help="Token for launched daemons."
 )
 @click.option("--once", is_flag=True, help="Run one tick (if leading) and exit.")
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False),
+    default="info",
+    show_default=True,
+)
 @click.version_option(__version__, prog_name="lakeshore-controller")
 def controller_command(
     store: str | None,
@@ -114,7 +124,7 @@ def controller_command(
         # The lease outlasts two missed ticks, and is renewed by every tick.
         leader: Leader = LeaseLeader(plane_store, LEADER_KEY, ttl_s=max(3 * interval_s, 10.0))
     else:
-        plane_store = open_store(target)
+        plane_store = open_store(target, create=False)  # a typo must not make an empty plane
         leader = leader_for(target, LEADER_KEY)
     stop = threading.Event()
 

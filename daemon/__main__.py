@@ -1,6 +1,6 @@
 """`python -m dreamlake.lakeshore.daemon`: the same as the `lakeshore-daemon` script."""
 
-from .main import main
+from ..cli.scripts import daemon
 
 if __name__ == "__main__":
-    main()
+    daemon()

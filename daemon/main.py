@@ -14,9 +14,12 @@ from pathlib import Path
 import click
 
 from .. import __version__, signing
+from ..cli.errors import OneLineCommand
+from ..cli.params import seconds
 from ..errors import DispatchError
 from ..plane.default import open_plane
 from ..plane.options import plane_options
+from ..storage import open_storage
 from ..types import DEFAULT_QUEUE, check_name
 from ..worker import default_name
 from . import log
@@ -36,7 +39,10 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     return labels
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=OneLineCommand,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--queue",
     "-q",
@@ -79,21 +85,21 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option(
     "--lease-s",
-    type=click.FloatRange(0.5, 3600),
+    type=seconds(0.5, 3600),
     default=60.0,
     show_default=True,
     help="Lease per claim; renewed while the job runs.",
 )
 @click.option(
     "--drain-timeout-s",
-    type=click.FloatRange(0),
+    type=seconds(0),
     default=60.0,
     show_default=True,
     help="On SIGTERM, how long running jobs may finish before they are released.",
 )
 @click.option(
     "--kill-grace-s",
-    type=click.FloatRange(0),
+    type=seconds(0),
     default=10.0,
     show_default=True,
     help="Between SIGTERM and SIGKILL when a job is killed, timed out or released.",
@@ -152,6 +158,7 @@ def daemon_command(
         names = tuple(dict.fromkeys(check_name(q) for q in queues))
     except DispatchError as exc:
         raise click.UsageError(str(exc)) from None
+    _check_storage(storage)
     if names == (DEFAULT_QUEUE,):
         names = ()  # the default queue alone is the empty membership, as the plane stores it
     config = DaemonConfig(
@@ -173,12 +180,28 @@ def daemon_command(
         plane = open_plane(url, token, namespace)
     except DispatchError as exc:
         log.get_logger().error("daemon.plane_error", error=str(exc))
-        sys.exit(EXIT_CONFIG)
+        raise PlaneRefused(f"{type(exc).__name__}: {exc}") from None
     try:
         code = Daemon(plane, config, notifier=Notifier.from_env()).run()
     finally:
         plane.close()
     sys.exit(code)
+
+
+class PlaneRefused(click.ClickException):
+    """The plane could not be opened: the last line says why, with the config exit status."""
+
+    exit_code = EXIT_CONFIG
+
+
+def _check_storage(url: str | None) -> None:
+    """Refuse a --storage no job could use, before any job claims with it."""
+    if url is None:
+        return
+    try:
+        open_storage(url)
+    except DispatchError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--storage'") from None
 
 
 def _signing_key(path: str | None) -> bytes | None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..extras import needs_extra
 from .base import TAG_PROVIDER, Instance, LaunchSpec, ProviderError, matches
 from .userdata import render
 
@@ -46,7 +47,8 @@ class Ec2Provider:
         self.name = name
         self.config = dict(config)
         if client is None:
-            import boto3  # type: ignore[import-untyped]  # the ec2 extra
+            with needs_extra("the ec2 provider", "ec2"):
+                import boto3  # type: ignore[import-untyped]
 
             client = boto3.client("ec2", region_name=self.config["region"])
         self.client = client

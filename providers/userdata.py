@@ -15,41 +15,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 from .. import __version__
+from ..daemon import unitfiles
 from .base import LaunchSpec
-
-UNIT_FALLBACK = """[Unit]
-Description=Lakeshore worker daemon (%i)
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-Type=notify
-NotifyAccess=main
-EnvironmentFile=-/etc/lakeshore/lakeshore.env
-EnvironmentFile=-/etc/lakeshore/daemon-%i.env
-Environment=LAKESHORE_HOME=/var/lib/lakeshore
-ExecStart=/opt/lakeshore/bin/lakeshore-daemon --log-json
-User=lakeshore
-StateDirectory=lakeshore
-Restart=on-failure
-KillMode=mixed
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-
-def _unit() -> str:
-    """The repository's unit when installed beside the package, else a minimal equivalent."""
-    try:
-        text = resources.files("dreamlake.lakeshore").joinpath("lakeshore-daemon@.service")
-        return text.read_text()
-    except (FileNotFoundError, OSError, ModuleNotFoundError):
-        return UNIT_FALLBACK
 
 
 def _env_line(key: str, value: str) -> str:
@@ -76,7 +46,8 @@ def render(spec: LaunchSpec, daemon: str, settings: Mapping[str, Any]) -> str:
         own.append(
             _env_line("LAKESHORE_DAEMON_LABEL", " ".join(f"{k}={v}" for k, v in labels.items()))
         )
-    unit = _unit().replace("--queue %i --name %l-%i ", "")  # both come from the env file
+    # The unit the wheel ships; the queue and the name come from the env file instead.
+    unit = unitfiles.shipped("daemon").replace("--queue %i --name %l-%i ", "")
     return "\n".join(
         [
             "#!/bin/bash",

@@ -7,14 +7,18 @@ inv = q.submit({"x": 1})        # a durable string id
 value = q.result(inv)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 # `dls.storage` is the function (it shadows the module: import names from it with
 # `from dreamlake.lakeshore.storage import ...`); `dls.run` is the in-job module.
-from . import context, run, spill
+from . import context, run
 from .codec import decode, encode
 from .envelope import Envelope, Thunk, thunk
 from .errors import DecodeError, DispatchError, QueueFullError
-from .objects import get, put
-from .plane import Dispatch, HttpDispatch, Plane
+from .plane import Dispatch, Plane
 from .queue import (
     BoltzmannQueue,
     FILOQueue,
@@ -33,9 +37,41 @@ from .run import scope
 from .storage import StorageRef, storage
 from .topic import Topic
 from .udf import UDF, udf
-from .worker import run_worker
+
+if TYPE_CHECKING:
+    from . import spill
+    from .objects import get, put
+    from .plane.http import HttpDispatch
+    from .worker import run_worker
 
 __version__ = "0.4.0"
+
+#: Imported on first use, not with the package: a producer script pays for none of them. They
+#: weigh more than the rest of the package together (httpx and the CLI it loads when click is
+#: installed; the object store and python-ulid; the worker core). Name -> (module, attribute).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "HttpDispatch": (".plane.http", "HttpDispatch"),
+    "get": (".objects", "get"),
+    "put": (".objects", "put"),
+    "spill": (".spill", None),
+    "run_worker": (".worker", "run_worker"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    loaded = importlib.import_module(module, __name__)
+    value = loaded if attribute is None else getattr(loaded, attribute)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "UDF",

@@ -52,17 +52,14 @@ bytes that cannot be decoded raise `DecodeError`.
 
 from __future__ import annotations
 
-import ctypes
 import datetime as _dt
 import importlib
 import math
-import pickle
 import struct
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, ModuleType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgpack  # ships no type information
 
@@ -72,6 +69,9 @@ from .ref import EXT_OBJECT_REF as _EXT_OBJECT_REF
 from .ref import Ref
 from .storage import EXT_STORAGE_REF as _EXT_STORAGE_REF
 from .storage import StorageRef
+
+if TYPE_CHECKING:  # uuid, pickle and ctypes are imported where used, not with the SDK
+    import uuid
 
 __all__ = [
     "CODEC_VERSION",
@@ -184,6 +184,9 @@ def _encode_other(obj: Any) -> Any:
     pil_image = sys.modules.get("PIL.Image")
     if pil_image is not None and isinstance(obj, pil_image.Image):
         return _encode_image(obj)
+    uuid_module = sys.modules.get("uuid")  # likewise: a UUID exists only once uuid is imported
+    if uuid_module is not None and isinstance(obj, uuid_module.UUID):
+        return _encode_uuid(obj)
     return _encode_subclass(obj)
 
 
@@ -305,6 +308,8 @@ def _encode_tensor(t: Any, torch: ModuleType) -> msgpack.ExtType:
     nbytes = t.numel() * t.element_size()
     # Read the bytes straight from the tensor's memory: torch.Tensor.numpy() would need numpy
     # and refuses bfloat16.
+    import ctypes
+
     raw: Any = (ctypes.c_char * nbytes).from_address(t.data_ptr()) if nbytes else b""
     return _ExtType(EXT_TENSOR, _blob([name, list(t.shape)], raw))
 
@@ -330,7 +335,6 @@ _ENCODERS: Final[dict[type, Callable[[Any], Any]]] = {
     _dt.datetime: _encode_datetime,
     _dt.date: _encode_date,
     _dt.timedelta: _encode_timedelta,
-    uuid.UUID: _encode_uuid,
     int: _encode_int,
     Thunk: _encode_thunk,
     Envelope: _encode_envelope,
@@ -352,7 +356,6 @@ _SUBCLASS_ENCODERS: Final[tuple[tuple[type, Callable[[Any], Any]], ...]] = (
     (_dt.datetime, _encode_datetime),
     (_dt.date, _encode_date),
     (_dt.timedelta, _encode_timedelta),
-    (uuid.UUID, _encode_uuid),
     (frozenset, _encode_frozenset),
     (set, _encode_set),
 )
@@ -479,6 +482,8 @@ def _decode_timedelta(data: bytes, allow_pickle: bool) -> _dt.timedelta:
 def _decode_uuid(data: bytes, allow_pickle: bool) -> uuid.UUID:
     if len(data) != 16:
         raise DecodeError(f"uuid payload must be 16 bytes, got {len(data)}")
+    import uuid
+
     return uuid.UUID(bytes=data)
 
 
@@ -494,6 +499,8 @@ def _unpickle(data: bytes, allow_pickle: bool, what: str) -> Any:
             f"refusing to unpickle a {what}: this reader decodes plain values only (a pickle "
             "runs its writer's code; pass allow_pickle=True for a writer you trust)"
         )
+    import pickle
+
     try:
         return pickle.loads(data)
     except Exception as e:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidArgument
+from .extras import needs_extra
 from .plane.base import Plane
 from .plane.store import check_admission, check_elasticity
 from .types import DEFAULT_QUEUE, DEFAULT_QUEUE_DESCRIPTION, QueueInfo, check_name, normalize_kind
@@ -177,12 +178,8 @@ def load(path: str | Path) -> ComposeFile:
 
 
 def parse(text: str, file: str = "lakeshore.yaml") -> ComposeFile:
-    try:
+    with needs_extra("lakeshore compose"):
         import yaml
-    except ModuleNotFoundError:
-        raise InvalidArgument(
-            "compose needs PyYAML: pip install 'dreamlake-lakeshore[compose]'"
-        ) from None
     marks = _Marks(file)
     loader = yaml.SafeLoader(text)
     try:
@@ -197,9 +194,14 @@ def parse(text: str, file: str = "lakeshore.yaml") -> ComposeFile:
         raise ComposeError([Issue(file, line, col, "", f"not valid YAML: {problem}")]) from None
     except yaml.YAMLError as exc:
         raise ComposeError([Issue(file, 1, 1, "", f"not valid YAML: {exc}")]) from None
+    except RecursionError:
+        raise ComposeError([Issue(file, 1, 1, "", "nested too deeply to read")]) from None
     finally:
         loader.dispose()
-    result = _validate(data, marks)
+    try:
+        result = _validate(data, marks)
+    except RecursionError:
+        raise ComposeError([Issue(file, 1, 1, "", "nested too deeply to read")]) from None
     if marks.issues:
         raise ComposeError(marks.issues)
     return result

@@ -13,7 +13,6 @@ its parent, in the in-process worker loop and in the daemon's child processes al
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,6 +74,8 @@ def run_queue_name(queue: str, run_id: str) -> str:
     name = f"{queue}{RUN_INFIX}{slug}"
     if slug and len(name) <= MAX_NAME_LENGTH:
         return name
+    import hashlib  # OpenSSL's: a few ms a producer that scopes no run never pays
+
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:HASH_CHARS]
     if len(queue) + len(RUN_INFIX) + HASH_CHARS > MAX_NAME_LENGTH:
         raise InvalidArgument(

@@ -70,7 +70,8 @@ class Unauthorized(DispatchError):
 
 
 class Forbidden(DispatchError):
-    """A valid token used against a namespace outside its org."""
+    """A valid token used against a namespace outside its org, or without the scope the
+    operation (or the payload: code needs `submit-code`) needs (docs/security.md)."""
 
     code = "forbidden"
     status = 403

@@ -11,7 +11,6 @@ the first submit checks or writes on the queue row is `queue_rows.RowSpec`.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import difflib
 import inspect
@@ -27,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
-from . import codec, spill
+from . import codec
 from .anneal import Anneal, AnnealState, check_temperature
 from .context import current_run, run_queue_name
 from .envelope import Envelope, Thunk
@@ -68,6 +67,8 @@ def result_of(inv: Invocation, *, allow_pickle: bool = False, ref: bool = False)
     values only: a pickled result would run that worker's code in the reader (docs/security.md).
     `ref=True` returns the result's `Ref` instead, without reading or decoding it.
     """
+    from . import spill  # the object store, imported at the first payload (not with the SDK)
+
     if inv.state == "succeeded":
         if ref:
             return spill.ref_of(inv.result)
@@ -88,6 +89,8 @@ def encode_submit(
     timeout_s: float | None,
     run: str | None = None,
 ) -> SubmitRequest:
+    from . import spill
+
     if envelope is not None and payload is not None:
         raise InvalidArgument("pass a payload or an envelope, not both")
     body: Any = envelope if envelope is not None else payload
@@ -108,6 +111,16 @@ def encode_submit(
 P = ParamSpec("P")
 _SQ = TypeVar("_SQ", bound="SyncQueue")
 _AQ = TypeVar("_AQ", bound="Queue")
+_R = TypeVar("_R")
+
+
+async def _to_thread(fn: Callable[P, _R], /, *args: P.args, **kwargs: P.kwargs) -> _R:
+    """`asyncio.to_thread`, with asyncio imported by the first async call: a producer using
+    only the sync API never loads it (it is a sixth of the SDK's import time)."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
 
 #: Derived handles (`bind`, `for_run`) one queue keeps; the oldest is dropped past this.
 DERIVED_CACHE = 256
@@ -552,6 +565,8 @@ class SyncQueue:
         return claim
 
     def _job(self, claim: Claim) -> Job:
+        from . import spill
+
         self._held[claim.id] = claim.lease
         return Job(
             id=claim.id,
@@ -563,6 +578,8 @@ class SyncQueue:
         )
 
     def ack(self, job: Job, result: Any = None) -> None:
+        from . import spill
+
         self.dispatch.ack(job.id, job.lease, spill.dumps(result))
         self._held.pop(job.id, None)
 
@@ -648,7 +665,7 @@ class Queue:
         timeout_s: float | None = None,
         block_s: float = 30.0,
     ) -> str:
-        return await asyncio.to_thread(
+        return await _to_thread(
             self.sync.submit,
             payload,
             envelope=envelope,
@@ -662,7 +679,7 @@ class Queue:
     async def submit_many(
         self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
     ) -> list[str]:
-        return await asyncio.to_thread(
+        return await _to_thread(
             self.sync.submit_many, payloads, priority=priority, max_attempts=max_attempts
         )
 
@@ -674,12 +691,12 @@ class Queue:
         allow_pickle: bool | None = None,
         ref: bool = False,
     ) -> Any:
-        return await asyncio.to_thread(
+        return await _to_thread(
             self.sync.result, inv_id, timeout=timeout, allow_pickle=allow_pickle, ref=ref
         )
 
     async def call(self, payload: Any = None, *, timeout: float = 30.0, **kw: Any) -> Any:
-        return await asyncio.to_thread(self.sync.call, payload, timeout=timeout, **kw)
+        return await _to_thread(self.sync.call, payload, timeout=timeout, **kw)
 
     async def stream(
         self,
@@ -692,25 +709,25 @@ class Queue:
         frames = self.sync.stream(inv_id, since=since, timeout=timeout, allow_pickle=allow_pickle)
         done = object()
         while True:
-            value = await asyncio.to_thread(next, frames, done)
+            value = await _to_thread(next, frames, done)
             if value is done:
                 return
             yield value
 
     async def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
-        return await asyncio.to_thread(self.sync.cancel, inv_id, kill=kill)
+        return await _to_thread(self.sync.cancel, inv_id, kill=kill)
 
     async def count(self, state: str = "queued") -> int:
-        return await asyncio.to_thread(self.sync.count, state)
+        return await _to_thread(self.sync.count, state)
 
     async def claim(self, *, wait: float = 0.0, lease_s: float = DEFAULT_LEASE_S) -> Job | None:
-        return await asyncio.to_thread(self.sync.claim, wait=wait, lease_s=lease_s)
+        return await _to_thread(self.sync.claim, wait=wait, lease_s=lease_s)
 
     async def ack(self, job: Job, result: Any = None) -> None:
-        await asyncio.to_thread(self.sync.ack, job, result)
+        await _to_thread(self.sync.ack, job, result)
 
     async def nack(self, job: Job, *, error: str, retry: bool = True) -> None:
-        await asyncio.to_thread(self.sync.nack, job, error=error, retry=retry)
+        await _to_thread(self.sync.nack, job, error=error, retry=retry)
 
     def topic(self, name: str | None = None) -> Topic:
         return self.sync.topic(name)

@@ -141,7 +141,7 @@ def unknown_queue(plane: Plane, name: str, *, strict: bool) -> None:
     if strict:
         raise NotFound(
             f"queue '{name}' does not exist in {where}{hint} ({STRICT_ENV}=1 refuses to create "
-            "queues on first submit: create it with Queue.named(...) or `lakeshore queues create`)"
+            "queues on first submit: create it with Queue.named(...) or `lakeshore queues add`)"
         )
     warnings.warn(
         f"queue '{name}' does not exist in {where}{hint or '.'} The first submit creates it "

@@ -21,7 +21,6 @@ import abc
 import contextlib
 import io
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from urllib.parse import urlparse
 import msgpack
 
 from .errors import DispatchError, InvalidArgument, NotFound
+from .extras import needs_extra, require
 from .ref import EXT_OBJECT_REF, Ref
 
 __all__ = [
@@ -329,6 +329,8 @@ class _LocalWriter(_Writer):
         self._key = key
         self._url = storage.url
         self._target = storage.path(key)
+        import tempfile  # a writer's import, not the SDK's
+
         try:
             self._target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, self._tmp = tempfile.mkstemp(  # mode 0600
@@ -381,6 +383,8 @@ class S3Storage(Storage):
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._client = client
         self._lock = threading.Lock()
+        if client is None:  # refuse now, at the command line, not in the first job that spills
+            require("boto3", "s3:// storage")
 
     @property
     def client(self) -> Any:
@@ -482,6 +486,8 @@ class _S3Writer(_Writer):
         super().__init__()
         self._storage = storage
         self._key = key
+        import tempfile
+
         self._spool = tempfile.SpooledTemporaryFile(max_size=8 * CHUNK)  # noqa: SIM115
 
     def write(self, data: Any) -> int:
@@ -501,12 +507,8 @@ class _S3Writer(_Writer):
 
 
 def _s3_client() -> Any:
-    try:
+    with needs_extra("s3:// storage"):
         import boto3  # type: ignore[import-untyped]  # the s3 extra
-    except ModuleNotFoundError:
-        raise StorageError(
-            "s3:// storage needs boto3: pip install 'dreamlake-lakeshore[s3]'"
-        ) from None
     # Recent boto3 reads AWS_ENDPOINT_URL itself; passing it keeps older ones working too.
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     return boto3.session.Session().client("s3", endpoint_url=endpoint or None)

@@ -11,11 +11,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ulid import ULID
-
-from . import codec, spill
+from . import codec
 from .errors import DispatchError
 from .plane.base import Plane
+from .plane.store.base import new_id
 from .types import Frame, check_name
 
 TOPIC_TIMEOUT_S = 5.0
@@ -69,6 +68,8 @@ def _value(frame: Frame, allow_pickle: bool = False) -> Any:
     if frame.kind == "VALUE":
         if frame.value is None:
             return None
+        from . import spill  # the object store, imported at the first frame (not with the SDK)
+
         return spill.loads(frame.value, allow_pickle=allow_pickle)  # a big frame rides as a Ref
     if frame.kind == "ERROR":
         message = (
@@ -86,7 +87,7 @@ class Topic:
     def __init__(
         self, plane: Plane, queue: str, name: str | None = None, *, allow_pickle: bool = False
     ) -> None:
-        self.name = check_name(name or f"topic-{str(ULID()).lower()}", "topic")
+        self.name = check_name(name or f"topic-{new_id().lower()}", "topic")
         self.queue = queue
         #: Anyone holding the namespace's token can post: values are plain unless you opt in.
         self.allow_pickle = allow_pickle

@@ -63,6 +63,45 @@ def check_name(name: object, what: str = "queue") -> str:
     return name
 
 
+def storable_text(text: str) -> str:
+    """A worker's free text (an error, a traceback) as something every store can hold.
+
+    Identifiers and fields a person chose are refused when they hold NUL or a lone surrogate
+    (plane/queries.py); an error message is reported by code that is already failing, and
+    refusing it would leave the attempt unsettled, so those characters are written as escapes.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def unsendable(value: Any, path: str) -> tuple[str, str] | None:
+    """The first field the wire cannot carry, and why: an integer past 64 bits (msgpack's
+    range) or a lone surrogate. Stored JSON objects (a provider's config, an elasticity's
+    match) are checked with it too, so the embedded plane refuses what HTTP could not send."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = unsendable(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = unsendable(item, f"{path}[{i}]")
+            if found:
+                return found
+    elif isinstance(value, int) and not -(2**63) <= value < 2**64:
+        shown = value if value.bit_length() <= 128 else f"a {value.bit_length()}-bit number"
+        return f"field '{path}'", f"is {shown}, past the 64-bit integers the wire carries"
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"field '{path}'", "holds a lone surrogate, which is not Unicode text"
+    return None
+
+
 @dataclass(frozen=True)
 class SubmitRequest:
     """One invocation to enqueue; `payload` is already encoded by the producer's codec."""

@@ -19,8 +19,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import DispatchError
+from ..plane.auth import TokenScope
 from ..plane.store import SqlStore
-from .auth import Grants, authenticate
+from .auth import Grants, authenticate, require
 from .blocking import run_blocking
 from .wire import Fields, Query, decode_body, error_response, read_body, respond, wants_json
 
@@ -55,6 +56,8 @@ class Call:
     ns: str
     body: Fields
     query: Query
+    #: The presented token's scope (None on a route that takes no token).
+    token: TokenScope | None = None
 
     def param(self, name: str) -> str:
         return str(self.request.path_params[name])
@@ -82,6 +85,9 @@ class Api:
     body: str | None = None
     response: str | None = None
     query: tuple[str, ...] = ()
+    #: The token scopes that open this route, any one of them (docs/security.md); () on a route
+    #: any valid token may call. What a submitted payload carries is checked by its handler.
+    scopes: tuple[str, ...] = ()
 
     @property
     def full_path(self) -> str:
@@ -102,11 +108,13 @@ def _endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
         try:
             state: ServerState = request.app.state.lakeshore
             ns = request.path_params.get("ns")
+            token = None
             if api.auth:
-                await authenticate(request, state.store, ns, state.grants)
+                token = await authenticate(request, state.store, ns, state.grants)
+                require(token, api.scopes, f"{request.method} {request.scope['path']}")
             # One expression: the raw bytes are freed once decoded, not held through the call.
             body = decode_body(await read_body(request), request.headers.get("content-type", ""))
-            call = Call(request, state.store, ns or "", Fields(body), Query(request))
+            call = Call(request, state.store, ns or "", Fields(body), Query(request), token)
             data = await api.handler(call)
         except DispatchError as exc:
             return error_response(exc, as_json=as_json)

@@ -33,6 +33,9 @@ async def wait_until(
     request: Request | None = None,
     *,
     work: Sequence[str] | None = None,
+    read: bool = False,
+    quick_write: bool = False,
+    since: int | None = None,
 ) -> T:
     """`fetch()` until `ready`, up to `wait_s` (capped); the last value either way.
 
@@ -40,17 +43,39 @@ async def wait_until(
     With `work` (a claim's `work_key`s, or `READERS` for a result or a journal), only a commit
     that may bring something there re-runs `fetch` before the safety poll does: idle claims
     stay asleep through other queues' traffic, and result waits through claims and submits.
+    `read=True` says `fetch` is a read transaction, which runs on the loop itself when the store
+    allows it (`reads_inline`: SQLite's reader never waits for a writer): no thread-pool hop.
+    `quick_write=True` says it is a write that commits without an fsync (a claim): it runs on
+    the loop too when the store's writer is free this instant (`run_if_free`), else in the pool.
+    `since`, a generation read before the change whose outcome is awaited (the submit of a
+    submit-and-wait), skips the first fetch, which could only find the change not done yet.
     """
     deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
+    inline = read and store.connector.reads_inline
+    if since is not None:
+        await waker.wait_async(since, deadline.nap(), work=work)
     while True:
         generation = waker.generation
-        value = await run_blocking(fetch)
+        if inline:
+            value = fetch()
+        elif quick_write:
+            value = await _write_now_or_in_pool(store, fetch)
+        else:
+            value = await run_blocking(fetch)
         if ready(value) or deadline.passed:
             return value
-        await waker.wait_async(generation, deadline.nap(), work=work)
-        if request is not None and await hung_up(request):
+        if since is not None and request is not None and await hung_up(request):
             return value
+        since = generation
+        await waker.wait_async(generation, deadline.nap(), work=work)
+
+
+async def _write_now_or_in_pool(store: SqlStore, fetch: Callable[[], T]) -> T:
+    ran, value = store.connector.run_if_free(fetch)
+    if ran:
+        return value  # type: ignore[return-value]  # ran: fetch's own value
+    return await run_blocking(fetch)
 
 
 async def hung_up(request: Request) -> bool:

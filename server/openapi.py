@@ -248,7 +248,8 @@ QUERY_TYPES = {
 ERRORS = {
     "400": "bad input (malformed body, wrong type, missing field)",
     "401": "missing or unknown token",
-    "403": "token scoped to a namespace outside this org",
+    "403": "token scoped to a namespace outside this org, or without a scope this route (or "
+    "this payload: a thunk, udf call or exec needs submit-code) needs; see x-lakeshore-scopes",
     "404": "unknown namespace, queue, invocation or worker",
     "409": "conflict (exists, has members, default queue, lost lease)",
     "408": "request headers or body stalled (the connection is closed)",
@@ -290,6 +291,9 @@ def _operation(api: Api) -> dict[str, Any]:
         op["requestBody"] = {"required": False, "content": _content(_ref(api.body))}
     if not api.auth:
         op["security"] = []
+    elif api.scopes:
+        # Any one of these token scopes opens the route (docs/security.md).
+        op["x-lakeshore-scopes"] = list(api.scopes)
     return op
 
 
@@ -326,7 +330,7 @@ QUERY_TYPES.update({"queue": STR, "before": STR, "window": NUM, "step": NUM})
 SCHEMAS.update(
     {
         "InvocationList": _obj({"invocations": {"type": "array", "items": _ref("Invocation")}}),
-        "WhoAmI": _obj({"namespace": STR, "org": _nullable(STR), "label": STR}),
+        "WhoAmI": _obj({"namespace": STR, "org": _nullable(STR), "label": STR, "scopes": STRS}),
         "Dashboard": _obj(
             {
                 "namespace": STR,

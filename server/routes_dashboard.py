@@ -28,6 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import InvalidArgument
+from ..plane.auth import READ, format_scopes
 from ..plane.store import WORKER_STALE_S, SqlStore
 from ..types import STATES, Invocation
 from .auth import bearer
@@ -158,9 +159,17 @@ async def dashboard(call: Call) -> dict[str, Any]:
 
 
 async def whoami(call: Call) -> dict[str, Any]:
-    """The namespace a token belongs to: how the page picks its namespace from a pasted token."""
-    scope = await call.run(call.store.token_scope, bearer(call.request))
-    return {"namespace": scope.namespace, "org": scope.org, "label": scope.label}
+    """The namespace a token belongs to (how the page picks its namespace from a pasted token),
+    and its scopes (so a script can tell what it may do before it is refused)."""
+    scope = call.token
+    if scope is None:  # the endpoint always sets it on a route that takes a token
+        scope = await call.run(call.store.token_scope, bearer(call.request))
+    return {
+        "namespace": scope.namespace,
+        "org": scope.org,
+        "label": scope.label,
+        "scopes": format_scopes(scope.scopes).split(),
+    }
 
 
 ROUTES = [
@@ -172,6 +181,7 @@ ROUTES = [
         "recent invocations, queue events",
         response="Dashboard",
         query=("window", "step"),
+        scopes=(READ,),
     ),
     Api(
         "GET",
@@ -180,6 +190,7 @@ ROUTES = [
         "The namespace, org and label of the presented token",
         namespaced=False,
         response="WhoAmI",
+        scopes=(),
     ),
 ]
 

@@ -4,36 +4,26 @@
 namespace's queues, live counts, workers and provider configs in one call, drains the workers it
 scales down, records its decisions as queue events, and elects one leader among controllers by a
 lease. All of it spans namespaces, so only an admin token may (the first start's bootstrap token,
-or `lakeshore tokens create --admin`); an admin token opens nothing else.
+or `lakeshore tokens create --admin`): each route needs the `admin` scope, which the endpoint
+checks before the handler runs. An admin token opens nothing else.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import Forbidden, InvalidArgument
+from ..errors import InvalidArgument
+from ..plane.auth import ADMIN
 from ..types import WorkerInfo
-from .auth import bearer
 from .endpoint import Api, Call
 
 
-async def _admin(call: Call) -> None:
-    scope = await call.run(call.store.token_scope, bearer(call.request))
-    if not scope.admin:
-        raise Forbidden(
-            "the fleet routes need an admin token (the server's first token, or "
-            "`lakeshore tokens create --admin`)"
-        )
-
-
 async def fleet(call: Call) -> dict[str, Any]:
-    await _admin(call)
     view, providers = await call.run(call.store.fleet)
     return {**view, "providers": providers}
 
 
 async def record_events(call: Call) -> None:
-    await _admin(call)
     call.body.only("events", "now")
     now = call.body.number("now")
     events = []
@@ -53,7 +43,6 @@ async def record_events(call: Call) -> None:
 
 
 async def worker_state(call: Call) -> WorkerInfo:
-    await _admin(call)
     b = call.body
     b.only("namespace", "ref", "state")
     return await call.run(
@@ -62,7 +51,6 @@ async def worker_state(call: Call) -> WorkerInfo:
 
 
 async def lead(call: Call) -> dict[str, Any]:
-    await _admin(call)
     b = call.body
     b.only("name", "holder", "ttl_s", "release")
     name, holder = b.req_text("name"), b.req_text("holder")
@@ -83,6 +71,7 @@ ROUTES = [
         "Admin: every namespace's queues, live counts, workers and provider configs",
         namespaced=False,
         response="Fleet",
+        scopes=(ADMIN,),
     ),
     Api(
         "POST",
@@ -92,6 +81,7 @@ ROUTES = [
         204,
         namespaced=False,
         body="FleetEvents",
+        scopes=(ADMIN,),
     ),
     Api(
         "POST",
@@ -101,6 +91,7 @@ ROUTES = [
         namespaced=False,
         body="FleetWorkerState",
         response="WorkerInfo",
+        scopes=(ADMIN,),
     ),
     Api(
         "POST",
@@ -110,5 +101,6 @@ ROUTES = [
         namespaced=False,
         body="FleetLeader",
         response="FleetLeading",
+        scopes=(ADMIN,),
     ),
 ]

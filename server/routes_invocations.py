@@ -11,16 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from .. import codec
-from ..errors import InvalidArgument
+from ..errors import Forbidden, InvalidArgument
+from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import READERS, work_key
 from ..types import DEFAULT_QUEUE, Ack, Claim, Frame, Invocation, SubmitRequest, check_name
+from .auth import require
 from .endpoint import Api, Call
 from .longpoll import admit, hung_up, wait_until
+from .payload_kinds import code_in
 from .wire import Fields
 
 ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s")
 MAX_LEASE_S = 7 * 24 * 3600.0
+#: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
+CHECK_INLINE_BYTES = 64 * 1024
 
 
 async def submit(call: Call) -> dict[str, Any]:
@@ -50,12 +55,24 @@ async def submit(call: Call) -> dict[str, Any]:
         raise InvalidArgument(
             f"'result_wait' waits for one invocation; this request submits {len(requests)}"
         )
+    if result_wait > 0 and call.token is not None:  # the answer carries the result: a read
+        require(call.token, (READ,), "submit-and-wait (?result_wait) answers the result, so it")
+    one = len(requests) == 1
+    await refuse_code(
+        call,
+        [
+            ("the payload" if one else f"item {i}'s payload", r.payload)
+            for i, r in enumerate(requests)
+        ],
+    )
     queue = call.param("queue")
+    before = call.store.waker.generation  # the submit's outcome comes after this
     ids = await admit(call.store, lambda: call.store.submit(call.ns, queue, requests), wait_s)
     if result_wait <= 0:
         return {"ids": ids}
     # Submit-and-wait: an RPC in one round trip. The row comes back terminal, or as it stands
-    # when the wait runs out (the client then polls `GET /invocations/{id}`).
+    # when the wait runs out (the client then polls `GET /invocations/{id}`). A key that
+    # named an existing invocation may be terminal already: it is read first then.
     inv = await wait_until(
         call.store,
         lambda: call.store.invocation(call.ns, ids[0]),
@@ -63,6 +80,8 @@ async def submit(call: Call) -> dict[str, Any]:
         result_wait,
         call.request,
         work=[READERS],
+        read=True,
+        since=None if requests[0].key else before,
     )
     return {"ids": ids, "invocation": inv}
 
@@ -85,6 +104,33 @@ def _payload(item: Fields) -> bytes:
     return item.req_blob("payload")
 
 
+async def refuse_code(call: Call, values: list[tuple[str, bytes | None]]) -> None:
+    """Without `submit-code`, what a token sends may hold plain data only (docs/security.md).
+
+    `values` are (what to call it in a message, the bytes). The check reads the msgpack
+    structure and never unpickles (payload_kinds.py); a token that may send code skips it.
+    """
+    token = call.token
+    if token is None or token.allows(SUBMIT_CODE):
+        return
+    for where, value in values:
+        if value is None:
+            continue
+        try:
+            if len(value) <= CHECK_INLINE_BYTES:
+                found = code_in(value)
+            else:
+                found = await call.run(code_in, value)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: {exc}") from None
+        if found is not None:
+            raise Forbidden(
+                f"{where} carries {found}: sending code to the workers needs a token with the "
+                f"'{SUBMIT_CODE}' scope; this token's scopes: {token.describe()} (without it, "
+                "send plain values, or raw envelopes for a worker's --handler)"
+            )
+
+
 async def count(call: Call) -> dict[str, int]:
     state = call.query.text("state") or "queued"
     return {"count": await call.run(call.store.count, call.ns, call.param("queue"), state)}
@@ -100,6 +146,7 @@ async def get_invocation(call: Call) -> Invocation:
         wait_s,
         call.request,
         work=[READERS],
+        read=True,
     )
 
 
@@ -141,7 +188,9 @@ async def claim(call: Call) -> dict[str, Any]:
         )
 
     work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
-    got = await wait_until(call.store, fetch, bool, wait_s, call.request, work=work)
+    got = await wait_until(
+        call.store, fetch, bool, wait_s, call.request, work=work, quick_write=True
+    )
     if got and await hung_up(call.request):
         # Nobody will read these claims: give them back now rather than after the lease runs out.
         await call.run(lambda: [call.store.release(c.id, c.lease) for c in got])
@@ -244,7 +293,13 @@ async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str
         return frames, inv is not None and inv.terminal and not frames
 
     frames, ended = await wait_until(
-        call.store, fetch, lambda r: bool(r[0]) or r[1], wait_s, call.request, work=[READERS]
+        call.store,
+        fetch,
+        lambda r: bool(r[0]) or r[1],
+        wait_s,
+        call.request,
+        work=[READERS],
+        read=True,
     )
     return {"frames": frames, "ended": ended}
 
@@ -253,6 +308,11 @@ async def _post_frame(call: Call, channel: str, inv_id: str | None) -> dict[str,
     b = call.body
     b.only("kind", "value", "lease")
     kind, value, lease = b.req_text("kind"), b.blob("value"), b.text("lease")
+    if inv_id is None:
+        # A topic value is read by listeners who may opt in to pickles: posting one that
+        # carries code needs the scope that submitting it would. A job's own frames are its
+        # worker's output, which readers decode as plain values unless they trust the worker.
+        await refuse_code(call, [("the topic value", value)])
 
     def run() -> int:
         if inv_id is not None:
@@ -290,6 +350,7 @@ ROUTES = [
         body="SubmitBatch",
         response="IdList",
         query=("wait", "result_wait"),
+        scopes=(SUBMIT_DATA,),
     ),
     Api(
         "GET",
@@ -298,6 +359,7 @@ ROUTES = [
         "How many invocations are in a state",
         response="Count",
         query=("state",),
+        scopes=(READ,),
     ),
     Api(
         "GET",
@@ -306,6 +368,7 @@ ROUTES = [
         "The invocation row; ?wait=S long-polls until it is terminal (capped at 60 s)",
         response="Invocation",
         query=("wait",),
+        scopes=(READ,),
     ),
     Api(
         "POST",
@@ -314,6 +377,7 @@ ROUTES = [
         "Cancel a queued one; kill=true also asks the worker to end a running one",
         body="Cancel",
         response="Cancelled",
+        scopes=(SUBMIT_DATA, MANAGE),
     ),
     Api(
         "POST",
@@ -323,6 +387,7 @@ ROUTES = [
         "'wait' long-polls (capped at 60 s) for the first",
         body="ClaimRequest",
         response="ClaimResult",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -331,6 +396,7 @@ ROUTES = [
         "Settle up to 1000 claims as succeeded in one commit; per ack, null or its error",
         body="AckBatch",
         response="AckErrors",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -339,6 +405,7 @@ ROUTES = [
         "Settle as succeeded with the result bytes",
         status=204,
         body="Ack",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -347,6 +414,7 @@ ROUTES = [
         "Fail this attempt; retry requeues with backoff",
         body="Nack",
         response="NackResult",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -355,6 +423,7 @@ ROUTES = [
         "End an attempt as killed, timeout or failed",
         status=204,
         body="End",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -363,6 +432,7 @@ ROUTES = [
         "Give a claimed job back unrun",
         body="Release",
         response="Released",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -371,6 +441,7 @@ ROUTES = [
         "Extend leases; returns {id: kill_requested}",
         body="Renew",
         response="Renewed",
+        scopes=(WORK,),
     ),
     Api(
         "GET",
@@ -379,6 +450,7 @@ ROUTES = [
         "Frames after ?since; ?wait long-polls for one or for the end",
         response="FrameList",
         query=("since", "wait"),
+        scopes=(READ,),
     ),
     Api(
         "POST",
@@ -388,6 +460,7 @@ ROUTES = [
         status=201,
         body="PostFrame",
         response="Seq",
+        scopes=(WORK,),
     ),
     Api(
         "GET",
@@ -396,6 +469,7 @@ ROUTES = [
         "Frames of a topic after ?since; ?wait long-polls",
         response="FrameList",
         query=("since", "wait"),
+        scopes=(READ,),
     ),
     Api(
         "POST",
@@ -405,5 +479,6 @@ ROUTES = [
         status=201,
         body="PostFrame",
         response="Seq",
+        scopes=(SUBMIT_DATA, WORK),
     ),
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane.auth import MANAGE, READ, SUBMIT_DATA
 from ..types import Invocation
 from .endpoint import Api, Call
 
@@ -44,6 +45,7 @@ ROUTES = [
         "filter by ?queue and ?state, page with ?before=<id>",
         response="InvocationList",
         query=("queue", "state", "limit", "before"),
+        scopes=(READ,),
     ),
     Api(
         "POST",
@@ -51,5 +53,6 @@ ROUTES = [
         retry_invocation,
         "Requeue a failed / killed / timeout invocation as a new attempt (409 otherwise)",
         response="Invocation",
+        scopes=(SUBMIT_DATA, MANAGE),
     ),
 ]

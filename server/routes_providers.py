@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane.auth import MANAGE
 from ..plane.providers import ProviderInfo
 from .endpoint import Api, Call
 
@@ -33,8 +34,28 @@ async def delete_provider(call: Call) -> None:
 
 
 ROUTES = [
-    Api("POST", "/providers", add_provider, "Add a named provider config; 409 if it exists", 201),
-    Api("GET", "/providers", list_providers, "Named provider configs of the namespace"),
-    Api("GET", "/providers/{name}", show_provider, "One provider config"),
-    Api("DELETE", "/providers/{name}", delete_provider, "Remove a provider config", 204),
+    Api(
+        "POST",
+        "/providers",
+        add_provider,
+        "Add a named provider config; 409 if it exists",
+        201,
+        scopes=(MANAGE,),
+    ),
+    Api(
+        "GET",
+        "/providers",
+        list_providers,
+        "Named provider configs of the namespace",
+        scopes=(MANAGE,),
+    ),
+    Api("GET", "/providers/{name}", show_provider, "One provider config", scopes=(MANAGE,)),
+    Api(
+        "DELETE",
+        "/providers/{name}",
+        delete_provider,
+        "Remove a provider config",
+        204,
+        scopes=(MANAGE,),
+    ),
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from ..plane.auth import MANAGE, READ, WORK
 from ..plane.store import SqlStore, check_elasticity
 from ..types import QueueInfo, WorkerInfo
 from .endpoint import Api, Call
@@ -95,7 +96,14 @@ def _lifecycle(action: str) -> Api:
         "unarchive": "Back to active (reverses archive and drain)",
         "drain": "Stop admitting submits; in-flight work finishes",
     }[action]
-    return Api("POST", f"/queues/{{name}}/{action}", handler, summary, response="QueueInfo")
+    return Api(
+        "POST",
+        f"/queues/{{name}}/{action}",
+        handler,
+        summary,
+        response="QueueInfo",
+        scopes=(MANAGE,),
+    )
 
 
 async def delete_queue(call: Call) -> None:
@@ -134,6 +142,7 @@ ROUTES = [
         status=201,
         body="QueueCreate",
         response="QueueInfo",
+        scopes=(MANAGE,),
     ),
     Api(
         "GET",
@@ -142,6 +151,7 @@ ROUTES = [
         "List queues of the namespace's org (default materialises)",
         response="QueueList",
         query=("state",),
+        scopes=(READ, WORK),
     ),
     Api(
         "GET",
@@ -149,6 +159,7 @@ ROUTES = [
         show_queue,
         "A queue row and its live members",
         response="QueueShow",
+        scopes=(READ, WORK),
     ),
     Api(
         "PATCH",
@@ -158,6 +169,7 @@ ROUTES = [
         body="QueuePatch",
         response="QueueInfo",
         query=("elasticity",),
+        scopes=(MANAGE,),
     ),
     _lifecycle("archive"),
     _lifecycle("unarchive"),
@@ -169,6 +181,7 @@ ROUTES = [
         "Delete a queue; 409 with members unless force=true scrubs them",
         status=204,
         query=("force",),
+        scopes=(MANAGE,),
     ),
     Api(
         "GET",
@@ -177,6 +190,7 @@ ROUTES = [
         "Queue events, newest first",
         response="EventList",
         query=("verbose", "limit"),
+        scopes=(READ,),
     ),
     Api(
         "GET",
@@ -184,6 +198,7 @@ ROUTES = [
         queue_stats,
         "daemon_count, slots, pending, utilization",
         response="QueueStats",
+        scopes=(READ,),
     ),
     Api(
         "POST",
@@ -192,5 +207,6 @@ ROUTES = [
         "Edit a worker's membership ('default' is the empty list, not a name)",
         body="MembershipEdit",
         response="WorkerInfo",
+        scopes=(MANAGE,),
     ),
 ]

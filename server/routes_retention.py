@@ -14,6 +14,7 @@ import contextlib
 import logging
 from typing import Any
 
+from ..plane.auth import MANAGE
 from ..plane.store import SqlStore
 from ..spill import delete_refs
 from .blocking import run_blocking
@@ -69,6 +70,7 @@ ROUTES = [
         "Trim frames and rows of invocations that ended before the given ages",
         body="RetentionTrim",
         response="Trimmed",
+        scopes=(MANAGE,),
     ),
 ]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane.auth import MANAGE, READ, WORK
 from ..types import WorkerInfo
 from .endpoint import Api, Call
 
@@ -66,9 +67,24 @@ ROUTES = [
         status=201,
         body="WorkerRegister",
         response="WorkerInfo",
+        scopes=(WORK,),
     ),
-    Api("GET", "/workers", list_workers, "Worker rows of the namespace", response="WorkerList"),
-    Api("GET", "/workers/{ref}", show_worker, "A worker by id or name", response="WorkerInfo"),
+    Api(
+        "GET",
+        "/workers",
+        list_workers,
+        "Worker rows of the namespace",
+        response="WorkerList",
+        scopes=(READ, WORK),
+    ),
+    Api(
+        "GET",
+        "/workers/{ref}",
+        show_worker,
+        "A worker by id or name",
+        response="WorkerInfo",
+        scopes=(READ, WORK),
+    ),
     Api(
         "POST",
         "/workers/{ref}/heartbeat",
@@ -76,6 +92,7 @@ ROUTES = [
         "Heartbeat with load figures",
         body="Heartbeat",
         response="WorkerInfo",
+        scopes=(WORK,),
     ),
     Api(
         "POST",
@@ -84,5 +101,6 @@ ROUTES = [
         "Set alive | draining | gone",
         body="WorkerState",
         response="WorkerInfo",
+        scopes=(WORK, MANAGE),
     ),
 ]

@@ -6,6 +6,12 @@ secret itself is never compared byte by byte). Each token is scoped to one names
 authorises that namespace's org siblings. The rows are the store's (`SqlStore.create_token`,
 `token_scope`, `authorize`, ...: store/auth.py); this module holds the scope, the hashing and the
 bootstrap of a fresh server's admin token file.
+
+Within those namespaces a token holds a set of *scopes* (docs/security.md): what it may do
+there. They exist because a namespace token used to be code execution on every daemon of the
+namespace: anyone holding it could submit a pickle. A token without `submit-code` can only send
+values the server can see are plain data, so handing one to a data producer (a web form, a
+partner's pipeline) no longer hands out a shell on the GPU fleet.
 """
 
 from __future__ import annotations
@@ -13,29 +19,94 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from .store import SqlStore
 
+from ..errors import InvalidArgument
 from ..types import DEFAULT_NAMESPACE
 
 #: Every token starts with this, so a secret scanner (and a person) can recognise one.
 TOKEN_PREFIX = "lks_"
 ADMIN_LABEL = "admin"
 
+#: Read rows, results, frames and topics of the namespace (and the dashboard).
+READ: Final = "read"
+#: Submit plain values and `raw` envelopes (for a worker's --handler); post plain topic values;
+#: cancel and retry. Nothing a worker would unpickle or run as a command.
+SUBMIT_DATA: Final = "submit-data"
+#: Submit anything: thunks, udf calls, shell commands (`exec`), spilled payloads. Code on the
+#: namespace's workers. Includes everything `submit-data` allows.
+SUBMIT_CODE: Final = "submit-code"
+#: What a daemon does: register and heartbeat, claim, settle, renew leases, post frames, and read
+#: the queue and worker rows it polls.
+WORK: Final = "work"
+#: Queue configuration, worker membership, provider configs, retention trims. Provider configs
+#: say how daemons are started (env, args, package), so this is code on the launch hosts too.
+MANAGE: Final = "manage"
+#: The cross-namespace fleet routes (the controller over HTTP); nothing inside a namespace.
+ADMIN: Final = "admin"
+
+#: Every scope, in the order tables show them.
+SCOPES: Final = (READ, SUBMIT_DATA, SUBMIT_CODE, WORK, MANAGE, ADMIN)
+#: What a token holds unless it is created with explicit scopes: everything a namespace token
+#: could do before scopes existed (so no existing token or script changed behaviour).
+DEFAULT_SCOPES: Final = frozenset({READ, SUBMIT_DATA, SUBMIT_CODE, WORK, MANAGE})
+#: A scope that includes another: whoever may submit code may submit data.
+_IMPLIED: Final = {SUBMIT_CODE: frozenset({SUBMIT_DATA})}
+
+
+def check_scopes(scopes: Iterable[str]) -> frozenset[str]:
+    """The set of `scopes`, each a known name; InvalidArgument naming the first unknown one."""
+    if isinstance(scopes, str):
+        raise InvalidArgument(f"scopes is a list of names, not the string {scopes!r}")
+    out = set()
+    for name in scopes:
+        if name not in SCOPES:
+            raise InvalidArgument(f"unknown token scope {name!r}; scopes are {'|'.join(SCOPES)}")
+        out.add(name)
+    return frozenset(out)
+
+
+def format_scopes(scopes: Iterable[str]) -> str:
+    """Scopes as the store keeps them and messages show them: in `SCOPES` order, one space."""
+    held = set(scopes)
+    return " ".join(s for s in SCOPES if s in held)
+
+
+def parse_scopes(text: str | None) -> frozenset[str]:
+    """A stored scope string; names this release does not know are ignored (never granted)."""
+    return frozenset(s for s in (text or "").split() if s in SCOPES)
+
 
 @dataclass(frozen=True)
 class TokenScope:
-    """What a presented token may touch: its namespace and, through it, its org."""
+    """What a presented token may touch: its namespace and, through it, its org; and what it
+    may do there (`scopes`)."""
 
     namespace: str
     org: str | None
     label: str
-    #: May use the cross-namespace fleet routes (the controller over HTTP); nothing more.
-    admin: bool = False
+    scopes: frozenset[str] = field(default=DEFAULT_SCOPES)
+
+    @property
+    def admin(self) -> bool:
+        """May use the cross-namespace fleet routes (the controller over HTTP)."""
+        return ADMIN in self.scopes
+
+    def allows(self, scope: str) -> bool:
+        """Holds `scope`, directly or through a scope that includes it."""
+        return scope in self.scopes or any(
+            scope in _IMPLIED.get(held, frozenset()) for held in self.scopes
+        )
+
+    def describe(self) -> str:
+        """The held scopes for a message: 'read, submit-data', or 'none'."""
+        return format_scopes(self.scopes).replace(" ", ", ") or "none"
 
 
 def hash_token(token: str) -> str:

@@ -6,11 +6,14 @@ something; that is all the store needs from an engine (procrastinate's connector
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .queries import Dialect
 from .wakeup import Waker
+
+T = TypeVar("T")
 
 Row = dict[str, Any]
 
@@ -28,6 +31,15 @@ class Connector(Protocol):
     waker: Waker
     #: What is wrong with the database, once it was found damaged (/readyz says it).
     problem: str | None
+
+    def run_if_free(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run a quick write on this thread if it need not wait for anyone: (True, its value);
+        else (False, None) at once (always, for a database across a network)."""
+
+    @property
+    def reads_inline(self) -> bool:
+        """Whether a read transaction may run on an event loop: it never waits for a writer and
+        crosses no network (the server then skips the thread-pool hop for it)."""
 
     def quick_check(self) -> str | None:
         """A quick integrity check of the database: None when sound, else what is wrong."""

@@ -12,7 +12,7 @@ import threading
 
 from ..home import home
 from .base import Plane
-from .dispatch import Dispatch
+from .dispatch import Dispatch, box_plane_path
 
 _lock = threading.Lock()
 _planes: dict[tuple[str, ...], Plane] = {}
@@ -45,7 +45,7 @@ def open_plane(url: str | None, token: str | None, namespace: str | None) -> Pla
         from .http import HttpDispatch
 
         return HttpDispatch(url, token=token, namespace=ns)
-    return Dispatch(home() / "lakeshore.db", namespace=ns)
+    return Dispatch(box_plane_path(), namespace=ns)
 
 
 def reset_default_plane() -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import signing
 from ..errors import DispatchError, QueueFullError
+from ..extras import needs_extra
 from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
@@ -33,18 +35,24 @@ from .waiting import Deadline, room_wait
 T = TypeVar("T")
 
 
-def open_store(target: str | os.PathLike[str], *, durable: bool = True) -> SqlStore:
-    """A store for `:memory:`, a SQLite path, or a `postgresql://` URL."""
+def open_store(
+    target: str | os.PathLike[str], *, durable: bool = True, create: bool = True
+) -> SqlStore:
+    """A store for `:memory:`, a SQLite path, or a `postgresql://` URL.
+
+    `create=False` refuses a plane that does not exist yet (NotFound) instead of making it.
+    """
     text = os.fspath(target)
     if text.startswith(("postgresql://", "postgres://")):
-        from .postgres import PostgresConnector  # the postgres extra
+        with needs_extra("a postgresql:// store"):
+            from .postgres import PostgresConnector
 
-        return SqlStore(PostgresConnector(text))
+        return SqlStore(PostgresConnector(text, create=create))
     from .sqlite import SqliteConnector
 
     if text.startswith("sqlite:///"):
         text = text[len("sqlite:///") - 1 :] if text.startswith("sqlite:////") else text[10:]
-    return SqlStore(SqliteConnector(text, durable=durable))
+    return SqlStore(SqliteConnector(text, durable=durable, create=create))
 
 
 #: How often reads sweep expired leases and start deadlines when nothing else does (`_swept`):
@@ -52,27 +60,67 @@ def open_store(target: str | os.PathLike[str], *, durable: bool = True) -> SqlSt
 READ_SWEEP_EVERY_S = 1.0
 
 
+def box_plane_path() -> Path:
+    """The box's plane: the SQLite file under LAKESHORE_HOME that every process here shares."""
+    return home() / "lakeshore.db"
+
+
 class Dispatch:
-    """A plane in this process: `Dispatch(":memory:")` for tests, a path to share a box.
+    """A plane: `Dispatch()` the box's own, `Dispatch(":memory:")` for tests, a path or a
+    `postgresql://` URL for another store.
+
+    `Dispatch()` opens what the process default (`SyncQueue("q")` with no `dispatch`) opens: the
+    box's SQLite file under LAKESHORE_HOME, or, when LAKESHORE_URL is set, an `HttpDispatch` to
+    that control plane (with LAKESHORE_TOKEN), in LAKESHORE_NAMESPACE unless `namespace` is
+    given. It is never a private in-memory plane: a producer that wrote `Dispatch()` meaning
+    "this box's plane" must reach the daemons that serve it. Each call opens its own plane, so
+    closing one never closes the process default.
 
     `durable=False` trades the last commits on power loss (not on a crash) for faster writes;
     see `sqlite.py`.
     """
 
+    def __new__(
+        cls,
+        target: str | os.PathLike[str] | SqlStore | None = None,
+        *,
+        namespace: str | None = None,
+        durable: bool = True,
+    ) -> Dispatch:
+        url = os.environ.get("LAKESHORE_URL") if target is None and cls is Dispatch else None
+        if url:
+            from .default import open_plane
+
+            # An HttpDispatch, so Python skips __init__; typed as a Dispatch because both
+            # serve the same Plane protocol, which is what a caller of Dispatch() relies on.
+            return open_plane(url, None, namespace)  # type: ignore[return-value]
+        return super().__new__(cls)
+
     def __init__(
         self,
-        target: str | os.PathLike[str] | SqlStore = ":memory:",
+        target: str | os.PathLike[str] | SqlStore | None = None,
         *,
-        namespace: str = DEFAULT_NAMESPACE,
+        namespace: str | None = None,
         durable: bool = True,
     ) -> None:
+        if target is None:
+            target = box_plane_path()
+            if namespace is None:
+                namespace = os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
+        if namespace is None:
+            namespace = DEFAULT_NAMESPACE
         self.store = target if isinstance(target, SqlStore) else open_store(target, durable=durable)
         self.target = "store" if isinstance(target, SqlStore) else os.fspath(target)
-        if not isinstance(target, SqlStore):  # sign as the server would, with its key if here
-            self.store.signing_key = signing.load_key(home())
         self.namespace = namespace
-        self.store.ensure_namespace(namespace)
         self._read_swept_at = 0.0
+        try:
+            if not isinstance(target, SqlStore):  # sign as the server would, with its key if here
+                self.store.signing_key = signing.load_key(home())
+            self.store.ensure_namespace(namespace)
+        except BaseException:
+            if not isinstance(target, SqlStore):  # ours: a refused namespace leaks no socket
+                self.store.close()
+            raise
 
     def __repr__(self) -> str:
         return f"Dispatch({self.target!r}, namespace={self.namespace!r})"

@@ -7,11 +7,12 @@ a message naming the field, instead of surfacing later as a controller that sile
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..types import check_name
+from ..types import check_name, unsendable
 
 #: Every field an elasticity object may carry.
 FIELDS = (
@@ -30,6 +31,12 @@ FIELDS = (
 COUNTS = ("min", "max")
 
 
+def _whole(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value == int(value))
+
+
 def check_scaling(value: Mapping[str, Any]) -> None:
     """Refuse unknown fields, fractional worker counts, a zero target, bad names, and a
     `fully_elastic` floor (it scales to zero by definition: a floor is `elastic`)."""
@@ -39,7 +46,7 @@ def check_scaling(value: Mapping[str, Any]) -> None:
             f"unknown elasticity field(s) {', '.join(unknown)}; use {', '.join(FIELDS)}"
         )
     for field in COUNTS:
-        if field in value and float(value[field]) != int(value[field]):
+        if field in value and not _whole(value[field]):
             raise InvalidArgument(f"elasticity.{field} must be a whole number of workers")
     if "target_per_worker" in value and not value["target_per_worker"] > 0:
         raise InvalidArgument("elasticity.target_per_worker must be above 0 (jobs per worker)")
@@ -51,6 +58,9 @@ def check_scaling(value: Mapping[str, Any]) -> None:
         not isinstance(match, Mapping) or not all(isinstance(k, str) for k in match)
     ):
         raise InvalidArgument("elasticity.match must be an object (launch-spec overrides)")
+    bad = unsendable(match, "elasticity.match") if match is not None else None
+    if bad is not None:
+        raise InvalidArgument(f"{bad[0]} {bad[1]}")
     kind = value.get("kind", "none")
     if kind == "fully_elastic" and value.get("min", 0) > 0:
         raise InvalidArgument(

@@ -41,6 +41,8 @@ from ..types import (
     QueueInfo,
     SubmitRequest,
     WorkerInfo,
+    storable_text,
+    unsendable,
 )
 from . import http11
 from .providers import ProviderInfo
@@ -92,8 +94,65 @@ def _token_from_home(url: str) -> str | None:
         return None
 
 
+def check_url(url: str) -> str:
+    """A control plane's base URL, or InvalidArgument naming what is wrong and the form it takes.
+
+    urlsplit drops tabs and newlines silently, so a URL with any whitespace or control character
+    is refused before it is parsed; a host name is ASCII (punycode for an international one).
+    """
+    form = "use http://HOST[:PORT] or https://HOST[:PORT]"
+    if not url.isascii() or not url.isprintable() or any(c.isspace() for c in url):
+        raise InvalidArgument(
+            f"invalid control plane URL {url[:200]!r}: it holds whitespace, a control or a "
+            f"non-ASCII character; {form}"
+        )
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # parsed here: "Port out of range" is a ValueError
+    except ValueError as exc:
+        raise InvalidArgument(f"invalid control plane URL {url[:200]!r} ({exc}); {form}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgument(f"invalid control plane URL {url[:200]!r}: {form}")
+    return url
+
+
+def check_token(token: str) -> str:
+    """A bearer token rides in an HTTP header: printable ASCII, no spaces or line breaks.
+
+    The message never repeats the token: it is a secret, and error lines end up in logs.
+    """
+    if not all("!" <= c <= "~" for c in token):
+        raise InvalidArgument(
+            "the token must be printable ASCII with no spaces or line breaks (it is sent in "
+            "an HTTP header): check --token, LAKESHORE_TOKEN or the token file"
+        )
+    return token
+
+
+def _pack(body: dict[str, Any]) -> bytes:
+    """The request body as msgpack; a value msgpack cannot carry is refused, naming its field."""
+    try:
+        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+    except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
+        where, why = unsendable(body, "") or ("the request body", f"{type(exc).__name__}: {exc}")
+        raise InvalidArgument(f"{where} {why}") from None
+
+
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    try:
+        return quote(value, safe="")
+    except UnicodeEncodeError:  # a lone surrogate (a shell argument that was not UTF-8)
+        raise InvalidArgument(
+            f"{value[:200]!r} holds a lone surrogate, which is not Unicode text"
+        ) from None
+
+
+def _check_params(params: dict[str, Any] | None) -> None:
+    for key, value in (params or {}).items():
+        if isinstance(value, str) and unsendable(value, key):
+            raise InvalidArgument(
+                f"query parameter '{key}' holds a lone surrogate, which is not Unicode text"
+            )
 
 
 class HttpDispatch:
@@ -115,12 +174,12 @@ class HttpDispatch:
         base = url or os.environ.get("LAKESHORE_URL")
         if not base:
             raise InvalidArgument("HttpDispatch needs a URL (or LAKESHORE_URL)")
-        self.url = base.rstrip("/")
+        self.url = check_url(base).rstrip("/")
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
         token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home(self.url)
         headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
         if token:
-            headers["authorization"] = f"Bearer {token}"
+            headers["authorization"] = f"Bearer {check_token(token)}"
         self._timeout_s = timeout_s
         self._prefix = f"/v1/namespaces/{_segment(self.namespace)}"
         self._client = httpx.Client(
@@ -168,7 +227,8 @@ class HttpDispatch:
         refused again.
         """
         url = (self._prefix + path) if namespaced else path
-        content = msgpack.packb(body, use_bin_type=True) if body is not None else None
+        content = _pack(body) if body is not None else None
+        _check_params(params)
         try:
             return self._send(method, url, content, params, wait_s)
         except ServerBusy as busy:
@@ -443,7 +503,7 @@ class HttpDispatch:
         data = self._request(
             "POST",
             f"/invocations/{_segment(inv_id)}/nack",
-            {"lease": lease, "error": error, "retry": retry},
+            {"lease": lease, "error": storable_text(error), "retry": retry},
         )
         return str(data["state"])
 
@@ -451,7 +511,7 @@ class HttpDispatch:
         self._request(
             "POST",
             f"/invocations/{_segment(inv_id)}/end",
-            {"lease": lease, "state": state, "error": error},
+            {"lease": lease, "state": state, "error": storable_text(error)},
         )
 
     def release(self, inv_id: str, lease: str) -> bool:

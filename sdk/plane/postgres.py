@@ -35,10 +35,10 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -47,7 +47,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import DispatchError, InvalidArgument, Unavailable
+from ..errors import DispatchError, InvalidArgument, NotFound, Unavailable
 from .connector import Row
 from .queries import POSTGRES, bind, engine_queries, migrations, queries, split_statements
 from .wakeup import Waker
@@ -164,9 +164,9 @@ class PostgresTransaction:
         return cur.fetchone() if cur.description else None
 
     def _execute(self, query: str, params: dict[str, Any]) -> psycopg.Cursor[DictRow]:
+        text, flat = bind(POSTGRES, self._queries[query], params)  # checks the values first
         if self._write and query in _LOCK_BEFORE:
             self._lock(*_LOCK_BEFORE[query], params)
-        text, flat = bind(POSTGRES, self._queries[query], params)
         return self._conn.execute(text, flat)
 
     def _lock(self, lock: str, names: tuple[str, ...], params: dict[str, Any]) -> None:
@@ -177,12 +177,22 @@ class PostgresTransaction:
         self._locks.add(key)
 
 
+T = TypeVar("T")
+
+
 class PostgresConnector:
     """The store's engine on PostgreSQL 13+: a connection pool, migrations, LISTEN/NOTIFY.
 
     `schema` (or `?schema=NAME` in the URL) keeps the plane in its own schema, created on first
     use: one database can hold several planes, and each test its own.
     """
+
+    #: Every read is a round trip to the server: never on an event loop.
+    reads_inline = False
+
+    def run_if_free(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """Never here: every write is a round trip to the server (see SqliteConnector)."""
+        return False, None
 
     dialect = POSTGRES
 
@@ -194,10 +204,19 @@ class PostgresConnector:
         pool_size: int | None = None,
         min_pool_size: int = 1,
         pool_timeout_s: float = 30.0,
+        create: bool = True,
     ) -> None:
         pool_size = pool_size or url_pool_size(url) or DEFAULT_POOL_SIZE
         self.conninfo, requested = parse_url(url, schema)
-        self.schema = _migrate(self.conninfo, requested)
+        try:
+            self.schema = _migrate(self.conninfo, requested, create=create)
+        except psycopg.OperationalError as exc:  # no server there, a refused login, no database
+            where = conninfo_to_dict(self.conninfo)
+            raise Unavailable(
+                f"cannot reach PostgreSQL at {where.get('host', 'localhost')}:"
+                f"{where.get('port', 5432)}/{where.get('dbname', '')}: "
+                + " ".join(str(exc).split())
+            ) from None
         self.channel = channel_name(self.schema)
         self.waker = Waker()
         #: Postgres checks its own pages (checksums, WAL replay): nothing for a client to find.
@@ -261,11 +280,12 @@ class PostgresConnector:
             self._pool.close()
 
 
-def _migrate(conninfo: str, schema: str | None) -> str:
+def _migrate(conninfo: str, schema: str | None, *, create: bool = True) -> str:
     """Apply the missing migrations under an advisory lock; returns the plane's schema.
 
     A direct connection rather than the pool: an unreachable server fails here at once, with
-    libpq's own message, instead of after the pool's timeout.
+    libpq's own message, instead of after the pool's timeout. `create=False` refuses a schema
+    that holds no plane yet (a reader of an existing plane must not make an empty one).
     """
     with psycopg.connect(_for_role(conninfo, "migrate", schema), autocommit=True) as conn:
         if conn.info.server_version < MIN_SERVER_VERSION:
@@ -282,6 +302,11 @@ def _migrate(conninfo: str, schema: str | None) -> str:
                     )
                 schema = str(row[0])
             conn.execute(*_engine("lock_migrations", schema=schema))
+            if not create and not _has_plane(conn, schema):
+                raise NotFound(
+                    f"no Lakeshore plane in schema '{schema}' of this database: this command "
+                    "reads an existing plane and creates none; check the URL's ?schema="
+                )
             exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
             if exists.fetchone() is None:  # CREATE SCHEMA needs CREATE on the database, even
                 # with IF NOT EXISTS: a role given only a ready-made schema must not get here
@@ -295,6 +320,14 @@ def _migrate(conninfo: str, schema: str | None) -> str:
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_version VALUES (%s)", (version,))
     return schema
+
+
+def _has_plane(conn: psycopg.Connection[Any], schema: str) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'",
+        (schema,),
+    )
+    return found.fetchone() is not None
 
 
 # -- wake-ups -----------------------------------------------------------------------------------

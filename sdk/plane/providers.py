@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..types import check_name
+from ..types import check_name, unsendable
 
 #: A config is small: a few settings, not a payload.
 MAX_CONFIG_BYTES = 16_384
@@ -42,6 +42,9 @@ def check_provider(name: object, kind: object, config: object) -> dict[str, Any]
         text = json.dumps(config)
     except (TypeError, ValueError):
         raise InvalidArgument("provider config must hold plain JSON values") from None
+    bad = unsendable(config, "config")
+    if bad is not None:
+        raise InvalidArgument(f"provider {bad[0]} {bad[1]}")
     if len(text) > MAX_CONFIG_BYTES:
         raise InvalidArgument(f"provider config above {MAX_CONFIG_BYTES} bytes")
     return config

@@ -13,6 +13,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..errors import InvalidArgument
+
 _SECTION = re.compile(r"^-- (name|migration): *(\S+)\s*$", re.MULTILINE)
 _WORD = re.compile(r"\{([a-z_]+)\}")
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -88,8 +90,61 @@ def migrations(dialect: Dialect) -> list[tuple[int, str]]:
     )
 
 
+#: How a parameter is called in an error: the words a caller knows, not the statement's.
+_FIELD = {"ns": "namespace", "namespaces": "namespace", "queues": "queue", "ids": "id"}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _refuse(name: str, problem: str) -> InvalidArgument:
+    return InvalidArgument(f"{_FIELD.get(name, name)} {problem}")
+
+
+def _check_text(name: str, value: str) -> None:
+    if "\x00" in value:
+        raise _refuse(
+            name, "contains a NUL character (\\x00): a text field holds any character but NUL"
+        )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = value[exc.start]
+            raise _refuse(
+                name, f"contains a lone surrogate ({bad!r}), which is not Unicode text"
+            ) from None
+
+
+def check_params(params: Mapping[str, Any]) -> None:
+    """Refuse what neither database can hold, naming the field, before any statement runs.
+
+    The one check every text and integer reaching either engine passes through, so both planes
+    refuse the same input the same way: Postgres text cannot hold NUL (SQLite would store it),
+    neither engine stores a lone surrogate, and both hold integers in 64 bits (a 30-digit
+    number would be an OverflowError on one and a DataError on the other).
+    """
+    for name, value in params.items():
+        kind = type(value)
+        if kind is list or kind is tuple:
+            for item in value:
+                _check_value(name, item)
+        elif kind is str or kind is int:
+            _check_value(name, value)
+
+
+def _check_value(name: str, value: Any) -> None:
+    if type(value) is str:
+        _check_text(name, value)
+    elif type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+        shown = value if value.bit_length() <= 128 else f"a {value.bit_length()}-bit number"
+        raise _refuse(name, f"is {shown}, outside the 64-bit integer range -2**63..2**63-1")
+
+
 def bind(dialect: Dialect, sql: str, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Expand list parameters into one placeholder each and write the dialect's style."""
+    """Expand list parameters into one placeholder each and write the dialect's style.
+
+    Every value is checked first (`check_params`): this is where the store's input meets SQL.
+    """
+    check_params(params)
     lists = tuple(
         (name, len(value)) for name, value in params.items() if isinstance(value, (list, tuple))
     )

@@ -14,15 +14,17 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import StoreDamaged
+from ..errors import DispatchError, InvalidArgument, NotFound, StoreDamaged, Unavailable
 from .connector import Row
 from .queries import SQLITE, bind, migrations, queries, split_statements
 from .wakeup import CrossProcessWaker, Waker
+
+T = TypeVar("T")
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_MS = 30_000
@@ -44,6 +46,22 @@ def _create_private(path: Path) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def unusable(path: str, exc: OSError | sqlite3.OperationalError) -> DispatchError:
+    """The error for a database path this process cannot use, naming the path and the fix."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        why = f"{exc.filename} is a file, not a folder"
+    elif isinstance(exc, OSError):
+        why = f"{exc.strerror or type(exc).__name__}: {exc.filename or path}"
+    elif any(w in str(exc) for w in ("unable to open", "readonly", "read-only")):
+        why = str(exc)
+    else:  # busy, locked, I/O: the path is fine, the moment is not
+        return Unavailable(f"cannot open the database {path}: {exc}")
+    return InvalidArgument(
+        f"cannot open the database {path} ({why}): point --store, LAKESHORE_STORE or "
+        "LAKESHORE_HOME at a folder this user can write"
+    )
 
 
 class SqliteTransaction:
@@ -69,33 +87,89 @@ class SqliteTransaction:
 class SqliteConnector:
     dialect = SQLITE
 
-    def __init__(self, path: str | Path, *, durable: bool = True) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = True, create: bool = True) -> None:
+        """Open (with `create`, also create) the database at `path`.
+
+        A path that cannot hold a database (under a file, in a folder this user cannot write)
+        is an InvalidArgument naming the path; with `create=False` a missing file is NotFound,
+        for readers of an existing plane (the controller) that must not make an empty one.
+        """
         self.path = str(path)
         self.memory = self.path == ":memory:"
         self.durable = durable and not self.memory
         self.waker = Waker()
         self._lock = threading.RLock()
+        #: A second connection for read transactions (file databases): in WAL mode a reader
+        #: never waits for the writer, so a read is not queued behind another request's fsync.
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
         #: Set once the file was found damaged: /readyz reports it.
         self.problem: str | None = None
+        try:
+            if not (self.memory or create or Path(self.path).is_file()):
+                raise NotFound(
+                    f"no database at {self.path}: this command reads an existing plane and "
+                    "creates none; check the path (--store, LAKESHORE_STORE or LAKESHORE_HOME)"
+                )
+            self._open(durable)
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise unusable(self.path, exc) from exc
+
+    def _open(self, durable: bool) -> None:
         if not self.memory:
             _create_private(Path(self.path))
         self._conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         try:
+            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if not self.memory:
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+            self._migrate()
         except sqlite3.DatabaseError as exc:  # "file is not a database"
+            self._conn.close()
             if type(exc) is not sqlite3.DatabaseError:
                 raise
-            self._conn.close()
             raise self.damaged(exc) from exc
-        self._migrate()
         if not self.memory:
+            self._reader = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+            self._reader.row_factory = sqlite3.Row
+            self._reader.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.waker.relay_through(CrossProcessWaker(Path(self.path + ".wake")))
+
+    def run_if_free(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run `fn` (a quick write) on this thread if the writer is free this instant: (True,
+        its value); else (False, None) at once, without waiting. The server runs a claim, which
+        commits without an fsync, on its event loop this way instead of paying a thread-pool
+        hop. Free means this process's lock (no other thread mid-commit) and the file's (no other
+        process mid-write: SQLite answers busy at once instead of after the busy timeout)."""
+        if self.memory or not self._lock.acquire(blocking=False):
+            return False, None
+        try:
+            self._conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                return True, fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                return False, None
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        finally:
+            self._lock.release()
+
+    @property
+    def reads_inline(self) -> bool:
+        """Whether a read transaction is quick enough to run on an event loop: it has its own
+        connection, which never waits for a writer (WAL), and no network between."""
+        return self._reader is not None
 
     def _migrate(self) -> None:
         with self.transaction() as _:
@@ -133,6 +207,10 @@ class SqliteConnector:
     ) -> Iterator[SqliteTransaction]:
         # In WAL mode the setting is read at COMMIT: NORMAL skips this commit's fsync, and the
         # next durable commit's fsync carries its frames to disk too (the WAL is sequential).
+        if not write and self._reader is not None:
+            with self._read_lock, self._reading(self._reader) as tx:
+                yield tx
+            return
         relax = write and not durable and self.durable
         with self._lock:
             if relax:
@@ -153,7 +231,23 @@ class SqliteConnector:
                 if relax:
                     self._conn.execute("PRAGMA synchronous = FULL")
 
+    @contextmanager
+    def _reading(self, conn: sqlite3.Connection) -> Iterator[SqliteTransaction]:
+        try:
+            conn.execute("BEGIN")
+            try:
+                yield SqliteTransaction(conn)
+            finally:
+                conn.execute("COMMIT")  # a read: ending it only lets the WAL move on
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
+            raise self.damaged(exc) from exc
+
     def close(self) -> None:
         self.waker.close()
         with self._lock:
             self._conn.close()
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()

@@ -13,7 +13,6 @@ the first writer whose send is refused. Postgres feeds the same `Waker` from LIS
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -23,7 +22,10 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # only async waiters (the server) use it: a producer never imports asyncio
+    import asyncio
 
 #: A waiter re-checks the store at least this often even when no wake-up arrives: the safety
 #: net for a lost datagram, never the mechanism.
@@ -131,6 +133,8 @@ class Waker:
         self, generation: int, timeout: float, *, work: Iterable[str] | None = None
     ) -> bool:
         """Wait for the generation to move; with `work`, only for work under those keys."""
+        import asyncio
+
         self.listen()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()

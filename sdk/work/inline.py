@@ -118,9 +118,7 @@ class _Body:
     def emit(self, value: Any) -> None:
         if self._abandoned:
             raise JobAbandoned(f"invocation {self.claim.id} was ended while it ran")
-        refused = self._sink.post_frames(
-            self.claim, [spill.dumps(value, storage=self._storage)]
-        )
+        refused = self._sink.post_frames(self.claim, [spill.dumps(value, storage=self._storage)])
         if refused is not None:
             self._refused = refused
             raise JobAbandoned(refused.error)

@@ -1,4 +1,7 @@
-"""The systemd units parse and hold the settings the daemon's drain and GPUs depend on."""
+"""The systemd units parse and hold the settings the daemon's drain and GPUs depend on.
+
+They are read as the package ships them (package data of dreamlake.lakeshore.daemon).
+"""
 
 from __future__ import annotations
 
@@ -9,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
-UNITS = Path(__file__).resolve().parents[2] / "systemd"
-NAMES = ("lakeshore-daemon@.service", "lakeshore-server.service", "lakeshore-controller.service")
+from dreamlake.lakeshore.daemon import unitfiles
+
+NAMES = tuple(unitfiles.UNITS.values())
+KINDS = {name: kind for kind, name in unitfiles.UNITS.items()}
+
+
+def text_of(name: str) -> str:
+    return unitfiles.shipped(KINDS[name])
 
 
 def service(name: str) -> configparser.SectionProxy:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read(UNITS / name)
+    parser.read_string(text_of(name))
     return parser["Service"]
 
 
@@ -26,13 +35,13 @@ def test_the_daemon_unit_is_a_notify_service_that_drains_and_sees_gpus() -> None
     assert unit["KillMode"] == "mixed"
     assert unit["Restart"] == "on-failure"
     assert "--queue %i" in unit["ExecStart"]
-    text = (UNITS / "lakeshore-daemon@.service").read_text()
+    text = text_of("lakeshore-daemon@.service")
     assert "\nPrivateDevices" not in text and "\nDevicePolicy" not in text
     assert "EnvironmentFile=-/etc/lakeshore/lakeshore.env" in text
 
 
 def test_drain_fits_inside_the_stop_timeout() -> None:
-    text = (UNITS / "lakeshore-daemon@.service").read_text()
+    text = text_of("lakeshore-daemon@.service")
     drain = int(text.split("LAKESHORE_DAEMON_DRAIN_TIMEOUT_S=")[1].split()[0])
     stop = int(text.split("\nTimeoutStopSec=")[1].split()[0])
     assert stop > drain + 10
@@ -54,7 +63,7 @@ def test_systemd_analyze_verify_accepts_the_unit(name: str, tmp_path: Path) -> N
         (bin_dir / exe).write_text("#!/bin/sh\n")
         (bin_dir / exe).chmod(0o755)
     target = tmp_path / name.replace("@.", "@training.")
-    target.write_text((UNITS / name).read_text().replace("/opt/lakeshore/bin", str(bin_dir)))
+    target.write_text(text_of(name).replace("/opt/lakeshore/bin", str(bin_dir)))
     result = subprocess.run(
         ["systemd-analyze", "verify", str(target)], capture_output=True, text=True, timeout=60
     )

@@ -117,3 +117,55 @@ def test_lakeshore_url_selects_http_dispatch(home: Path, monkeypatch: pytest.Mon
     else:
         assert isinstance(plane, dls.HttpDispatch)
         assert not (home / "lakeshore.db").exists()
+
+
+# -- Dispatch() with no target is the box's plane, never a private one in memory ---------------
+
+
+def test_a_bare_dispatch_is_the_box_s_plane_that_other_processes_see(home: Path) -> None:
+    with dls.Dispatch() as plane:
+        inv = dls.SyncQueue("gpu", dispatch=plane).submit({"x": 1})
+
+    assert isinstance(plane, dls.Dispatch)
+    assert plane.target == str(home / "lakeshore.db") and plane.namespace == "default"
+    code = (
+        "import sys, dreamlake.lakeshore as dls\n"
+        "print(dls.SyncQueue('gpu').status(sys.argv[1]).state)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, inv], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "queued"
+
+
+def test_closing_a_bare_dispatch_leaves_the_process_default_open(home: Path) -> None:
+    inv = dls.SyncQueue("gpu").submit(1)
+
+    dls.Dispatch().close()
+
+    assert dls.SyncQueue("gpu").status(inv).state == "queued"
+
+
+def test_a_bare_dispatch_takes_lakeshore_namespace_unless_given_one(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKESHORE_NAMESPACE", "team-a")
+
+    with dls.Dispatch() as bare, dls.Dispatch(namespace="team-b") as named:
+        assert (bare.namespace, named.namespace) == ("team-a", "team-b")
+    with dls.Dispatch(":memory:") as memory:  # an explicit target keeps its own default
+        assert memory.namespace == "default"
+
+
+def test_a_bare_dispatch_under_lakeshore_url_is_http(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKESHORE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("LAKESHORE_TOKEN", "not-a-real-token")
+    monkeypatch.setenv("LAKESHORE_NAMESPACE", "team-a")
+
+    with dls.Dispatch() as plane, dls.Dispatch(":memory:") as memory:
+        assert isinstance(plane, dls.HttpDispatch)
+        assert (plane.url, plane.namespace) == ("http://127.0.0.1:9", "team-a")
+        assert isinstance(memory, dls.Dispatch) and memory.target == ":memory:"
+    assert not (home / "lakeshore.db").exists()

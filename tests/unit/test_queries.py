@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.plane import store
 from dreamlake.lakeshore.plane.queries import (
     POSTGRES,
@@ -138,3 +139,33 @@ def test_every_query_compiles_on_sqlite(migrated: sqlite3.Connection, name: str)
     sql, flat = bind(SQLITE, text, params)
 
     migrated.execute(f"EXPLAIN {sql}", flat)  # raises on a syntax or schema error
+
+
+# -- what no database holds: refused where the store's input meets SQL ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"key": "a\x00b"}, "key contains a NUL character"),
+        ({"description": "a\ud800"}, "description contains a lone surrogate"),
+        ({"ns": "\x00"}, "namespace contains a NUL"),  # the word a caller knows
+        ({"queues": ["ok", "q\x00"]}, "queue contains a NUL"),  # inside a list, too
+        ({"since": 2**63}, "since is 9223372036854775808, outside the 64-bit"),
+        ({"pid": -(2**63) - 1}, "pid is -9223372036854775809, outside the 64-bit"),
+        ({"limit": 10**4000}, "limit is a 13288-bit number"),
+    ],
+)
+def test_bind_refuses_what_no_database_holds_naming_the_field(
+    params: dict[str, object], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(says)):
+        bind(SQLITE, "SELECT :x", params)
+    with pytest.raises(InvalidArgument, match=re.escape(says)):
+        bind(POSTGRES, "SELECT :x", params)
+
+
+def test_bind_lets_every_other_value_through() -> None:
+    fine = {"a": "é ☃ \t\n", "b": 2**63 - 1, "c": -(2**63), "d": 1e308, "e": b"\x00", "f": None}
+
+    assert bind(SQLITE, "SELECT :a, :b, :c, :d, :e, :f", fine)[1] == fine

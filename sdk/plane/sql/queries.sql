@@ -243,18 +243,18 @@ SELECT * FROM workers WHERE id = :id;
 -- name: auth_insert_token
 -- Tokens and namespaces for the control plane's auth (sdk/plane/auth.py). A token is stored as
 -- its sha256 hex digest only; looking it up by that digest is the constant-time comparison.
-INSERT INTO tokens (hash, namespace, label, created_at, admin)
-VALUES (:hash, :ns, :label, :now, :admin);
+INSERT INTO tokens (hash, namespace, label, created_at, admin, scopes)
+VALUES (:hash, :ns, :label, :now, :admin, :scopes);
 
 -- name: auth_get_token
-SELECT t.hash, t.namespace, t.label, t.admin, n.org FROM tokens t
+SELECT t.hash, t.namespace, t.label, t.admin, t.scopes, n.org FROM tokens t
 LEFT JOIN namespaces n ON n.name = t.namespace WHERE t.hash = :hash;
 
 -- name: auth_count_tokens
 SELECT count(*) AS n FROM tokens;
 
 -- name: auth_list_tokens
-SELECT hash, namespace, label, admin, created_at FROM tokens ORDER BY created_at;
+SELECT hash, namespace, label, admin, scopes, created_at FROM tokens ORDER BY created_at;
 
 -- name: auth_set_namespace_org
 UPDATE namespaces SET org = :org WHERE name = :ns;

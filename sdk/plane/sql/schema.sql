@@ -171,3 +171,11 @@ CREATE TABLE IF NOT EXISTS leader_leases (
     holder      TEXT NOT NULL,
     expires_at  {real} NOT NULL
 );
+
+-- migration: 15
+-- Token scopes (issue 20, docs/security.md): what a token may do in its namespaces, as a
+-- space-separated set. Every existing token keeps what it could do before (every namespace
+-- scope); `admin` stays in its own column. A token without 'submit-code' cannot send the
+-- workers anything they would unpickle or run as a shell command.
+ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL
+    DEFAULT 'read submit-data submit-code work manage';

@@ -1,13 +1,28 @@
 """Tokens and namespaces' orgs: who may touch which namespace (the scope and hashing are in
-../auth.py). Tokens are stored as their sha256 digest only."""
+../auth.py). Tokens are stored as their sha256 digest only.
+
+A token row keeps its namespace scopes (`read`, `submit-data`, ...) as one space-separated
+string, and `admin` in its own column (as before scopes existed), so rows written by an earlier
+release keep exactly what they could do.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from ...errors import Forbidden, InvalidArgument, NotFound, Unauthorized
 from ...types import check_name
-from ..auth import TokenScope, hash_token, new_token
+from ..auth import (
+    ADMIN,
+    DEFAULT_SCOPES,
+    TokenScope,
+    check_scopes,
+    format_scopes,
+    hash_token,
+    new_token,
+    parse_scopes,
+)
 from .namespaces import NamespaceStore
 
 
@@ -26,15 +41,26 @@ class AuthStore(NamespaceStore):
             return tx.all("auth_list_namespaces")
 
     def create_token(
-        self, ns: str, *, label: str = "", org: str | None = None, admin: bool = False
+        self,
+        ns: str,
+        *,
+        label: str = "",
+        org: str | None = None,
+        admin: bool = False,
+        scopes: Iterable[str] | None = None,
     ) -> str:
         """A new token for `ns` (created if missing); the secret is returned once, never stored.
 
-        `admin` also opens the fleet routes (every namespace's queues, workers and providers,
-        read by the controller over HTTP); it grants nothing in other namespaces' routes.
+        `scopes` (docs/security.md) say what it may do in its namespace and org; None gives
+        every namespace scope, what a token could do before scopes existed. `admin` (or the
+        scope `admin`) also opens the fleet routes (every namespace's queues, workers and
+        providers, read by the controller over HTTP); it grants nothing in other namespaces'
+        routes.
         """
         if not isinstance(label, str) or len(label) > 200:
             raise InvalidArgument("label must be a string of at most 200 characters")
+        held = DEFAULT_SCOPES if scopes is None else check_scopes(scopes)
+        admin = bool(admin) or ADMIN in held
         self.add_namespace(ns, org)
         token = new_token()
         with self.connector.transaction() as tx:
@@ -44,7 +70,8 @@ class AuthStore(NamespaceStore):
                 ns=ns,
                 label=label,
                 now=time.time(),
-                admin=int(bool(admin)),
+                admin=int(admin),
+                scopes=format_scopes(held - {ADMIN}),
             )
         return token
 
@@ -52,7 +79,15 @@ class AuthStore(NamespaceStore):
         """Token rows with a short digest prefix to tell them apart; the secrets are not known."""
         with self.connector.transaction(write=False) as tx:
             rows = tx.all("auth_list_tokens")
-        return [{**r, "hash": str(r["hash"])[:12], "admin": bool(r["admin"])} for r in rows]
+        return [
+            {
+                **r,
+                "hash": str(r["hash"])[:12],
+                "admin": bool(r["admin"]),
+                "scopes": format_scopes(_held(r)).split(),
+            }
+            for r in rows
+        ]
 
     def revoke_token(self, digest_prefix: str) -> dict[str, object]:
         """Delete the one token whose digest starts with `digest_prefix` (as `tokens ls` shows).
@@ -86,7 +121,7 @@ class AuthStore(NamespaceStore):
         if row is None:
             raise Unauthorized("unknown token")
         return TokenScope(
-            namespace=row["namespace"], org=row["org"], label=row["label"], admin=bool(row["admin"])
+            namespace=row["namespace"], org=row["org"], label=row["label"], scopes=_held(row)
         )
 
     def authorize(self, scope: TokenScope, ns: str) -> None:
@@ -119,3 +154,9 @@ class AuthStore(NamespaceStore):
     def release_leadership(self, name: str, holder: str) -> None:
         with self.connector.transaction() as tx:
             tx.all("leader_release", name=name, holder=holder)
+
+
+def _held(row: dict[str, object]) -> frozenset[str]:
+    """A token row's scopes: its namespace scopes, plus `admin` from the admin column."""
+    scopes = parse_scopes(str(row["scopes"]) if row.get("scopes") is not None else None)
+    return scopes | {ADMIN} if row["admin"] else scopes

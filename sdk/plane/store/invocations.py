@@ -22,6 +22,7 @@ from ...types import (
     check_name,
     check_state,
     normalize_kind,
+    storable_text,
 )
 from ..admission import admit, deadline_for
 from ..connector import Row, Transaction
@@ -275,6 +276,7 @@ class InvocationStore(QueueStore):
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""
+        error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
             held = tx.one("lease_of", id=inv_id)
@@ -307,6 +309,7 @@ class InvocationStore(QueueStore):
         """End an attempt as killed or timeout (the daemon terminated it)."""
         if state not in ("killed", "timeout", "failed"):
             raise InvalidArgument(f"cannot end an attempt as '{state}'; use killed|timeout|failed")
+        error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
             if tx.one("settle_terminal", id=inv_id, lease=lease, state=state, error=error, now=now):

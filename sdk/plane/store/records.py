@@ -18,6 +18,7 @@ from ...types import (
 )
 from ..connector import Row
 from ..elasticity import check_scaling
+from ..queries import INT64_MAX
 from .base import ELASTICITY_KINDS, ON_FULL
 
 
@@ -50,12 +51,11 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
     if kind not in ELASTICITY_KINDS:
         raise InvalidArgument(f"unknown elasticity kind '{kind}'; use {'|'.join(ELASTICITY_KINDS)}")
     for field in ("min", "max", "target_per_worker", "idle_s", "steal_delay_s", "cost_weight"):
-        if field in value and (
-            isinstance(value[field], bool)
-            or not isinstance(value[field], (int, float))
-            or value[field] < 0
-        ):
-            raise InvalidArgument(f"elasticity.{field} must be a non-negative number")
+        if field in value and not _in_range(value[field], 0, low_open=False):
+            raise InvalidArgument(
+                f"elasticity.{field} must be a non-negative number up to 2**63-1, "
+                f"got {_shown(value[field])}"
+            )
     # `fixed` without `max` is the Queues page's worked example: a fleet launched by hand
     # (`daemon launch`), which the controller leaves alone (it holds 0 of its own).
     if kind in ("elastic", "fully_elastic") and "max" not in value:
@@ -78,9 +78,28 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgument(f"admission.on_full must be reject|block, got {value['on_full']!r}")
     for field in ("max_depth", "rate_limit", "deadline_cutoff_s"):
         v = value.get(field)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
-            raise InvalidArgument(f"admission.{field} must be a positive number, got {v!r}")
+        if v is not None and not _in_range(v, 0, low_open=True):
+            raise InvalidArgument(
+                f"admission.{field} must be a positive number up to 2**63-1, got {_shown(v)}"
+            )
     return value
+
+
+def _in_range(value: object, low: float, *, low_open: bool) -> bool:
+    """A real number above `low` (or at it) and finite, at most what 64 bits hold: the policy
+    objects are JSON in the store, but every plane must refuse the same numbers, and msgpack
+    (the HTTP planes' wire) carries no integer past 64 bits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if not (value > low if low_open else value >= low):
+        return False
+    return value <= INT64_MAX if isinstance(value, int) else value < 2.0**63
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"a {value.bit_length()}-bit number"
+    return repr(value)
 
 
 def boltzmann_level(levels: Sequence[tuple[float, int]], temperature: float) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ...spill import is_spilled
 from ...storage import MAX_REF_BYTES, StorageRef, sniff_ref
 from ..retention import BATCH, Trimmed, check_age
 from .base import StoreBase
@@ -86,5 +85,7 @@ class RetentionStore(StoreBase):
 
 def _spilled(blobs: Iterable[bytes | None]) -> list[StorageRef]:
     """The spilled objects among `blobs` (never a ref a user passed on purpose)."""
+    from ...spill import is_spilled  # the object store: not imported with the SDK
+
     refs = (sniff_ref(blob) for blob in blobs)
     return [ref for ref in refs if ref is not None and is_spilled(ref)]

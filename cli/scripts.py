@@ -1,0 +1,44 @@
+"""The console scripts (`lakeshore`, `lakeshore-daemon`, `lakeshore-controller`).
+
+Each imports its command and runs it. The scripts cannot point at the commands' own modules:
+when an extra is missing (structlog for the daemon), the import of the module that defines
+`main` fails before any of its code could catch it, and the user sees a traceback. Here that
+failure becomes one line naming the missing module and the pip command, exit status 1; a
+module missing that no extra brings (a broken install, a bug) keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import NoReturn
+
+from ..extras import MissingExtra, missing_extra
+
+
+def _fail(error: MissingExtra) -> NoReturn:
+    sys.stderr.write(f"Error: {error}\n")  # as click prints its own errors
+    sys.exit(1)
+
+
+def _run(module: str, script: str) -> None:
+    try:
+        main = importlib.import_module(f"dreamlake.lakeshore.{module}").main
+    except ModuleNotFoundError as exc:
+        error = missing_extra(exc, script)
+        if error is None:
+            raise
+        _fail(error)
+    main()
+
+
+def lakeshore() -> None:
+    _run("cli.main", "lakeshore")
+
+
+def daemon() -> None:
+    _run("daemon.main", "lakeshore-daemon")
+
+
+def controller() -> None:
+    _run("controller.main", "lakeshore-controller")
