@@ -65,9 +65,10 @@ def poison_handler(payload: Any) -> Any:
     return {"echo": payload, "ppid": os.getppid()}
 
 
-def big_frame(size: int) -> Any:
-    """Yield one frame larger than the control plane accepts, then succeed (it must not)."""
-    yield b"x" * size
+def bad_frame() -> Any:
+    """Yield a frame no codec can carry, then succeed (it must not). A big frame is no poison
+    any more: above the inline limit it rides as a Ref (spill.py)."""
+    yield object()
     return "unreachable"
 
 

@@ -1,6 +1,6 @@
 """Poison: jobs that attack the daemon that runs them end as a failed attempt, never the daemon.
 
-One real `lakeshore server` (bodies capped at 1 MiB so a big frame is refused) and one real
+One real `lakeshore server` (bodies capped at 1 MiB) and one real
 `lakeshore-daemon` with a `--handler` serve the whole family. Each poison job must end `failed`
 (or, for a long timeout, succeed) on its first attempt with an error that says what went wrong,
 and the same daemon must then still run an ordinary job: none of them may crash it, and none may
@@ -60,11 +60,7 @@ POISON = {
     "SystemExit from a handler": ({"op": "exit"}, "failed", "SystemExit"),
     "KeyboardInterrupt from a handler": ({"op": "interrupt"}, "failed", "KeyboardInterrupt"),
     "a result the codec cannot carry": (dls.thunk(object), "failed", "object"),
-    "a frame larger than the plane accepts": (
-        dls.thunk(fault_jobs.big_frame, 2 * 1024 * 1024),
-        "failed",
-        "frame was refused",
-    ),
+    "a frame the codec cannot carry": (dls.thunk(fault_jobs.bad_frame), "failed", "encode"),
     "a body that exits the process": (dls.thunk(fault_jobs.hard_exit, 7), "failed", "exit"),
 }
 
