@@ -87,6 +87,7 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = _HeadWithBody(transport, self.loop)  # type: ignore[assignment]
         self.flow = _Flow(transport, self._asked_for_more)
         self._enter("headers")
         self._arm()
@@ -221,6 +222,42 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
         head += [name + b": " + value for name, value in response.raw_headers]
         head += [b"connection: close", b"", b""]
         return b"\r\n".join(head) + bytes(response.body)
+
+
+class _HeadWithBody:
+    """The transport, except that a response's head waits for its body: the two go out in one
+    send. uvicorn writes them apart, which costs a second syscall per answer and, with
+    TCP_NODELAY, a second segment for the client to read; at a few small answers per RPC that
+    was a tenth of the server's CPU. A head with no body right behind it (a streamed answer)
+    goes out on the loop's next turn; an interim `100 Continue` is never held."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif data.startswith(b"HTTP/1.1 ") and data[9:12] != b"100" and data.endswith(b"\r\n\r\n"):
+            self._held = data
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class _Flow(FlowControl):

@@ -1,10 +1,14 @@
-"""Keep-alive HTTP/1.1 over the standard library: the SDK's path for plain-http control planes.
+"""Keep-alive HTTP/1.1 on a plain socket: the SDK's path for plain-http control planes.
 
 Why not httpx for every request: on a slow core httpx spends ~0.35-0.5 ms of CPU per request
 (its URL model, the pure-Python h11 parser, the request/response objects), and an RPC over
 loopback is a few such requests, so it was most of a call's cost. `http.client` does the same
-HTTP/1.1 exchange in about a third of that. `HttpDispatch` keeps httpx for everything this
-module does not do: TLS, proxies from the environment, and transports that tests inject.
+exchange in about a third of that, but still parses every response's headers with the `email`
+package (profiled: a quarter of a daemon's CPU per job went to its acks' responses). The control
+plane answers with a status line, a handful of headers and a Content-Length body; this module
+writes a request in one send and reads such an answer with a few slices (chunked bodies too, for
+a proxy's sake). `HttpDispatch` keeps httpx for everything this module does not do: TLS, proxies
+from the environment, and transports that tests inject.
 
 One connection per thread, as httpx's pool would hand out: the daemon's claim, heartbeat and
 ack threads each hold theirs, and a long-poll on one never queues another's request. A pooled
@@ -80,7 +84,7 @@ class Connections:
         self._local = threading.local()
         # Weak: a thread that ends takes its connection with it (see _Connection), so a program
         # that makes a thread per task leaks no sockets; close() still reaches the live ones.
-        self._all: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
+        self._all: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def request(
@@ -110,21 +114,19 @@ class Connections:
         headers: dict[str, str] | None,
     ) -> tuple[int, str, bytes]:
         try:
-            conn.request(
+            status, fields, data = conn.exchange(
                 method,
                 self.base_path + target,
-                body=body,
-                headers={**self.headers, **headers} if headers else self.headers,
+                body,
+                {**self.headers, **headers} if headers else self.headers,
             )
-            response = conn.getresponse()
-            data = response.read()
         except BaseException:
             self._drop(conn)
             raise
         conn.used_at = time.monotonic()
-        if response.will_close:
+        if fields.get("connection", "").lower() == "close":
             self._drop(conn)
-        return response.status, response.getheader("content-type", ""), data
+        return status, fields.get("content-type", ""), data
 
     def _connection(self, timeout: float) -> tuple[_Connection, bool]:
         """This thread's connection, and whether it is a reused one."""
@@ -138,10 +140,7 @@ class Connections:
             conn = None
         reused = conn is not None
         if conn is None:
-            conn = _Connection(self.host, self.port, timeout=timeout)
-            conn.connect()
-            assert conn.sock is not None
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(self.host, self.port, timeout)
             self._local.conn = conn
             with self._lock:
                 self._all.add(conn)
@@ -149,7 +148,7 @@ class Connections:
         conn.sock.settimeout(timeout)
         return conn, reused
 
-    def _drop(self, conn: http.client.HTTPConnection) -> None:
+    def _drop(self, conn: _Connection) -> None:
         conn.close()
         if getattr(self._local, "conn", None) is conn:
             self._local.conn = None
@@ -164,13 +163,136 @@ class Connections:
             conn.close()
 
 
-class _Connection(http.client.HTTPConnection):
-    """Closes its socket when it is collected: when the thread that held it has ended."""
+class _Connection:
+    """One keep-alive socket; closes it when collected (when the thread that held it ended)."""
 
     used_at = 0.0  # monotonic time of its last answer
 
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.host_header = f"{host}:{port}"
+        self._buffer = bytearray()
+        self.sock: socket.socket | None = None  # set before connecting: __del__ may see a failure
+        sock = socket.create_connection((host, port), timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+
+    def exchange(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Send one request; (status, lower-cased header fields, body) of its answer."""
+        sock = self.sock
+        if sock is None:
+            raise http.client.NotConnected("connection closed")
+        head = [f"{method} {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"]
+        head += [f"{name}: {value}\r\n" for name, value in headers.items()]
+        if body is not None or method in _BODY_METHODS:
+            head.append(f"Content-Length: {len(body) if body else 0}\r\n")
+        head.append("\r\n")
+        message = "".join(head).encode("latin-1")
+        sock.sendall(message + body if body else message)
+        status, fields = self._read_head()
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return status, fields, b""
+        if fields.get("transfer-encoding", "").lower() == "chunked":
+            return status, fields, self._read_chunked()
+        length = fields.get("content-length")
+        if length is None:  # delimited by the close (HTTP/1.0 style)
+            fields["connection"] = "close"
+            return status, fields, self._read_to_close()
+        try:
+            size = int(length)
+        except ValueError:
+            raise http.client.HTTPException(f"bad Content-Length {length!r}") from None
+        return status, fields, self._read_exactly(size)
+
+    def _read_head(self) -> tuple[int, dict[str, str]]:
+        buffer = self._buffer
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            if len(buffer) > _MAX_HEAD:
+                raise http.client.HTTPException("response headers too long")
+            if not self._fill():
+                if buffer:
+                    raise http.client.IncompleteRead(bytes(buffer))
+                raise http.client.RemoteDisconnected("the server closed the connection")
+        lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+        del buffer[: end + 4]
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/") or not code.isdigit():
+            raise http.client.BadStatusLine(lines[0])
+        fields: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+        if version == "HTTP/1.0" and fields.get("connection", "").lower() != "keep-alive":
+            fields["connection"] = "close"
+        return int(code), fields
+
+    def _read_exactly(self, size: int) -> bytes:
+        buffer = self._buffer
+        while len(buffer) < size:
+            if not self._fill(size - len(buffer)):
+                raise http.client.IncompleteRead(bytes(buffer), size - len(buffer))
+        data = bytes(buffer[:size])
+        del buffer[:size]
+        return data
+
+    def _read_line(self) -> bytes:
+        buffer = self._buffer
+        while (end := buffer.find(b"\r\n")) < 0:
+            if not self._fill():
+                raise http.client.IncompleteRead(bytes(buffer))
+        line = bytes(buffer[:end])
+        del buffer[: end + 2]
+        return line
+
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            line = self._read_line().split(b";", 1)[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                raise http.client.HTTPException(f"bad chunk size {line!r}") from None
+            if size == 0:
+                while self._read_line():  # trailers, up to the empty line
+                    pass
+                return b"".join(parts)
+            parts.append(self._read_exactly(size))
+            self._read_exactly(2)  # the CRLF after each chunk
+
+    def _read_to_close(self) -> bytes:
+        while self._fill():
+            pass
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        return data
+
+    def _fill(self, want: int = 0) -> bool:
+        """Read what the socket has into the buffer; False at the end of the stream."""
+        assert self.sock is not None
+        chunk = self.sock.recv(max(want, _RECV))
+        self._buffer += chunk
+        return bool(chunk)
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        self._buffer.clear()
+        if sock is not None:
+            sock.close()
+
     def __del__(self) -> None:
         self.close()
+
+
+#: Methods whose requests carry a Content-Length even when empty (as http.client writes them).
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: How much one recv asks for, and the most a response's head may take.
+_RECV = 256 * 1024
+_MAX_HEAD = 64 * 1024
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:

@@ -183,3 +183,60 @@ def test_a_connection_idle_past_the_limit_is_not_reused(
         conns.close()
 
     assert len(server.peers) == 3
+
+
+class _Framings(http.server.BaseHTTPRequestHandler):
+    """Answers framed every way HTTP/1.1 allows (a proxy may re-frame the plane's answers)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.path == "/chunked":
+            self.send_response(200)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: t\r\n\r\n")
+        elif self.path == "/until-close":
+            self.send_response(200)
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(b"read me to the end")
+            self.close_connection = True
+        elif self.path == "/no-content":
+            self.send_response(204)
+            self.end_headers()
+        else:  # a status line that is not HTTP
+            self.wfile.write(b"garbage\r\n\r\n")
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def framings() -> Iterator[http11.Connections]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Framings)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    host, port = srv.server_address[:2]
+    conns = http11.Connections(f"http://{host}:{port}", {})
+    yield conns
+    conns.close()
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_every_framing_of_an_answer_is_read(framings: http11.Connections) -> None:
+    assert framings.request("GET", "/chunked", None, None, 5.0)[::2] == (200, b"hello world")
+    assert framings.request("GET", "/until-close", None, None, 5.0)[::2] == (
+        200,
+        b"read me to the end",
+    )
+    assert framings.request("GET", "/no-content", None, None, 5.0)[::2] == (204, b"")
+    assert framings.request("GET", "/chunked", None, None, 5.0)[2] == b"hello world"
+
+
+def test_an_answer_that_is_not_http_is_an_error(framings: http11.Connections) -> None:
+    import http.client
+
+    with pytest.raises(http.client.HTTPException):
+        framings.request("GET", "/garbage", None, None, 5.0)
