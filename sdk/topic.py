@@ -7,15 +7,18 @@ repeats nothing.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from . import codec
-from .errors import DispatchError
+from .errors import DispatchError, Unavailable
 from .plane.base import Plane
 from .plane.store.base import new_id
 from .types import Frame, check_name
+
+T = TypeVar("T")
 
 TOPIC_TIMEOUT_S = 5.0
 
@@ -33,16 +36,22 @@ def iter_frames(
     An invocation's journal needs no END frame: once the row is terminal and no frame is left
     after the cursor, the stream ends as the row did (returns on success, raises otherwise).
     This is also how a trimmed journal degrades: to the terminal result, never to wrong state.
+    A plane that is briefly unreachable (a restart, a dropped connection) is asked again from
+    the last seq read, for up to `timeout`: the stream resumes where it was, nothing repeated.
     """
     cursor = since
     is_topic = channel.startswith("topic:")
     while True:
-        frames = plane.frames(channel, since=cursor, wait_s=timeout)
+        frames = _through_outages(
+            functools.partial(plane.frames, channel, since=cursor, wait_s=timeout), timeout
+        )
         if not frames and not is_topic:
-            inv = plane.invocation(channel)
+            inv = _through_outages(functools.partial(plane.invocation, channel), timeout)
             if inv.terminal:
                 # Frames posted just before the row ended are still ours: read once more.
-                frames = plane.frames(channel, since=cursor)
+                frames = _through_outages(
+                    functools.partial(plane.frames, channel, since=cursor), timeout
+                )
                 if not frames:
                     if inv.state == "succeeded":
                         return
@@ -61,6 +70,23 @@ def iter_frames(
 
 
 _END = object()
+#: The first pause before asking an unreachable plane again; it doubles up to the last.
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
+
+
+def _through_outages(read: Callable[[], T], timeout: float) -> T:
+    """`read()`, asked again while the plane is unreachable, for up to `timeout`; then the
+    outage's own error. Reads are safe to repeat: the cursor says where to start."""
+    deadline = time.monotonic() + timeout
+    pause = _RETRY_FIRST_S
+    while True:
+        try:
+            return read()
+        except Unavailable:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # a backoff between attempts, not a wait for an event
+            pause = min(pause * 2, _RETRY_MAX_S)
 
 
 def _value(frame: Frame, allow_pickle: bool = False) -> Any:

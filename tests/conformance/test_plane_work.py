@@ -9,7 +9,13 @@ import pytest
 from planes import PlaneEnv, eventually
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.errors import (
+    Conflict,
+    DispatchError,
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+)
 
 
 def test_a_multiprocess_plane_really_has_a_second_process(plane: PlaneEnv) -> None:
@@ -131,6 +137,21 @@ def test_a_repeated_ack_is_idempotent_but_a_later_nack_is_refused(plane: PlaneEn
         q.nack(job, error="late", retry=False)
 
     assert q.status(inv).state == "succeeded"
+    assert q.result(inv, timeout=1) == "first"
+
+
+def test_a_repeated_ack_with_another_result_is_refused_and_the_first_stands(
+    plane: PlaneEnv,
+) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    job = q.claim()
+    assert job is not None
+    q.ack(job, "first")
+
+    with pytest.raises(Conflict, match="another result"):
+        q.ack(job, "second")
+
     assert q.result(inv, timeout=1) == "first"
 
 

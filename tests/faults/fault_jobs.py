@@ -74,3 +74,13 @@ def bad_frame() -> Any:
 
 def hard_exit(code: int) -> None:
     os._exit(code)
+
+
+def paced(n: int, pause_s: float) -> Any:
+    """Yield 0..n-1, a pause apart (the stream-resume test kills the server meanwhile)."""
+    import time
+
+    for i in range(n):
+        yield i
+        time.sleep(pause_s)
+    return n

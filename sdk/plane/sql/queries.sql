@@ -170,6 +170,10 @@ RETURNING id;
 -- Postgres so a sweep cannot re-dispatch the job between this check and the write.
 SELECT state, lease, lease_expires_at, attempt FROM invocations WHERE id = :id {for_update};
 
+-- name: settled_result
+-- The result a succeeded attempt stored: a repeated ack must carry the same one.
+SELECT result FROM invocations WHERE id = :id;
+
 -- name: renew_leases
 UPDATE invocations SET lease_expires_at = :expires
 WHERE lease IN (:leases) AND state = 'running' AND lease_expires_at >= :now

@@ -266,7 +266,7 @@ class InvocationStore(QueueStore):
                     out.append(None)
                     continue
                 try:
-                    self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack")
+                    self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack", result=a.result)
                     out.append(None)
                 except DispatchError as exc:
                     out.append(exc)
@@ -328,13 +328,32 @@ class InvocationStore(QueueStore):
         return done
 
     def _refuse_settle(
-        self, tx: Transaction, inv_id: str, lease: str, state: str, verb: str
+        self,
+        tx: Transaction,
+        inv_id: str,
+        lease: str,
+        state: str,
+        verb: str,
+        *,
+        result: bytes | None = None,
     ) -> None:
-        """A settle that matched nothing: a repeat of one that landed is fine, else refuse."""
+        """A settle that matched nothing: a repeat of one that landed is fine, else refuse.
+
+        A repeat is the same settle: an ack again with the same lease and the same result (its
+        first answer was lost). The same lease with another result is refused: the first one
+        stands, and the worker that sent the second must not believe its result was stored.
+        """
         row = tx.one("lease_of", id=inv_id)
         if row is None:
             raise NotFound(f"unknown invocation '{inv_id}'")
         if row["lease"] == lease and row["state"] == state:
+            if verb == "ack":
+                stored = tx.one("settled_result", id=inv_id)
+                if stored is not None and _blob(stored["result"]) != _blob(result):
+                    raise Conflict(
+                        f"ack refused: invocation '{inv_id}' already succeeded with another "
+                        "result under this lease; a repeated ack must carry the same result"
+                    )
             return  # the same settle again (its first response was lost): idempotent
         if row["lease"] is None:  # the sweep took it back: requeue clears the lease
             raise LeaseLost(
@@ -421,3 +440,8 @@ class InvocationStore(QueueStore):
         self.waker.notify()
         assert row is not None
         return invocation_of(row)
+
+
+def _blob(value: bytes | memoryview | None) -> bytes | None:
+    """Stored bytes as bytes (Postgres hands back memoryview), for comparison."""
+    return None if value is None else bytes(value)
