@@ -82,9 +82,13 @@ def jobs() -> list[Job]:
         ("payload", "rq payloads", payload.rq),
         ("payload", "ray payloads", payload.ray),
         ("payload", "floors (memcpy, tobytes, write+fsync+read)", payload.floors),
+        ("payload", "lakeshore two hosts (plane tier), raw HTTP floor", payload.plane_tier),
     ]
     for label, reason in payload.left_out().items():
         out.append(("payload", label, lambda s, r=reason: _cannot(r)))
+    from . import locality
+
+    out.append(("locality", "lakeshore http, hosts A and B", locality.measure))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
     out.append(("scale", "idle long-polls", scale.measure))

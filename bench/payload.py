@@ -10,6 +10,8 @@ Lakeshore over HTTP (a `lakeshore server` on SQLite, one `lakeshore-daemon`), in
 - `q.call(a)`, spilled, durable (the default): the payload is written through and fsynced
   before submit returns.
 - `q.call(a)` inline (1 MiB only; the inline limit raised above the array).
+Two hosts (the plane tier): 64 MiB put on host A and read on host B through the control plane,
+beside a raw HTTP PUT+GET of the same bytes through the same server (`plane_tier`).
 Peers with their default serializers: RQ (pickle through Redis) and Ray (its object store).
 Celery and Dramatiq serialize with JSON by default, which cannot carry an ndarray: they are
 listed as left out, with that reason.
@@ -26,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -232,6 +236,170 @@ def _zero_copy(q: dls.SyncQueue) -> list[Measurement]:
             1,
         )
     ]
+
+
+# -- two hosts through the control plane (the plane tier) ----------------------------------------
+
+PLANE_LABEL = "64 MiB"
+
+
+def plane_tier(s: Settings) -> list[Measurement]:
+    """64 MiB from host A to host B through the control plane (the plane tier), beside the raw
+    HTTP floor of the same bytes through the same server.
+
+    Two hosts simulated on this box: each its own host id, host tier and LAKESHORE_HOME, no
+    storage configured, so all they share is the server. A (this process) `dls.put(a, via=
+    plane)`s: the upload, which the server checks and fsyncs before the put returns; B (a child
+    process) `dls.get`s the Ref: the download, into its own host tier, hash checked. The floor:
+    the same object's bytes PUT, then GET into a buffer, with plain `http.client` against the
+    same server's object route, so it pays the server's work (hash, write, fsync, read) and
+    none of the SDK's (hashing, the host tiers' copies). The two alternate, transfer by
+    transfer, so both meet the disk in the same state (its fsyncs are most of either).
+    """
+    data = array(SIZES[PLANE_LABEL])
+    n = _calls(s, PLANE_LABEL)
+    names = ("A put + B get", "A put (upload)", "B get (download)", "PUT+GET", "PUT", "GET")
+    reps: dict[str, list[list[float]]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory(prefix="bench-plane-") as tmp:
+        root = Path(tmp)
+        with (
+            server(root / "srv", str(root / "srv" / "lakeshore.db")) as (url, token, _),
+            _host_a(root),
+            dls.HttpDispatch(url, token=token, timeout_s=120) as plane,
+            _host_b(root, url, token) as host_b,
+        ):
+            raw = _RawHttp(url, token, data)
+            for rep in range(s.reps + 1):  # the first is a warm-up
+                times: dict[str, list[float]] = {name: [] for name in names}
+                for _ in range(n):
+                    start = time.perf_counter()
+                    ref = dls.put(data, via=plane)
+                    put = (time.perf_counter() - start) * 1000
+                    get = host_b(ref)
+                    for name, ms in zip(names, (put + get, put, get, *raw.transfer()), strict=True):
+                        times[name].append(ms)
+                if rep:
+                    for name in names:
+                        reps[name].append(times[name])
+    system, floor, dur = "lakeshore two hosts, plane tier", "floor: raw HTTP", "server fsync"
+    return [
+        *_rows(f"{system}: A put + B get", PLANE_LABEL, reps[names[0]], dur, "via the plane"),
+        *_rows(f"{system}: A put (upload)", PLANE_LABEL, reps[names[1]], dur, "checked, fsynced"),
+        *_rows(f"{system}: B get (download)", PLANE_LABEL, reps[names[2]], "", "into B's tier"),
+        *_rows(f"{floor} PUT+GET, same server", PLANE_LABEL, reps["PUT+GET"], dur, _RawHttp.NOTE),
+        *_rows(f"{floor} PUT, same server", PLANE_LABEL, reps["PUT"], dur, _RawHttp.NOTE),
+        *_rows(f"{floor} GET, same server", PLANE_LABEL, reps["GET"], "", _RawHttp.NOTE),
+    ]
+
+
+@contextlib.contextmanager
+def _host_a(root: Path) -> Iterator[None]:
+    """This process as host A: its own host id, host tier and home; no storage, no plane."""
+    home = root / "host-a"
+    home.mkdir()
+    with _host_tier(ARENA_CAP):
+        saved = {k: os.environ.get(k) for k in ("LAKESHORE_HOST_ID", "LAKESHORE_HOME")}
+        os.environ.update(LAKESHORE_HOST_ID="host-a", LAKESHORE_HOME=str(home))
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _host_b(root: Path, url: str, token: str) -> Iterator[Callable[[dls.Ref], float]]:
+    """Host B: a child process that reads each Ref it is sent and answers the ms it took."""
+    from dreamlake.lakeshore import codec
+
+    home = root / "host-b"
+    (home / "objects").mkdir(parents=True)
+    env = clean_env(
+        LAKESHORE_HOST_ID="host-b",
+        LAKESHORE_HOME=str(home),
+        LAKESHORE_OBJECTS=str(home / "objects"),
+        LAKESHORE_OBJECTS_CAP=str(ARENA_CAP),
+        LAKESHORE_URL=url,
+        LAKESHORE_TOKEN=token,
+    )
+    argv = [sys.executable, "-c", "from bench.payload import plane_reader; plane_reader()"]
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def read(ref: dls.Ref) -> float:
+        stdin.write(codec.encode(ref).hex() + "\n")
+        stdin.flush()
+        answer = json.loads(stdout.readline())
+        assert answer["size"] == ref.size, answer
+        return float(answer["ms"])
+
+    try:
+        yield read
+    finally:
+        stdin.close()
+        proc.wait(30)
+
+
+def plane_reader() -> None:
+    """Host B's loop: `dls.get` each Ref named on stdin (plane from LAKESHORE_URL)."""
+    from dreamlake.lakeshore import codec
+
+    for line in sys.stdin:
+        ref = codec.decode(bytes.fromhex(line.strip()))
+        start = time.perf_counter()
+        value = dls.get(ref)
+        ms = (time.perf_counter() - start) * 1000
+        print(json.dumps({"ms": ms, "size": value.nbytes}), flush=True)
+        del value
+
+
+class _RawHttp:
+    """The floor: an object's bytes PUT, then GET into a buffer, with plain http.client."""
+
+    NOTE = "http.client, the object route"
+
+    def __init__(self, url: str, token: str, data: np.ndarray) -> None:
+        from urllib.parse import urlsplit
+
+        from dreamlake.lakeshore.objects import layout
+
+        header, body = layout.body_of(data)
+        self.blob = layout.prefix_of(header) + bytes(body)
+        self.headers = {
+            "authorization": f"Bearer {token}",
+            "content-type": "application/octet-stream",
+            "x-lakeshore-size": str(body.nbytes),
+            "x-lakeshore-digest": layout.digest_of(body),
+        }
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "", parts.port
+        self.into = bytearray(len(self.blob))
+
+    def transfer(self) -> tuple[float, float, float]:
+        """(PUT+GET, PUT, GET) ms of one transfer, under a new id."""
+        import http.client
+
+        from ulid import ULID
+
+        path = f"/v1/namespaces/default/objects/{str(ULID()).lower()}"
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        start = time.perf_counter()
+        conn.request("PUT", path, body=self.blob, headers=self.headers)
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 201, answer.status
+        middle = time.perf_counter()
+        conn.request("GET", path, headers={"authorization": self.headers["authorization"]})
+        answer = conn.getresponse()
+        got = answer.readinto(memoryview(self.into))
+        assert got == len(self.blob), got
+        end = time.perf_counter()
+        conn.close()
+        return (end - start) * 1000, (middle - start) * 1000, (end - middle) * 1000
 
 
 # -- floors ---------------------------------------------------------------------------------------

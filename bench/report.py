@@ -49,6 +49,7 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "embedded": ("huey (SqliteHuey)",),
     "postgres": ("procrastinate", "pgqueuer"),
     "payload": ("rq (SimpleWorker)", "ray (local tasks)"),
+    "locality": ("lakeshore http, locality off (wait 0)",),
 }
 SUITE_TITLES = {
     "rpc": "1. RPC: q.call of a no-op, one producer, one worker (latency; lower is better)",
@@ -58,6 +59,7 @@ SUITE_TITLES = {
     "postgres": "4b. Postgres plane vs pgqueuer / procrastinate, one process",
     "idle": "4c. Idle cost: a worker with nothing to do",
     "scale": "5. Scale: idle long-polls held by one server (SQLite) and by 2 replicas (Postgres)",
+    "locality": "6. Locality: jobs reading a Ref held on host A, one worker on A and one on B",
 }
 
 
@@ -122,6 +124,23 @@ def _find(ms: list[Any], suite: str, metric: str, system: str, dur: str = "") ->
         if same and (not dur or m.durability == dur):
             return m
     return None
+
+
+def _plane_tier_rows(ms: list[Any]) -> list[list[str]]:
+    """Issue 15: 64 MiB between two hosts through the plane within 2x of raw HTTP through the
+    same server (both measured in bench/payload.py's `plane_tier`)."""
+    plane = _find(ms, "payload", "p50, 64 MiB", "lakeshore two hosts, plane tier: A put + B get")
+    floor = _find(ms, "payload", "p50, 64 MiB", "floor: raw HTTP PUT+GET, same server")
+    if plane is None or floor is None:
+        return []
+    r = plane.median / floor.median
+    return [
+        [
+            "two hosts, plane tier: 64 MiB put + get within 2x of raw HTTP (issue 15)",
+            f"{r:.2f}x the floor ({_fmt(plane.median)} vs {_fmt(floor.median)} ms)",
+            "met" if r <= 2.0 else "MISSED",
+        ]
+    ]
 
 
 def targets(ms: list[Any]) -> list[list[str]]:
@@ -192,6 +211,7 @@ def targets(ms: list[Any]) -> list[list[str]]:
                 "met" if r <= 1.5 else "MISSED",
             ]
         )
+    rows += _plane_tier_rows(ms)
     fan = _find(ms, "fanout", "complete", "lakeshore http (sqlite)", full)
     ratio_row(
         "HTTP fan-out, 2 daemons >= 5x RQ (SimpleWorker)",

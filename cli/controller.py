@@ -17,7 +17,7 @@ CONTROLLER_EVENTS = ("scaled", "desired", "terminated", "scale_error")
 
 
 def controller_figures(plane: Plane, queue: str) -> dict[str, Any]:
-    """{desired, actual, scaling_reason} for `queues stats` (desired '-' if never decided)."""
+    """{desired, actual, scaling_reason} for `queues stats` (desired None if never decided)."""
     stats_actual = None
     try:
         stats_actual = plane.stats(queue).get("daemon_count")
@@ -32,7 +32,7 @@ def controller_figures(plane: Plane, queue: str) -> dict[str, Any]:
                 "scaling_reason": detail.get("reason", ""),
                 "scaling_target": detail.get("target", ""),
             }
-    return {"desired": "-", "actual": stats_actual}
+    return {"desired": None, "actual": stats_actual}
 
 
 @click.command(

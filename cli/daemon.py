@@ -7,7 +7,6 @@ sets the row's state (the daemon sees it at its next heartbeat, finishes its job
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -19,12 +18,13 @@ from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import WorkerInfo
+from .output import emit_json, hidden_alias, json_option
 from .params import seconds
 
 
 @click.group("daemon")
 def daemon() -> None:
-    """Worker daemons: list, show, change membership, drain."""
+    """Worker daemons: ls, show, change membership, drain."""
 
 
 def _plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
@@ -71,10 +71,10 @@ def worker_json(row: WorkerInfo) -> dict[str, Any]:
     }
 
 
-@daemon.command("list")
+@daemon.command("ls")
 @plane_options
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
-def list_(url: str | None, token: str | None, namespace: str | None, as_json: bool) -> None:
+def ls(url: str | None, token: str | None, namespace: str | None, as_json: bool) -> None:
     """Live worker daemons of the namespace (rows marked gone are left out)."""
     plane = _plane(url, token, namespace)
     try:
@@ -82,7 +82,7 @@ def list_(url: str | None, token: str | None, namespace: str | None, as_json: bo
     finally:
         plane.close()
     if as_json:
-        click.echo(json.dumps([worker_json(r) for r in rows], indent=2))
+        emit_json([worker_json(r) for r in rows])
         return
     table = Table("name", "state", "queues", "host", "slots", "gpus", "heartbeat")
     for r in rows:
@@ -99,6 +99,9 @@ def list_(url: str | None, token: str | None, namespace: str | None, as_json: bo
     Console().print(table)
 
 
+hidden_alias(daemon, "ls", "list")
+
+
 @daemon.command("show")
 @click.argument("name")
 @plane_options
@@ -113,7 +116,7 @@ def show(
     finally:
         plane.close()
     if as_json:
-        click.echo(json.dumps(worker_json(row), indent=2))
+        emit_json(worker_json(row))
         return
     busy, total = _slots(row)
     load = row.load
@@ -160,12 +163,14 @@ def show(
 @click.option(
     "--force", is_flag=True, help="Allow removing its last queue (it then idles, claiming nothing)."
 )
+@json_option
 @plane_options
 def update(
     name: str,
     add: tuple[str, ...],
     remove: tuple[str, ...],
     force: bool,
+    as_json: bool,
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -175,7 +180,8 @@ def update(
         raise click.UsageError("nothing to change: pass --add-queue and/or --remove-queue")
     plane = _plane(url, token, namespace)
     try:
-        left = set(plane.worker(name).queues) - set(remove) | set(add)
+        before = plane.worker(name).queues
+        left = set(before) - set(remove) | set(add)
         if not left and not force:
             raise click.UsageError(
                 f"that removes {name}'s last queue: it would idle, serving nothing "
@@ -184,7 +190,19 @@ def update(
         row = plane.update_worker_queues(name, add=add, remove=remove)
     finally:
         plane.close()
-    click.echo(f"{row.name}: queues {_queues(row)}")
+    if as_json:
+        emit_json(
+            {
+                "daemon": row.name,
+                "id": row.id,
+                "queues_before": before,
+                "queues": row.queues,
+                "added": sorted(set(row.queues) - set(before)),
+                "removed": sorted(set(before) - set(row.queues)),
+            }
+        )
+    else:
+        click.echo(f"{row.name}: queues {_queues(row)}")
 
 
 @daemon.command("drain")
@@ -198,20 +216,34 @@ def update(
     metavar="SECONDS",
     help="Wait up to this long for the daemon to finish and leave.",
 )
+@json_option
 def drain(
-    name: str, url: str | None, token: str | None, namespace: str | None, wait_s: float | None
+    name: str,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+    wait_s: float | None,
+    as_json: bool,
 ) -> None:
-    """Ask a daemon to stop claiming, finish its jobs and exit (seen at its next heartbeat)."""
+    """Ask a daemon to stop claiming, finish its jobs and exit (seen at its next heartbeat).
+
+    With --json the state lines go to stderr and stdout gets one object: the state before and
+    after (`gone` once it left, with --wait).
+    """
     plane = _plane(url, token, namespace)
     try:
+        before = plane.worker(name).state
         row = plane.set_worker_state(name, "draining")
-        click.echo(f"{row.name}: draining")
+        click.echo(f"{row.name}: draining", err=as_json)
+        state = row.state
         if wait_s is not None:
             deadline = time.monotonic() + wait_s
-            while plane.worker(row.id).state != "gone":
+            while (state := plane.worker(row.id).state) != "gone":
                 if time.monotonic() > deadline:
                     raise click.ClickException(f"{row.name} still running after {wait_s:g}s")
                 time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-            click.echo(f"{row.name}: gone")
+            click.echo(f"{row.name}: gone", err=as_json)
     finally:
         plane.close()
+    if as_json:
+        emit_json({"daemon": row.name, "id": row.id, "state_before": before, "state": state})

@@ -45,6 +45,8 @@ from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import STATES, TERMINAL_STATES, Frame, Invocation
+from . import output
+from .output import hidden_alias
 from .params import count
 
 #: Exit status of a command that waited for a job, by the job's final state.
@@ -89,7 +91,8 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def emit_json(value: Any, *, indent: int | None = 2) -> None:
-    click.echo(json.dumps(value, indent=indent, sort_keys=True, default=str))
+    """One JSON document, times as ISO 8601 (cli/output.py)."""
+    output.emit_json(value, indent=indent)
 
 
 def preview(data: bytes | None) -> Any:
@@ -222,6 +225,9 @@ def ls(
     console().print(table)
     if len(rows) == limit:
         click.echo(f"(more: --before {rows[-1].id})", err=True)
+
+
+hidden_alias(jobs, "ls", "list")
 
 
 @jobs.command("show")

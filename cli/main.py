@@ -23,6 +23,7 @@ COMMANDS = [
     ("providers", "providers"),
     ("controller", "controller"),
     ("systemd", "systemd"),
+    ("status", "status"),
 ]
 
 

@@ -1,4 +1,8 @@
-"""`lakeshore namespaces`: create namespaces and group them into orgs, on the store directly."""
+"""`lakeshore namespaces`: create namespaces and group them into orgs.
+
+With `--url` (or LAKESHORE_URL) and an admin token they go through the control plane's admin
+routes; without, they open the store directly (cli/admin_target.py).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .server import open_cli_store, store_option
+from .admin_target import admin_options, admin_target
 
 
 @click.group("namespaces")
@@ -19,33 +23,45 @@ def namespaces() -> None:
 @namespaces.command("add")
 @click.argument("name")
 @click.option("--org", default=None, help="Org to put the namespace in.")
-@store_option
-def add(name: str, org: str | None, store: str | None) -> None:
+@admin_options
+def add(name: str, org: str | None, url: str | None, token: str | None, store: str | None) -> None:
     """Create NAME (idempotent); with --org, move it into that org."""
 
-    sql = open_cli_store(store)
-    try:
-        sql.add_namespace(name, org)
-    finally:
-        sql.close()
+    with admin_target(url, token, store) as target:
+        target.add_namespace(name, org)
     click.echo(f"namespace {name}" + (f" (org {org})" if org else ""))
 
 
 @namespaces.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
-@store_option
-def ls(as_json: bool, store: str | None) -> None:
+@admin_options
+def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
     """List namespaces and their orgs."""
 
-    sql = open_cli_store(store)
-    try:
-        rows = sql.list_namespaces()
-    finally:
-        sql.close()
+    with admin_target(url, token, store) as target:
+        rows = target.list_namespaces()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table("name", "org", "created_at")
     for r in rows:
         table.add_row(str(r["name"]), str(r["org"] or ""), str(r["created_at"]))
+    Console().print(table)
+
+
+@namespaces.command("orgs")
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+@admin_options
+def orgs(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
+    """List orgs and their namespaces (an org exists while a namespace names it)."""
+
+    with admin_target(url, token, store) as target:
+        rows = target.list_orgs()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("org", "namespaces")
+    for r in rows:
+        members = r["namespaces"]
+        table.add_row(str(r["name"]), ", ".join(members if isinstance(members, list) else ()))
     Console().print(table)

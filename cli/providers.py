@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict
 from typing import Any
 
 import click
@@ -27,6 +26,7 @@ from ..plane.providers import ProviderInfo
 from ..providers import registry
 from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider
 from .daemon import daemon
+from .output import emit_json, hidden_alias, json_option
 from .params import seconds
 
 #: How often `--wait` re-reads the worker rows.
@@ -122,7 +122,7 @@ def add(
     finally:
         plane.close()
     if as_json:
-        click.echo(json.dumps(asdict(info), indent=2, sort_keys=True))
+        emit_json(info)
     else:
         click.echo(f"added provider {info.name} ({info.kind}) in {info.namespace}")
 
@@ -138,12 +138,15 @@ def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None)
     finally:
         plane.close()
     if as_json:
-        click.echo(json.dumps([asdict(r) for r in rows], indent=2, sort_keys=True))
+        emit_json(rows)
         return
     table = Table("name", "kind", "config")
     for r in rows:
         table.add_row(r.name, r.kind, ", ".join(f"{k}={v}" for k, v in sorted(r.config.items())))
     Console().print(table)
+
+
+hidden_alias(providers, "ls", "list")
 
 
 @providers.command("show")
@@ -160,7 +163,7 @@ def show(
     finally:
         plane.close()
     if as_json:
-        click.echo(json.dumps(asdict(info), indent=2, sort_keys=True))
+        emit_json(info)
         return
     table = Table(show_header=False, box=None)
     table.add_row("name", info.name)
@@ -173,15 +176,20 @@ def show(
 
 @providers.command("rm")
 @click.argument("name")
+@json_option
 @plane_options
-def rm(name: str, url: str | None, token: str | None, namespace: str | None) -> None:
+def rm(name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None) -> None:
     """Remove provider config NAME (running daemons are left alone)."""
     plane = open_plane(url, token, namespace)
     try:
         plane.delete_provider(name)
+        ns = plane.namespace
     finally:
         plane.close()
-    click.echo(f"removed provider {name}")
+    if as_json:
+        emit_json({"provider": name, "namespace": ns, "deleted": True})
+    else:
+        click.echo(f"removed provider {name}")
 
 
 # -- lakeshore daemon launch / stop -----------------------------------------------------------
@@ -203,6 +211,7 @@ def _plane_target(url: str | None) -> str:
 @click.option("--name", required=True, help="Daemons are named NAME-00, NAME-01, ...")
 @click.option("--wait", is_flag=True, help="Block until every daemon has registered.")
 @click.option("--timeout-s", type=seconds(0), default=600.0, show_default=True)
+@json_option
 @plane_options
 def launch(
     provider_name: str,
@@ -211,6 +220,7 @@ def launch(
     name: str,
     wait: bool,
     timeout_s: float,
+    as_json: bool,
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -236,11 +246,25 @@ def launch(
             check_name(n, "daemon")
         provider = _build(info)
         instances = provider.launch(spec, count)
-        click.echo(f"launched {len(instances)} daemon(s) via {info.name}: {', '.join(names)}")
+        # With --json, stdout is the one JSON document; the progress goes to stderr.
+        click.echo(
+            f"launched {len(instances)} daemon(s) via {info.name}: {', '.join(names)}",
+            err=as_json,
+        )
         if wait:
-            _wait_registered(plane, names, timeout_s, provider, instances)
+            _wait_registered(plane, names, timeout_s, provider, instances, stderr=as_json)
     finally:
         plane.close()
+    if as_json:
+        emit_json(
+            {
+                "provider": info.name,
+                "namespace": spec.namespace,
+                "daemons": names,
+                "instances": [i.id for i in instances],
+                "registered": wait,
+            }
+        )
 
 
 def _wait_registered(
@@ -249,6 +273,8 @@ def _wait_registered(
     timeout_s: float,
     provider: Provider,
     instances: list[Instance],
+    *,
+    stderr: bool = False,
 ) -> None:
     """Until every daemon registered; fails at once when an instance dies before it does."""
     deadline = time.monotonic() + timeout_s
@@ -258,6 +284,7 @@ def _wait_registered(
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         transient=False,
+        console=Console(stderr=stderr),
     ) as progress:
         task = progress.add_task("daemons", total=len(names))
         while True:
@@ -296,9 +323,15 @@ def _launched_rows(plane: Plane, name: str) -> list[Any]:
     show_default=True,
     help="How long the daemons may take to drain before their instances are terminated.",
 )
+@json_option
 @plane_options
 def stop(
-    name: str, timeout_s: float, url: str | None, token: str | None, namespace: str | None
+    name: str,
+    timeout_s: float,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
 ) -> None:
     """Drain daemon NAME (or all of a launch's NAME-NN), then terminate their instances."""
     plane = open_plane(url, token, namespace)
@@ -306,11 +339,12 @@ def stop(
         rows = _launched_rows(plane, name)
         for row in rows:
             plane.set_worker_state(row.id, "draining")
-        click.echo(f"draining {len(rows)} daemon(s): {', '.join(r.name for r in rows) or '-'}")
+        drained = ", ".join(r.name for r in rows) or "-"
+        click.echo(f"draining {len(rows)} daemon(s): {drained}", err=as_json)
         deadline = time.monotonic() + timeout_s
         while _live(plane, rows) and time.monotonic() < deadline:
             time.sleep(POLL_S)
-        stopped = 0
+        stopped: list[str] = []
         for info in plane.providers():
             try:
                 provider = _build(info)
@@ -325,12 +359,21 @@ def stop(
                 continue
             if found:
                 provider.terminate([i.id for i in found])
-                stopped += len(found)
-        click.echo(f"terminated {stopped} instance(s)")
+                stopped += [i.id for i in found]
+        click.echo(f"terminated {len(stopped)} instance(s)", err=as_json)
         if not rows and not stopped:
             raise click.ClickException(
                 f"no daemon named {name!r} (nor a launch {name!r} of NAME-NN daemons) in "
-                f"namespace '{plane.namespace}': see `lakeshore daemon list`"
+                f"namespace '{plane.namespace}': see `lakeshore daemon ls`"
+            )
+        if as_json:
+            emit_json(
+                {
+                    "name": name,
+                    "namespace": plane.namespace,
+                    "drained": [r.name for r in rows],
+                    "terminated": stopped,
+                }
             )
     finally:
         plane.close()

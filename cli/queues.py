@@ -21,10 +21,13 @@ from rich.table import Table
 
 from ..plane.base import Plane
 from ..plane.default import open_plane
+from ..plane.locality import DEFAULT_WAIT_S as DEFAULT_LOCALITY_WAIT_S
+from ..plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
 from ..plane.options import plane_options
 from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .controller import controller_figures
-from .params import count
+from .output import emit_json, hidden_alias
+from .params import count, seconds
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
@@ -43,6 +46,17 @@ def _json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
 
 
+def _locality_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--locality-wait-s",
+        type=seconds(0, MAX_LOCALITY_WAIT_S),
+        default=None,
+        help="admission.locality_wait_s: how long a job whose objects live on one host waits "
+        f"for a worker there before any worker takes it (0: never; default "
+        f"{DEFAULT_LOCALITY_WAIT_S:g}).",
+    )(fn)
+
+
 def _plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
@@ -52,7 +66,7 @@ def _plain(value: Any) -> Any:
 
 
 def _emit_json(value: Any) -> None:
-    click.echo(json.dumps(_plain(value), indent=2, sort_keys=True, default=str))
+    emit_json(_plain(value))
 
 
 def _when(ts: Any) -> str:
@@ -78,6 +92,11 @@ def _print_queue(info: Any, console: Console) -> None:
         table.add_row(key, str(getattr(info, key)))
     table.add_row("elasticity", _brief(info.elasticity))
     table.add_row("admission", _brief(info.admission))
+    wait = info.admission.get("locality_wait_s")
+    table.add_row(
+        "locality_wait_s",
+        f"{DEFAULT_LOCALITY_WAIT_S:g} (default)" if wait is None else f"{float(wait):g}",
+    )
     table.add_row("created", _when(info.created_at))
     table.add_row("updated", _when(info.updated_at))
     console.print(table)
@@ -109,6 +128,9 @@ def ls(
     Console().print(table)
 
 
+hidden_alias(queues, "ls", "list")
+
+
 @queues.command("add")
 @click.argument("name")
 @click.option("--kind", type=click.Choice(KINDS), default="fifo", show_default=True)
@@ -126,6 +148,7 @@ def ls(
 @click.option(
     "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
 )
+@_locality_option
 @_json_option
 @plane_options
 def add(
@@ -137,6 +160,7 @@ def add(
     description: str,
     max_depth: int | None,
     on_full: str | None,
+    locality_wait_s: float | None,
     as_json: bool,
     url: str | None,
     token: str | None,
@@ -149,7 +173,7 @@ def add(
             elasticity[key] = value
     if elasticity["kind"] in ("elastic", "fully_elastic") and "max" not in elasticity:
         raise click.UsageError(f"--elasticity {elasticity['kind']} needs --max N")
-    admission = _admission(max_depth, on_full)
+    admission = _admission(max_depth, on_full, locality_wait_s)
     with _plane(url, token, namespace) as plane:
         info = plane.create_queue(
             name, kind=kind, description=description, elasticity=elasticity, admission=admission
@@ -160,12 +184,16 @@ def add(
         click.echo(f"created queue {info.name} ({info.kind}) in {info.namespace}")
 
 
-def _admission(max_depth: int | None, on_full: str | None) -> dict[str, Any]:
+def _admission(
+    max_depth: int | None, on_full: str | None, locality_wait_s: float | None
+) -> dict[str, Any]:
     admission: dict[str, Any] = {}
     if max_depth is not None:
         admission["max_depth"] = max_depth
     if on_full is not None:
         admission["on_full"] = on_full
+    if locality_wait_s is not None:
+        admission["locality_wait_s"] = locality_wait_s
     return admission
 
 
@@ -198,6 +226,7 @@ def show(
     "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
 )
 @click.option("--description", default=None, help="Free text.")
+@_locality_option
 @click.option("--kind", "kind", default=None, hidden=True)
 @click.option("--elasticity", "elasticity", default=None, hidden=True)
 @_json_option
@@ -207,6 +236,7 @@ def patch(
     max_depth: int | None,
     on_full: str | None,
     description: str | None,
+    locality_wait_s: float | None,
     kind: str | None,
     elasticity: str | None,
     as_json: bool,
@@ -221,13 +251,15 @@ def patch(
             "over HTTP, or recreate the queue"
         )
     changes: dict[str, Any] = {}
-    admission = _admission(max_depth, on_full)
+    admission = _admission(max_depth, on_full, locality_wait_s)
     if admission:
         changes["admission"] = admission
     if description is not None:
         changes["description"] = description
     if not changes:
-        raise click.UsageError("nothing to patch: pass --max-depth, --on-full or --description")
+        raise click.UsageError(
+            "nothing to patch: pass --max-depth, --on-full, --locality-wait-s or --description"
+        )
     with _plane(url, token, namespace) as plane:
         info = plane.patch_queue(name, changes)
     if as_json:
@@ -260,12 +292,24 @@ _lifecycle("drain", "Stop admitting submits to NAME; in-flight work finishes.")
 @queues.command("rm")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Scrub NAME out of every worker's queues first.")
+@_json_option
 @plane_options
-def rm(name: str, force: bool, url: str | None, token: str | None, namespace: str | None) -> None:
+def rm(
+    name: str,
+    force: bool,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
     """Hard-delete NAME; refused while workers are members unless --force."""
     with _plane(url, token, namespace) as plane:
         plane.delete_queue(name, force=force)
-    click.echo(f"deleted queue {name}")
+        ns = plane.namespace
+    if as_json:
+        _emit_json({"queue": name, "namespace": ns, "deleted": True, "forced": force})
+    else:
+        click.echo(f"deleted queue {name}")
 
 
 @queues.command("events")
@@ -314,7 +358,7 @@ def stats(
         return
     table = Table(show_header=False, box=None)
     for key, value in figures.items():
-        shown = f"{value:.0%}" if key == "utilization" else str(value)
+        shown = f"{value:.0%}" if key == "utilization" else "-" if value is None else str(value)
         table.add_row(key, shown)
     Console().print(table)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..errors import DispatchError
 from ..plane.store import SqlStore
 from .params import seconds
 
@@ -59,6 +60,23 @@ def open_cli_store(store: str | None) -> SqlStore:
     "Retry-After beyond it, before the body is read). At least --max-body-mb.",
 )
 @click.option(
+    "--storage",
+    default=None,
+    help="Where objects uploaded through the control plane (the plane tier) are kept: "
+    "file:///dir or s3://bucket/prefix (default: $LAKESHORE_STORAGE, else "
+    "$LAKESHORE_HOME/storage).",
+)
+@click.option(
+    "--max-object-mb",
+    envvar="LAKESHORE_MAX_OBJECT_MB",
+    show_envvar=True,
+    default=4096,
+    show_default=True,
+    type=click.IntRange(1, 1024 * 1024),
+    help="Largest object accepted through the plane tier, in MiB (413 above it, before it is "
+    "read). Objects stream to storage, so this bounds disk, not memory.",
+)
+@click.option(
     "--header-timeout-s",
     envvar="LAKESHORE_HEADER_TIMEOUT_S",
     show_envvar=True,
@@ -77,6 +95,23 @@ def open_cli_store(store: str | None) -> SqlStore:
     type=seconds(0, 3600, low_open=True),
     help="Answer 408 and close when a request body sends no bytes for this long while the "
     "server reads it (a long-poll the server holds is not timed).",
+)
+@click.option(
+    "--ssl-certfile",
+    envvar="LAKESHORE_SSL_CERTFILE",
+    show_envvar=True,
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Serve https with this PEM certificate (chain); its key too unless --ssl-keyfile. "
+    "Clients trust it through the system store or LAKESHORE_CA_BUNDLE.",
+)
+@click.option(
+    "--ssl-keyfile",
+    envvar="LAKESHORE_SSL_KEYFILE",
+    show_envvar=True,
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The PEM private key of --ssl-certfile (unencrypted).",
 )
 @click.option(
     "--skip-integrity-check",
@@ -117,8 +152,12 @@ def server(
     store: str | None,
     max_body_mb: int,
     body_budget_mb: int,
+    storage: str | None,
+    max_object_mb: int,
     header_timeout_s: float,
     body_timeout_s: float,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
     skip_integrity_check: bool,
     log_level: str,
     retain_frames_s: float,
@@ -132,6 +171,7 @@ def server(
             "could never be admitted; raise the budget or lower the limit",
             param_hint="'--body-budget-mb'",
         )
+    check_tls(ssl_certfile, ssl_keyfile)  # before the store is opened or a token printed
     try:
         import uvicorn
 
@@ -145,6 +185,12 @@ def server(
     from ..home import home
     from ..plane.auth import bootstrap
     from ..signing import load_key
+    from ..storage import storage as open_storage
+
+    try:
+        objects = open_storage(storage)  # a bad URL is refused here, not at a first upload
+    except DispatchError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--storage'") from None
 
     sql = open_cli_store(store)
     problem = sql.integrity_problem(check=not skip_integrity_check)
@@ -178,8 +224,11 @@ def server(
         retain_frames_s=retain_frames_s or None,
         retain_invocations_s=retain_invocations_s or None,
         retention_interval_s=retention_interval_s,
+        storage=objects,
+        max_object=max_object_mb * 1024 * 1024,
     )
-    click.echo(f"lakeshore server on http://{host}:{port}", err=True)
+    scheme = "https" if ssl_certfile else "http"
+    click.echo(f"lakeshore server on {scheme}://{host}:{port}", err=True)
     uvicorn.run(
         app,
         host=host,
@@ -188,4 +237,33 @@ def server(
         timeout_graceful_shutdown=3,
         http=timed_protocol(header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s),
         access_log=log_level in ("info", "debug"),
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
+
+
+def check_tls(certfile: str | None, keyfile: str | None) -> None:
+    """Load the certificate and key as uvicorn will, so a wrong path or a key that does not
+    match is one line naming the option, not a traceback from inside uvicorn's startup."""
+    if certfile is None:
+        if keyfile is not None:
+            raise click.BadParameter(
+                "a key without a certificate: give --ssl-certfile too", param_hint="'--ssl-keyfile'"
+            )
+        return
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            certfile,
+            keyfile,
+            password="",  # an encrypted key fails here, never prompts
+        )
+    except (OSError, ssl.SSLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        files = f"{certfile!r}" + (f" and --ssl-keyfile {keyfile!r}" if keyfile else "")
+        raise click.BadParameter(
+            f"cannot load the TLS certificate {files} ({why}): give a PEM certificate and "
+            "its unencrypted PEM key",
+            param_hint="'--ssl-certfile'",
+        ) from None

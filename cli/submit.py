@@ -1,14 +1,14 @@
 """`lakeshore submit`: a producer from a shell.
 
-    lakeshore submit QUEUE --json '{"lr": 0.1}' [--key K] [--priority P] [--wait]
+    lakeshore submit QUEUE --payload-json '{"lr": 0.1}' [--key K] [--priority P] [--wait]
 
-The payload is any JSON value (`--json -` reads it from stdin, `--json @file.json` from a
-file); it rides as plain msgpack, which a daemon's `--handler` or any custom worker receives as
-the decoded value. Without `--wait` the invocation id is the only line on stdout, so
-`ID=$(lakeshore submit ...)` works. With `--wait`, progress goes to stderr (a live status line on
-a terminal, one line per state change otherwise), stdout gets one JSON object
-`{id, state, result, error}`, and the exit status names the outcome (see `lakeshore jobs
---help`: 0 succeeded, 10 failed, 11 cancelled, 12 killed, 13 timeout, 124 still running).
+The payload is any JSON value (`--payload-json -` reads it from stdin, `--payload-json @f.json`
+from a file), or a plain string with `--payload TEXT`; it rides as plain msgpack, which a daemon's
+`--handler` or any custom worker receives as the decoded value. Without `--wait` the invocation id
+is the only line on stdout, so `ID=$(lakeshore submit ...)` works. With `--wait`, progress goes to
+stderr (a live status line on a terminal, one line per state change otherwise), stdout gets one
+JSON object `{id, state, result, error}`, and the exit status names the outcome (see `lakeshore
+jobs --help`: 0 succeeded, 10 failed, 11 cancelled, 12 killed, 13 timeout, 124 still running).
 """
 
 from __future__ import annotations
@@ -37,10 +37,31 @@ from .jobs import (
 )
 from .params import Finite, seconds
 
+#: `--json` meant the payload before it meant output format everywhere else; it still works for
+#: one release, with this warning on stderr.
+JSON_DEPRECATED = (
+    "warning: `submit --json PAYLOAD` is deprecated and will be removed in the next release: "
+    "use --payload-json (or --payload TEXT for a plain string)"
+)
 
-def _payload(text: str) -> Any:
-    """The --json value: literal JSON, `-` for stdin, `@path` for a file."""
-    source = "--json"
+
+def _choose_payload(text: str | None, as_json: str | None, legacy: str | None) -> Any:
+    """The one payload option given (none: null); the deprecated --json warns and still works."""
+    options = (("--payload", text), ("--payload-json", as_json), ("--json", legacy))
+    given = [name for name, value in options if value is not None]
+    if len(given) > 1:
+        raise click.UsageError(f"give one payload option, not {' and '.join(given)}")
+    if text is not None:
+        return text
+    if legacy is not None:
+        click.echo(JSON_DEPRECATED, err=True)
+        return _payload(legacy, "--json")
+    return _payload("null" if as_json is None else as_json, "--payload-json")
+
+
+def _payload(text: str, option: str) -> Any:
+    """A JSON payload option's value: literal JSON, `-` for stdin, `@path` for a file."""
+    source = option
     if text == "-":
         text, source = sys.stdin.read(), "stdin"
     elif text.startswith("@"):
@@ -48,15 +69,15 @@ def _payload(text: str) -> Any:
         try:
             text, source = path.read_text(), str(path)
         except OSError as exc:
-            raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--json") from None
+            raise click.BadParameter(f"cannot read {path}: {exc}", param_hint=option) from None
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON ({source}): {exc}", param_hint="--json") from None
+        raise click.BadParameter(f"not valid JSON ({source}): {exc}", param_hint=option) from None
     except RecursionError:
         raise click.BadParameter(
             f"the JSON ({source}) is nested deeper than a payload may be: flatten it",
-            param_hint="--json",
+            param_hint=option,
         ) from None
 
 
@@ -94,12 +115,15 @@ def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> I
 @click.command("submit")
 @click.argument("queue")
 @click.option(
-    "--json",
-    "payload",
-    default="null",
-    show_default=True,
+    "--payload-json",
+    "payload_json",
+    default=None,
     metavar="JSON",
-    help="The payload: a JSON value, '-' for stdin, or @file.json.",
+    help="The payload: a JSON value, '-' for stdin, or @file.json (default: null).",
+)
+@click.option("--payload", "payload_text", default=None, help="The payload: this plain string.")
+@click.option(
+    "--json", "legacy_json", default=None, hidden=True, help="Deprecated: use --payload-json."
 )
 @click.option("--key", default=None, help="Idempotency key: the same key returns the same id.")
 @click.option("--priority", type=Finite(), default=None, help="Priority (higher runs first).")
@@ -130,7 +154,9 @@ def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> I
 @plane_options
 def submit(
     queue: str,
-    payload: str,
+    payload_json: str | None,
+    payload_text: str | None,
+    legacy_json: str | None,
     key: str | None,
     priority: float | None,
     max_attempts: int,
@@ -142,8 +168,8 @@ def submit(
     token: str | None,
     namespace: str | None,
 ) -> None:
-    """Submit one job with a JSON payload to QUEUE; prints its id."""
-    value = _payload(payload)
+    """Submit one job to QUEUE (payload: --payload-json or --payload); prints its id."""
+    value = _choose_payload(payload_text, payload_json, legacy_json)
     with plane_session(url, token, namespace) as plane:
         q = SyncQueue(queue, dispatch=plane)
         inv_id = q.submit(

@@ -1,4 +1,8 @@
-"""`lakeshore tokens`: mint and list bearer tokens, on the store directly (control host only).
+"""`lakeshore tokens`: mint, list and revoke bearer tokens.
+
+With `--url` (or LAKESHORE_URL) and an admin token they go through the control plane's admin
+routes, from anywhere; without, they open the store directly (the control host), which is how
+the first tokens come to exist (cli/admin_target.py). `--expires-in 30d` gives a token an end.
 
 Each token holds scopes (docs/security.md): `--scope` picks them, repeatable; without it a token
 gets every namespace scope, what a token could always do. A token meant for a producer that sends
@@ -7,14 +11,37 @@ data (not code) is `--scope submit-data --scope read`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import DispatchError
 from ..plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes
-from .server import open_cli_store, store_option
+from ..prune import parse_duration
+from .admin_target import admin_options, admin_target
+
+
+def lifetime(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """--expires-in: plain seconds (3600) or a number with a unit s, m, h, d or w (90m, 30d)."""
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except DispatchError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} is not a lifetime: give more than 0 (30d, 12h, 90m)")
+    return seconds
+
+
+def _when(epoch: object) -> str:
+    """An epoch time as a table shows it (UTC, to the second); '' for none."""
+    if not isinstance(epoch, (int, float)):
+        return ""
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 @click.group("tokens")
@@ -42,66 +69,77 @@ def tokens() -> None:
     "Adds admin to the other scopes (the default set without --scope); --scope admin alone "
     "opens the fleet routes and nothing else.",
 )
-@store_option
+@click.option(
+    "--expires-in",
+    callback=lifetime,
+    metavar="DURATION",
+    default=None,
+    help="Lifetime: seconds or 90m, 12h, 30d, 2w. Afterwards the token gets 401 saying it "
+    "expired. Default: never.",
+)
+@admin_options
 def create(
     namespace: str,
     org: str | None,
     label: str,
     scopes: tuple[str, ...],
     admin: bool,
+    expires_in: float | None,
+    url: str | None,
+    token: str | None,
     store: str | None,
 ) -> None:
     """Create a token for NAMESPACE (created if missing) and print it once."""
 
-    sql = open_cli_store(store)
-    try:
-        token = sql.create_token(
-            namespace, label=label, org=org, admin=admin, scopes=scopes or None
+    with admin_target(url, token, store) as target:
+        secret = target.create_token(
+            namespace,
+            label=label,
+            org=org,
+            admin=admin,
+            scopes=scopes or None,
+            expires_in_s=expires_in,
         )
-    finally:
-        sql.close()
-    click.echo(token)
+    click.echo(secret)
 
 
 @tokens.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
-@store_option
-def ls(as_json: bool, store: str | None) -> None:
-    """List tokens (digest prefix, namespace, label, scopes); the secrets are not stored."""
+@admin_options
+def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
+    """List tokens (digest prefix, namespace, label, scopes, expiry); the secrets are not stored."""
 
-    sql = open_cli_store(store)
-    try:
-        rows = sql.list_tokens()
-    finally:
-        sql.close()
+    with admin_target(url, token, store) as target:
+        rows = target.list_tokens()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("digest", "namespace", "label", "scopes", "created_at")
+    table = Table("digest", "namespace", "label", "scopes", "created", "expires")
     for r in rows:
         scopes = r["scopes"]
         shown = format_scopes(scopes if isinstance(scopes, list) else ()) or "none"
         table.add_row(
-            str(r["hash"]), str(r["namespace"]), str(r["label"]), shown, str(r["created_at"])
+            str(r["hash"]),
+            str(r["namespace"]),
+            str(r["label"]),
+            shown,
+            _when(r["created_at"]),
+            _when(r.get("expires_at")) or "never",
         )
     Console().print(table)
 
 
 @tokens.command("revoke")
 @click.argument("digest")
-@store_option
-def revoke(digest: str, store: str | None) -> None:
+@admin_options
+def revoke(digest: str, url: str | None, token: str | None, store: str | None) -> None:
     """Revoke the token whose digest starts with DIGEST (the prefix `tokens ls` shows).
 
     A running server stops accepting it within a few seconds (its grant cache's lifetime).
     """
-    from ..errors import DispatchError
-
-    sql = open_cli_store(store)
-    try:
-        row = sql.revoke_token(digest)
-    except DispatchError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        sql.close()
+    with admin_target(url, token, store) as target:
+        try:
+            row = target.revoke_token(digest)
+        except DispatchError as exc:
+            raise click.ClickException(str(exc)) from None
     click.echo(f"revoked {row['hash']} ({row['namespace']}, {row['label'] or 'no label'})")

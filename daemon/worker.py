@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..objects.plane import child_environment
 from ..plane.base import Plane
 from ..work.core import (
     EXIT_CONFIG,
@@ -94,6 +95,7 @@ class Daemon(WorkerCore):
         self._gpus = gpus
         ctx = spawn_context()
         env = {"LAKESHORE_STORAGE": config.storage} if config.storage else {}
+        env |= child_environment(self.plane)  # its jobs' objects go through this plane
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(

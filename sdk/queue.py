@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import inspect
 import os
 import socket
@@ -99,12 +100,16 @@ def encode_submit(
     run = run or current_run()
     if isinstance(body, Envelope) and body.run is None and run is not None:
         body = replace(body, run=run)  # the job carries its run to the worker
+    # Above the inline limit: a ref to a spilled copy. `host`: where the payload's objects
+    # live, so a worker there claims it first (docs/objects.md, locality).
+    data, host = spill.dumps_located(body)
     return SubmitRequest(
-        payload=spill.dumps(body),  # above the inline limit: a ref to a spilled copy
+        payload=data,
         key=key,
         priority=priority,
         max_attempts=max_attempts,
         timeout_s=timeout_s if timeout_s is not None else getattr(body, "timeout_s", None),
+        host=host,
     )
 
 
@@ -120,6 +125,23 @@ async def _to_thread(fn: Callable[P, _R], /, *args: P.args, **kwargs: P.kwargs) 
     import asyncio
 
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _through_plane(
+    verb: Callable[Concatenate[_SQ, P], _R],
+) -> Callable[Concatenate[_SQ, P], _R]:
+    """Run a verb with its queue's plane as the caller's plane for objects (objects/plane.py):
+    a spilled value's durable copy goes up through it when it is a control plane over HTTP and
+    no storage is configured, and a plane-tier Ref is read back with its token."""
+
+    @functools.wraps(verb)
+    def run(self: _SQ, /, *args: P.args, **kwargs: P.kwargs) -> _R:
+        from .objects.plane import using  # the object store, imported by the first verb
+
+        with using(self.dispatch):
+            return verb(self, *args, **kwargs)
+
+    return run
 
 
 #: Derived handles (`bind`, `for_run`) one queue keeps; the oldest is dropped past this.
@@ -436,6 +458,7 @@ class SyncQueue:
         req = self._request(payload, envelope, key, priority, max_attempts, timeout_s)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
+    @_through_plane
     def _request(
         self,
         payload: Any = None,
@@ -449,6 +472,7 @@ class SyncQueue:
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
         return encode_submit(payload, envelope, key, priority, max_attempts, timeout_s, self.run_id)
 
+    @_through_plane
     def submit_many(
         self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
     ) -> list[str]:
@@ -462,6 +486,7 @@ class SyncQueue:
         ]
         return self.dispatch.submit(self.name, reqs)
 
+    @_through_plane
     def result(
         self,
         inv_id: str,
@@ -501,6 +526,7 @@ class SyncQueue:
             raise TimeoutError(f"invocation {inv.id} still {inv.state} after {timeout}s")
         return result_of(inv, allow_pickle=self._pickles(allow_pickle))
 
+    @_through_plane
     def stream(
         self,
         inv_id: str,
@@ -543,13 +569,21 @@ class SyncQueue:
         return self._job(claim) if claim else None
 
     def claim_raw(
-        self, *, wait: float = 0.0, lease_s: float = DEFAULT_LEASE_S, worker: str | None = None
+        self,
+        *,
+        wait: float = 0.0,
+        lease_s: float = DEFAULT_LEASE_S,
+        worker: str | None = None,
+        host: str | None = None,
     ) -> Claim | None:
         """The wire claim (payload still encoded), for loops that settle through the plane.
 
         The claim asks for this queue's kind and current temperature; a claimed job advances
-        the anneal schedule.
+        the anneal schedule. It names this box's host id (or `host`), so jobs whose objects
+        live in this box's tier come here first (docs/objects.md, locality).
         """
+        from .objects import host_id  # the object store, imported by the first claim
+
         self._first_use(submitting=False)
         annealing = self._annealing
         claim = self.dispatch.claim(
@@ -559,11 +593,13 @@ class SyncQueue:
             kind=self.kind,
             temperature=annealing.current() if annealing else self.temperature,
             wait_s=wait,
+            host=host or host_id(),
         )
         if claim is not None and annealing is not None:
             annealing.claimed()
         return claim
 
+    @_through_plane
     def _job(self, claim: Claim) -> Job:
         from . import spill
 
@@ -577,6 +613,7 @@ class SyncQueue:
             timeout_s=claim.timeout_s,
         )
 
+    @_through_plane
     def ack(self, job: Job, result: Any = None) -> None:
         from . import spill
 

@@ -16,13 +16,14 @@ from typing import Any, Final
 import msgpack
 
 from .errors import InvalidArgument
+from .types import HOST_PATTERN
 
 #: The codec's ext type for a Ref (beside 48, a StorageRef).
 EXT_OBJECT_REF: Final = 49
 
 KINDS: Final = ("ndarray", "value")
 _ID = re.compile(r"[0-9a-z]{26}")
-_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_HOST = HOST_PATTERN
 _DIGEST = re.compile(r"[0-9a-f]{32}")
 
 
@@ -36,7 +37,8 @@ class Ref:
     shape: tuple[int, ...] | None = None
     #: The host whose host tier holds a copy (None: none does).
     host: str | None = None
-    #: The storage URL holding the durable copy (None: the object is not durable).
+    #: The storage URL holding the durable copy (None: the object is not durable); a
+    #: `lakeshore+http(s)://HOST/v1/namespaces/NS` URL is a control plane's (the plane tier).
     storage: str | None = None
     #: Stands in for a payload, result or frame too big to ride inline (spill.py): readers get
     #: the value, not the Ref, and retention deletes the object with what carried it.

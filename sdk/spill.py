@@ -21,8 +21,11 @@ keeps spilled objects in the host tier only, for work that never leaves the box 
 survive a reboot (Ray's model).
 
 Where durable copies go: the storage given to the call, else `configure(storage=...)`, else the
-job's storage when inside a running job (`dls.run`), else `$LAKESHORE_STORAGE`, else
-`$LAKESHORE_HOME/storage`. A Ref names its storage's URL, so a reader needs access, not config.
+job's storage when inside a running job that was given one (`dls.run`), else
+`$LAKESHORE_STORAGE`; with none of those, the plane tier when the caller's plane is a control
+plane over HTTP (objects/plane.py: hosts that share only the control plane), else
+`$LAKESHORE_HOME/storage`. A Ref names its durable copy's URL, so a reader needs access (or a
+token for that plane), not config.
 """
 
 from __future__ import annotations
@@ -33,19 +36,19 @@ import sys
 import threading
 from typing import Any, Final
 
-from . import codec, objects
+from . import codec, locality, objects
 from .envelope import Envelope, Thunk
 from .errors import InvalidArgument
 from .ref import Ref
 from .run import current as current_job
-from .storage import MAX_REF_BYTES, Storage, StorageRef, sniff_ref
-from .storage import storage as open_storage
+from .storage import MAX_REF_BYTES, Storage, StorageRef, default_storage_url, sniff_ref
 
 __all__ = [
     "DEFAULT_INLINE_LIMIT",
     "SPILL_PREFIX",
     "configure",
     "dumps",
+    "dumps_located",
     "inline_limit",
     "is_spilled",
     "loads",
@@ -116,27 +119,32 @@ def inline_limit() -> int:
     return DEFAULT_INLINE_LIMIT
 
 
-def spill_storage(storage: str | Storage | None = None) -> Storage:
-    """Where a spill goes (see the module docstring for the order)."""
+def spill_storage(storage: str | Storage | None = None) -> Storage | objects.PlaneTier:
+    """Where a spill's durable copy goes (see the module docstring for the order)."""
     if storage is not None:
-        return open_storage(storage)
+        return objects.durable_target(storage)
     configured = _settings["storage"]
     if configured is not None:
-        return open_storage(configured)
+        return objects.durable_target(configured)
     job = current_job()
-    if job is not None:
+    if job is not None and job.storage.url != default_storage_url():  # a job's own storage
         return job.storage
-    return open_storage(None)
+    return objects.durable_target(None)  # the plane tier over HTTP, unless storage is set
 
 
 def spill(data: bytes, *, limit: int | None = None, storage: str | Storage | None = None) -> bytes:
     """`data` itself when it fits the inline limit, else the encoded Ref of a spilled copy."""
-    if len(data) <= (inline_limit() if limit is None else _check_limit(limit)):
+    return _spill(data, inline_limit() if limit is None else _check_limit(limit), storage, [])
+
+
+def _spill(data: bytes, cap: int, storage: str | Storage | None, made: list[Ref]) -> bytes:
+    if len(data) <= cap:
         return data
     keep = durable()
     ref = objects.put_encoded(
         data, durable=keep, storage=spill_storage(storage) if keep else None, spilled=True
     )
+    made.append(ref)
     return codec.encode(ref)
 
 
@@ -147,13 +155,35 @@ def dumps(value: Any, *, limit: int | None = None, storage: str | Storage | None
     which the worker gets back as a view (`resolve_call`) while the rest of the call is pickled.
     """
     cap = inline_limit() if limit is None else _check_limit(limit)
+    return _dumps(value, cap, storage, [])
+
+
+def dumps_located(
+    value: Any, *, limit: int | None = None, storage: str | Storage | None = None
+) -> tuple[bytes, str | None]:
+    """`dumps(value)`, and the host a job carrying it should run on: the one whose tier holds
+    the most bytes of the objects it refers to, its spills included (`locality.host_of`), or
+    None when those are no more than the inline limit (a submit's locality hint)."""
+    cap = inline_limit() if limit is None else _check_limit(limit)
+    made: list[Ref] = []
+    data = _dumps(value, cap, storage, made)
+    return data, locality.host_of([*made, *locality.refs_in(value)], least=cap)
+
+
+def _dumps(value: Any, cap: int, storage: str | Storage | None, made: list[Ref]) -> bytes:
+    """`dumps`, appending each object it puts to `made`."""
+
+    def put(array: Any) -> Ref:
+        made.append(_put(array, storage))
+        return made[-1]
+
     if _big_array(value, cap):
-        return codec.encode(_put(value, storage))
+        return codec.encode(put(value))
     if isinstance(value, Thunk | Envelope) and (value.args or value.kwargs):
-        args = tuple(_put(a, storage) if _big_array(a, cap) else a for a in value.args)
-        kwargs = {k: _put(v, storage) if _big_array(v, cap) else v for k, v in value.kwargs.items()}
+        args = tuple(put(a) if _big_array(a, cap) else a for a in value.args)
+        kwargs = {k: put(v) if _big_array(v, cap) else v for k, v in value.kwargs.items()}
         value = dataclasses.replace(value, args=args, kwargs=kwargs)
-    return spill(codec.encode(value), limit=cap, storage=storage)
+    return _spill(codec.encode(value), cap, storage, made)
 
 
 def _big_array(value: Any, cap: int) -> bool:
@@ -248,6 +278,9 @@ def delete_refs(refs: list[StorageRef]) -> list[str]:
     problems: list[str] = []
     for ref in refs:
         if not is_spilled(ref):
+            continue
+        if objects.plane.is_plane_url(ref.url):
+            problems.append(f"{ref.url}/{ref.key}: kept (retention of plane-tier copies: not yet)")
             continue
         try:
             ref.delete()

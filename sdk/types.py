@@ -38,6 +38,9 @@ DEFAULT_NAMESPACE = "default"
 #: "training-h100\n" would look like "training-h100" in every table.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NAME_LENGTH = 128
+#: A host id as Refs, worker rows and locality hints carry it (`objects.host_id()`: the
+#: `LAKESHORE_HOST_ID`, else the hostname folded into this alphabet). Always `fullmatch`ed.
+HOST_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def normalize_kind(kind: str) -> Kind:
@@ -61,6 +64,16 @@ def check_name(name: object, what: str = "queue") -> str:
             f"(lowercase letters, digits and '-', at most {MAX_NAME_LENGTH} characters)"
         )
     return name
+
+
+def check_host(host: object, what: str = "host") -> str | None:
+    """A host id, or None; anything else is refused naming `what` and the alphabet allowed."""
+    if host is None or (isinstance(host, str) and HOST_PATTERN.fullmatch(host)):
+        return host
+    raise InvalidArgument(
+        f"{what} must be a host id: a letter or digit, then up to 127 letters, digits, '.', "
+        f"'_' or '-' (the LAKESHORE_HOST_ID of a box, else its hostname); got {host!r}"
+    )
 
 
 def storable_text(text: str) -> str:
@@ -111,6 +124,10 @@ class SubmitRequest:
     priority: float = 0.0
     max_attempts: int = 3
     timeout_s: float | None = None
+    #: Locality: the host whose tier holds most of the bytes the payload's Refs point at (the
+    #: producer computes it; the plane never decodes a payload). A claim from another host
+    #: passes the job by for the queue's `admission.locality_wait_s`. None: no preference.
+    host: str | None = None
 
 
 @dataclass(frozen=True)

@@ -117,15 +117,24 @@ def inline_worker(
     )
 
     def slot(index: int, sink: JobSink) -> InlineSlot:
-        return InlineSlot(index, sink, handler=handler, storage=storage)
+        return InlineSlot(index, sink, handler=handler, storage=storage, plane=target)
 
     def claim(names: Sequence[str], limit: int, wait_s: float) -> list[Claim]:
-        # A queue handle claims for itself, so its temperature and anneal schedule apply.
+        # A queue handle claims for itself, so its temperature and anneal schedule apply. Both
+        # name this box's host, as the row does: jobs whose objects live here come here first.
+        from .objects import host_id
+
         if own is not None:
-            one = own.claim_raw(wait=wait_s, lease_s=lease_s, worker=config.name)
+            one = own.claim_raw(wait=wait_s, lease_s=lease_s, worker=config.name, host=host_id())
             return [] if one is None else [one]
         return target.claim_many(
-            names, worker=config.name, limit=limit, lease_s=lease_s, kind=kind, wait_s=wait_s
+            names,
+            worker=config.name,
+            limit=limit,
+            lease_s=lease_s,
+            kind=kind,
+            wait_s=wait_s,
+            host=host_id(),
         )
 
     return WorkerCore(target, config, slot, claimer=claim)

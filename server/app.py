@@ -2,8 +2,10 @@
 
 Every route goes through one wrapper (`endpoint.py`), which keeps a local round trip short; the
 one middleware, `body_budget.py`, bounds the request bodies held in memory and costs a request
-without a body one header scan. The lifespan runs the lease sweeper, so an attempt whose worker
-vanished is requeued (or ended) within about a second even when nobody is claiming.
+without a body one header scan; object uploads (`routes_objects.py`, the plane tier) stream to
+the server's storage instead, under their own limit. The lifespan runs the lease sweeper, so an
+attempt whose worker vanished is requeued (or ended) within about a second even when nobody is
+claiming.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from starlette.routing import Route
 from .. import __version__, codec
 from ..errors import DispatchError, NotFound
 from ..plane.store import SqlStore
+from ..storage import Storage
+from ..storage import storage as open_storage
 from . import (
     metrics,
+    routes_admin,
     routes_dashboard,
     routes_fleet,
     routes_invocations,
     routes_jobs,
+    routes_objects,
     routes_providers,
     routes_queues,
     routes_retention,
@@ -64,6 +70,7 @@ async def hello(call: Call) -> dict[str, Any]:
         "codec_version": codec.CODEC_VERSION,
         "pickle_protocol": codec.PICKLE_PROTOCOL,
         "max_body_bytes": state.max_body,
+        "max_object_bytes": call.request.app.state.lakeshore_objects.max_bytes,
         "max_wait_s": MAX_WAIT_S,
         "bytes_in_json": "base64",
     }
@@ -88,6 +95,8 @@ def all_apis() -> list[Api]:
         *routes_providers.ROUTES,
         *routes_retention.ROUTES,
         *routes_fleet.ROUTES,
+        *routes_admin.ROUTES,
+        *routes_objects.ROUTES,
     ]
 
 
@@ -122,7 +131,14 @@ def create_app(
     retain_frames_s: float | None = None,
     retain_invocations_s: float | None = None,
     retention_interval_s: float = routes_retention.RETENTION_INTERVAL_S,
+    storage: str | Storage | None = None,
+    max_object: int = routes_objects.MAX_OBJECT_BYTES,
 ) -> Starlette:
+    """The app; `storage` holds plane-tier objects (default: `$LAKESHORE_STORAGE`, else
+    `$LAKESHORE_HOME/storage`, as the SDK's), each at most `max_object` bytes."""
+    if max_object < 1:
+        raise ValueError(f"the object size limit must be positive, got {max_object}")
+    objects = routes_objects.ObjectTier(open_storage(storage), max_object)
     bodies = BodyLedger(max_body, body_budget)  # checks the bounds now, not at a first request
     apis = metrics.instrument(all_apis())
     openapi = JSONResponse(document(apis))
@@ -151,9 +167,12 @@ def create_app(
         routes=[*(api.route() for api in apis), Route("/openapi.json", openapi_json)],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
-        middleware=[Middleware(BodyBudget, ledger=bodies)],
+        middleware=[
+            Middleware(BodyBudget, ledger=bodies, exempt=routes_objects.streams_to_storage)
+        ],
     )
     app.state.lakeshore = ServerState(store=store, max_body=max_body, grants=Grants())
+    app.state.lakeshore_objects = objects
     metrics.install(app, store, bodies)  # /metrics, /healthz, /readyz; counts the wrapped routes
     routes_dashboard.install(app)  # the dashboard page at /
     return app

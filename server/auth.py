@@ -8,7 +8,7 @@ namespace) before 403 (not yours), so an anonymous caller learns nothing about n
 A granted (token, namespace) pair is remembered for `GRANT_TTL_S`, keyed by the token's digest,
 with the token's scopes, so a busy client's requests skip that thread hop and read; refusals are
 never cached. A token deleted or a namespace moved out of an org therefore takes effect within
-that many seconds.
+that many seconds; a token's expiry is checked on every request, cached or not.
 
 Scopes (docs/security.md) are checked after the namespace, so a token learns which scope it
 lacks only for a namespace it may reach: 401, then 404, then 403 for the namespace, then 403
@@ -34,7 +34,8 @@ GRANT_CACHE_SIZE = 4096
 
 #: How a scope is named in a refusal, with the way to get a token that holds it.
 _HINT = {
-    ADMIN: "an admin token (the server's first token, or `lakeshore tokens create --admin`)",
+    ADMIN: "an admin token (the 'admin' scope: the server's first token, or "
+    "`lakeshore tokens create --admin`)",
 }
 
 
@@ -92,6 +93,7 @@ async def authenticate(
     if grants is not None:
         granted = grants.allowed(key)
         if granted is not None:
+            granted.check_live(time.time())  # a cached grant outlives no token's expiry
             return granted
     scope = await run_blocking(_check, store, token, ns)
     if grants is not None:

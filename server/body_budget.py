@@ -14,6 +14,10 @@ through a `?result_wait=` or a blocking submit's wait), so concurrent uploads ad
   much of every connection before it stops reading anyway, so refusing them would save nothing,
   and claims, heartbeats, lease renewals and small acks keep flowing while big uploads fill it.
 
+Requests the app names `exempt` skip both bounds: object uploads (`routes_objects.py`) stream
+to storage a chunk at a time, so their size says nothing about memory; their route bounds them
+with its own limit (`--max-object-mb`) before reading.
+
 Over budget is a refusal, not a queue: a waiting request would tie up a connection and a task
 without telling its client anything, while a 429 says when to come back, and behind a load
 balancer the retry may reach an idle replica. The SDK retries it by itself (`ServerBusy`).
@@ -24,6 +28,7 @@ and keeps the connection: a client that writes the whole body before reading its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -106,14 +111,18 @@ class BodyLedger:
 
 
 class BodyBudget:
-    """ASGI middleware: `BodyBudget(app, ledger=BodyLedger(max_body=..., budget=...))`."""
+    """ASGI middleware: `BodyBudget(app, ledger=BodyLedger(max_body=..., budget=...))`;
+    `exempt(scope)` names requests whose bodies stream elsewhere than memory."""
 
-    def __init__(self, app: ASGIApp, *, ledger: BodyLedger) -> None:
+    def __init__(
+        self, app: ASGIApp, *, ledger: BodyLedger, exempt: Callable[[Scope], bool] | None = None
+    ) -> None:
         self.app = app
         self.ledger = ledger
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
         declared, streamed = _body_headers(scope)

@@ -1,10 +1,11 @@
 """One wrapper around every route: auth, decoding, error mapping, encoding.
 
 Handlers receive a `Call` (the store, the namespace, checked accessors for body and query) and
-return plain data; they never build responses or catch errors. Every `DispatchError` becomes its
-status and `{error: {code, message}}`; anything else is a bug of ours, logged, and answered 500
-in the same shape. Each route is also declared as an `Api` record so that the OpenAPI document
-is generated from the same table the router is, and cannot drift from it.
+return plain data; they never build responses (but for a `raw` route's stream) or catch errors.
+Every `DispatchError` becomes its status and `{error: {code, message}}`; anything else is a bug
+of ours, logged, and answered 500 in the same shape. Each route is also declared as an `Api`
+record so that the OpenAPI document is generated from the same table the router is, and cannot
+drift from it.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ class Api:
     #: The token scopes that open this route, any one of them (docs/security.md); () on a route
     #: any valid token may call. What a submitted payload carries is checked by its handler.
     scopes: tuple[str, ...] = ()
+    #: The handler reads the request body itself (a stream) and returns its own `Response`:
+    #: the object routes, whose bodies go to storage in chunks instead of into memory.
+    raw: bool = False
 
     @property
     def full_path(self) -> str:
@@ -113,7 +117,11 @@ def _endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
                 token = await authenticate(request, state.store, ns, state.grants)
                 require(token, api.scopes, f"{request.method} {request.scope['path']}")
             # One expression: the raw bytes are freed once decoded, not held through the call.
-            body = decode_body(await read_body(request), request.headers.get("content-type", ""))
+            body = (
+                {}
+                if api.raw
+                else decode_body(await read_body(request), request.headers.get("content-type", ""))
+            )
             call = Call(request, state.store, ns or "", Fields(body), Query(request), token)
             data = await api.handler(call)
         except DispatchError as exc:
@@ -123,6 +131,8 @@ def _endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
             return error_response(
                 InternalError(f"internal error: {type(exc).__name__}"), as_json=as_json
             )
+        if isinstance(data, Response):  # a raw route's own answer (a stream)
+            return data
         return respond(data, status=api.status if data is not None else 204, as_json=as_json)
 
     return endpoint

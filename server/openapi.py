@@ -54,6 +54,7 @@ SCHEMAS: dict[str, Any] = {
             "codec_version": INT,
             "pickle_protocol": INT,
             "max_body_bytes": INT,
+            "max_object_bytes": INT,
             "max_wait_s": NUM,
             "bytes_in_json": STR,
         }
@@ -100,6 +101,7 @@ SCHEMAS: dict[str, Any] = {
             "running": INT,
             "pending": INT,
             "utilization": NUM,
+            "locality_wait_s": NUM,
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
@@ -111,6 +113,10 @@ SCHEMAS: dict[str, Any] = {
             "priority": NUM,
             "max_attempts": INT,
             "timeout_s": NUM,
+            "host": {
+                "type": "string",
+                "description": "locality: the host id whose tier holds the payload's objects",
+            },
         },
     ),
     "SubmitBatch": {
@@ -152,6 +158,10 @@ SCHEMAS: dict[str, Any] = {
             "temperature": NUM,
             "wait": NUM,
             "limit": INT,
+            "host": {
+                "type": "string",
+                "description": "the claimer's host id: jobs held for other hosts are passed by",
+            },
         },
         ("worker",),
     ),
@@ -250,7 +260,7 @@ ERRORS = {
     "401": "missing or unknown token",
     "403": "token scoped to a namespace outside this org, or without a scope this route (or "
     "this payload: a thunk, udf call or exec needs submit-code) needs; see x-lakeshore-scopes",
-    "404": "unknown namespace, queue, invocation or worker",
+    "404": "unknown namespace, queue, invocation, worker or object",
     "409": "conflict (exists, has members, default queue, lost lease)",
     "408": "request headers or body stalled (the connection is closed)",
     "413": "body above the per-request size limit (refused before it is read)",
@@ -289,12 +299,40 @@ def _operation(api: Api) -> dict[str, Any]:
     }
     if api.body:
         op["requestBody"] = {"required": False, "content": _content(_ref(api.body))}
+    if api.raw:
+        _raw_bytes(api, op)
     if not api.auth:
         op["security"] = []
     elif api.scopes:
         # Any one of these token scopes opens the route (docs/security.md).
         op["x-lakeshore-scopes"] = list(api.scopes)
     return op
+
+
+#: The bytes of a raw route (an object's, as the SDK lays them out), and the headers a PUT of
+#: them declares (routes_objects.py).
+OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+RAW_HEADERS = {
+    "x-lakeshore-size": ("the body's size in bytes (after the object's header)", INT),
+    "x-lakeshore-digest": ("xxh3-128 of the body, 32 lowercase hex digits", STR),
+}
+
+
+def _raw_bytes(api: Api, op: dict[str, Any]) -> None:
+    """A raw route carries bytes, not msgpack: an upload in, or a download out."""
+    if api.method == "GET":
+        op["responses"][str(api.status)]["content"] = OCTETS
+        return
+    op["requestBody"] = {"required": True, "content": OCTETS}
+    op["responses"]["422"] = {
+        "description": "the bytes are not the object the headers declare (object_corrupt): "
+        "wrong magic, header length or digest; nothing was stored",
+        "content": _content(_ref("Error")),
+    }
+    op["parameters"] += [
+        {"name": name, "in": "header", "required": True, "description": text, "schema": schema}
+        for name, (text, schema) in RAW_HEADERS.items()
+    ]
 
 
 def _path_params(path: str) -> list[str]:

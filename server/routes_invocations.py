@@ -15,14 +15,23 @@ from ..errors import Forbidden, InvalidArgument
 from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import READERS, work_key
-from ..types import DEFAULT_QUEUE, Ack, Claim, Frame, Invocation, SubmitRequest, check_name
+from ..types import (
+    DEFAULT_QUEUE,
+    Ack,
+    Claim,
+    Frame,
+    Invocation,
+    SubmitRequest,
+    check_host,
+    check_name,
+)
 from .auth import require
 from .endpoint import Api, Call
 from .longpoll import admit, hung_up, wait_until
 from .payload_kinds import code_in
 from .wire import Fields
 
-ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s")
+ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s", "host")
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
@@ -47,6 +56,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 priority=item.number("priority", 0.0) or 0.0,
                 max_attempts=item.integer("max_attempts", 3),
                 timeout_s=item.number("timeout_s"),
+                host=_host(item),
             )
         )
     wait_s = call.query.number("wait", 0.0)
@@ -84,6 +94,11 @@ async def submit(call: Call) -> dict[str, Any]:
         since=None if requests[0].key else before,
     )
     return {"ids": ids, "invocation": inv}
+
+
+def _host(fields: Fields) -> str | None:
+    """A locality hint or a claimer's host: a host id, checked here to name the field."""
+    return check_host(fields.text("host"), f"field '{fields.where('host')}'")
 
 
 def _payload(item: Fields) -> bytes:
@@ -160,9 +175,10 @@ async def cancel(call: Call) -> dict[str, bool]:
 async def claim(call: Call) -> dict[str, Any]:
     """`{claim}` for one job; with `limit`, `{claims: [...]}`: up to that many in one commit."""
     b = call.body
-    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit")
+    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit", "host")
     queues = b.str_list("queues")
     worker = b.req_text("worker")
+    host = _host(b)
     lease_s = b.number("lease_s", 60.0) or 0.0
     if not 0 < lease_s <= MAX_LEASE_S:
         raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
@@ -185,6 +201,7 @@ async def claim(call: Call) -> dict[str, Any]:
             limit=limit,
             kind=kind,
             temperature=temperature,
+            host=host,
         )
 
     work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]

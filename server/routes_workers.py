@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..plane.auth import MANAGE, READ, WORK
-from ..types import WorkerInfo
+from ..types import WorkerInfo, check_host
 from .endpoint import Api, Call
 
 REGISTER_FIELDS = ("name", "queues", "host", "pid", "info")
@@ -25,7 +25,7 @@ async def register(call: Call) -> WorkerInfo:
         call.ns,
         name,
         queues=b.str_list("queues"),
-        host=b.text("host"),
+        host=check_host(b.text("host"), "field 'host'"),
         pid=pid if pid >= 0 else None,
         info=b.mapping("info"),
     )

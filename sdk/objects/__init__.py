@@ -12,6 +12,11 @@ Tiers, nearest first:
              `$LAKESHORE_HOME/objects/<host>`, deleted after `LAKESHORE_OBJECTS_TTL_S` unread.
              Not durable: tmpfs is gone on reboot, and an object with no durable copy lives
              while the arena has room for it.
+    plane    the control plane's storage, through `PUT`/`GET .../objects/{id}` (plane.py):
+             for hosts that share only the control plane. Written through (the server fsyncs
+             it) before `put` returns; a reader with a token for that plane fetches it into its
+             own host tier. An HTTP deployment's durable copies go here unless storage is
+             configured (plane.py says the rule).
     storage  the storage tier (`file://` or `s3://`, as `dls.storage`): written through and
              fsynced before `put` returns unless `durable=False`; any box with access reads it
              and keeps a copy in its own host tier.
@@ -21,8 +26,8 @@ corrupt copy is `ObjectCorrupt`, never a wrong array. An array comes back as a r
 over the host tier's memory; putting that same view again returns its Ref without a copy, so a
 job that hands its input on moves no bytes.
 
-Not yet (issue 15): the plane tier (objects through the control plane), locality-aware claims,
-torch tensors laid out raw (they go through the codec), retention of objects `put` by hand.
+Not yet (issue 15): torch tensors laid out raw (they go through the codec), retention of
+objects `put` by hand, and of plane-tier copies.
 """
 
 from __future__ import annotations
@@ -48,10 +53,13 @@ from ..storage import storage as open_storage
 from . import layout
 from .arena import Arena, arena_at
 from .layout import ObjectCorrupt, body_of, checked_body, digest_of, prefix_of, value_of
+from .plane import PlaneTier, durable_target, is_plane_url, tier_for
 
 __all__ = [
     "ObjectCorrupt",
+    "PlaneTier",
     "Ref",
+    "durable_target",
     "get",
     "host_id",
     "host_root",
@@ -132,10 +140,15 @@ def put(
     value: Any,
     *,
     durable: bool = True,
-    storage: str | Storage | None = None,
+    storage: str | Storage | PlaneTier | None = None,
+    via: Any = None,
     spilled: bool = False,
 ) -> Ref:
     """Store `value` and return its Ref; durable (storage tier, fsynced) unless `durable=False`.
+
+    `via` (an `HttpDispatch`) sends the durable copy up through that control plane (the plane
+    tier), for readers on hosts that share nothing else with this one; without `storage` or
+    `via`, an HTTP deployment with no storage configured does so too (plane.py's rule).
 
     A numpy array is stored as its raw buffer (one copy only if it is not C-contiguous); any
     other value as its codec encoding (`dls.encode`'s rules: what it cannot carry, put refuses).
@@ -146,11 +159,15 @@ def put(
     if known is not None and (known.durable or not durable) and known.spilled == spilled:
         return known
     header, body = body_of(value)
-    return _store(header, body, durable=durable, storage=storage, spilled=spilled)
+    return _store(header, body, durable=durable, storage=storage, via=via, spilled=spilled)
 
 
 def put_encoded(
-    data: bytes, *, durable: bool = True, storage: str | Storage | None = None, spilled: bool
+    data: bytes,
+    *,
+    durable: bool = True,
+    storage: str | Storage | PlaneTier | None = None,
+    spilled: bool,
 ) -> Ref:
     """`put` of a value already encoded by the codec (spill: no second encoding)."""
     return _store(
@@ -163,9 +180,11 @@ def _store(
     body: memoryview,
     *,
     durable: bool,
-    storage: str | Storage | None,
+    storage: str | Storage | PlaneTier | None,
     spilled: bool,
+    via: Any = None,
 ) -> Ref:
+    tier = durable_target(storage, via) if durable else None  # a bad target: nothing written
     digest = digest_of(body)
     ref_id = str(ULID()).lower()
     prefix = prefix_of(header)
@@ -183,12 +202,14 @@ def _store(
             raise
         arena.seal(ref_id)
     where = None
-    if durable:
-        tier = storage if isinstance(storage, Storage) else open_storage(storage)
-        with tier.open(f"{STORAGE_PREFIX}/{ref_id}", "wb") as out:  # fsynced when closed
-            out.write(prefix)
-            out.write(body)
-        where = tier.url
+    if tier is not None:
+        try:
+            where = _write_durable(tier, ref_id, prefix, body, digest)
+        except BaseException:  # a put that raised leaves no copy behind on this host either
+            if not arena.remove(ref_id):
+                with contextlib.suppress(OSError):
+                    os.unlink(file_root() / ref_id)
+            raise
     return Ref(
         id=ref_id,
         size=body.nbytes,
@@ -200,6 +221,19 @@ def _store(
         storage=where,
         spilled=spilled,
     )
+
+
+def _write_durable(
+    tier: Storage | PlaneTier, ref_id: str, prefix: bytes, body: memoryview, digest: str
+) -> str:
+    """Write the durable copy; returns the URL the Ref names it by."""
+    if isinstance(tier, PlaneTier):
+        tier.upload(ref_id, prefix, body, digest)  # the server checks and fsyncs it
+    else:
+        with tier.open(f"{STORAGE_PREFIX}/{ref_id}", "wb") as out:  # fsynced when closed
+            out.write(prefix)
+            out.write(body)
+    return tier.url
 
 
 def _write_file(path: Path, prefix: bytes, body: memoryview) -> None:
@@ -218,12 +252,13 @@ def _write_file(path: Path, prefix: bytes, body: memoryview) -> None:
 # -- get ------------------------------------------------------------------------------------------
 
 
-def get(ref: Ref, *, allow_pickle: bool = False) -> Any:
+def get(ref: Ref, *, allow_pickle: bool = False, via: Any = None) -> Any:
     """The value `ref` stands for, from the nearest tier that holds it.
 
     An array comes back as a read-only view over the host tier (`.copy()` to write). Other
     values are decoded as plain values unless `allow_pickle` (an object, like a result, may have
-    been written by any worker of the namespace).
+    been written by any worker of the namespace). `via` (an `HttpDispatch`) is the plane whose
+    token reads a plane-tier copy; by default the caller's (plane.py).
     """
     if not isinstance(ref, Ref):
         raise TypeError(f"dls.get takes a Ref (from dls.put), got {type(ref).__name__}")
@@ -246,7 +281,7 @@ def get(ref: Ref, *, allow_pickle: bool = False) -> Any:
             f"object {ref.id} is not on this host ({host_id()}) and has no durable copy: "
             f"it was put with durable=False on host {ref.host}"
         )
-    _fetch(arena, ref)
+    _fetch(arena, ref, via)
     value = _from_arena(arena, ref, allow_pickle)
     return _from_file(file_root() / ref.id, ref, allow_pickle) if value is _ABSENT else value
 
@@ -278,7 +313,7 @@ def _from_file(path: Path, ref: Ref, allow_pickle: bool) -> Any:
     return value
 
 
-def _fetch(arena: Arena, ref: Ref) -> None:
+def _fetch(arena: Arena, ref: Ref, via: Any = None) -> None:
     """Copy the durable copy into this host's tier, checked before any reader can see it.
 
     Into the arena when it has room (the header is rebuilt from the Ref to know the size before
@@ -289,7 +324,7 @@ def _fetch(arena: Arena, ref: Ref) -> None:
     if ref.dtype is not None:
         header |= {"dtype": ref.dtype, "shape": list(ref.shape or ())}
     size = len(prefix_of(header)) + ref.size
-    source = open_storage(ref.storage).open(f"{STORAGE_PREFIX}/{ref.id}", "rb")
+    source = _open_durable(ref, via)
     off = arena.reserve(ref.id, size, durable=True)
     if off is None:
         with source as src:
@@ -310,14 +345,29 @@ def _fetch(arena: Arena, ref: Ref) -> None:
     arena.seal(ref.id)
 
 
+def _open_durable(ref: Ref, via: Any) -> IO[Any]:
+    """A stream of the durable copy, from the plane tier or the storage tier."""
+    assert ref.storage is not None
+    if is_plane_url(ref.storage):
+        return tier_for(ref.storage, via).open(ref.id)
+    return open_storage(ref.storage).open(f"{STORAGE_PREFIX}/{ref.id}", "rb")
+
+
 def _read_into(src: IO[Any], window: memoryview, chunk: int = 8 << 20) -> int:
+    """Fill `window` from `src`; straight into it where the stream can (`readinto`)."""
+    readinto = getattr(src, "readinto", None)
     got = 0
     while got < len(window):
-        block = src.read(min(chunk, len(window) - got))
-        if not block:
+        part = window[got : got + min(chunk, len(window) - got)]
+        if readinto is not None:
+            n = readinto(part)
+        else:
+            block = src.read(len(part))
+            n = len(block)
+            part[:n] = block
+        if not n:
             break
-        window[got : got + len(block)] = block
-        got += len(block)
+        got += n
     return got
 
 

@@ -16,6 +16,7 @@ partner's pipeline) no longer hands out a shell on the GPU fleet.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import secrets
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from .store import SqlStore
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, Unauthorized
 from ..types import DEFAULT_NAMESPACE
 
 #: Every token starts with this, so a secret scanner (and a person) can recognise one.
@@ -92,6 +93,15 @@ class TokenScope:
     org: str | None
     label: str
     scopes: frozenset[str] = field(default=DEFAULT_SCOPES)
+    #: When the token stops opening anything (epoch seconds); None: never.
+    expires_at: float | None = None
+
+    def check_live(self, now: float) -> None:
+        """Refuse (401) a token past its expiry. The server calls this on every request, its
+        grant cache's hits included, so an expired token is refused at once, not a cache
+        lifetime later."""
+        if self.expires_at is not None and self.expires_at <= now:
+            raise Unauthorized(expired_message(self.expires_at))
 
     @property
     def admin(self) -> bool:
@@ -107,6 +117,15 @@ class TokenScope:
     def describe(self) -> str:
         """The held scopes for a message: 'read, submit-data', or 'none'."""
         return format_scopes(self.scopes).replace(" ", ", ") or "none"
+
+
+def expired_message(expires_at: float) -> str:
+    """What an expired token is told: when it ended and how to get another."""
+    when = dt.datetime.fromtimestamp(expires_at, dt.timezone.utc).isoformat(timespec="seconds")
+    return (
+        f"this token expired at {when}; ask an admin for a new one "
+        "(lakeshore tokens create --namespace NS --expires-in 30d)"
+    )
 
 
 def hash_token(token: str) -> str:

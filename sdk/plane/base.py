@@ -52,6 +52,7 @@ class Plane(Protocol):
         kind: str | None = None,
         temperature: float = 1.0,
         wait_s: float = 0.0,
+        host: str | None = None,
     ) -> Claim | None: ...
     def claim_many(
         self,
@@ -63,8 +64,14 @@ class Plane(Protocol):
         kind: str | None = None,
         temperature: float = 1.0,
         wait_s: float = 0.0,
+        host: str | None = None,
     ) -> list[Claim]:
-        """Up to `limit` jobs in one durable write; waits up to wait_s for the first."""
+        """Up to `limit` jobs in one durable write; waits up to wait_s for the first.
+
+        `host` is the claimer's host id (`objects.host_id()`): a job whose objects live in
+        another host's tier is left to that host for its queue's `locality_wait_s`. None: a
+        claimer on no host in particular, to whom every hinted job waits out its window.
+        """
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None: ...
     def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:

@@ -225,6 +225,7 @@ class Dispatch:
         kind: str | None = None,
         temperature: float = 1.0,
         wait_s: float = 0.0,
+        host: str | None = None,
     ) -> Claim | None:
         """The next job or None: `claim_many` of one (one code path, one wire form)."""
         got = self.claim_many(
@@ -235,6 +236,7 @@ class Dispatch:
             kind=kind,
             temperature=temperature,
             wait_s=wait_s,
+            host=host,
         )
         return got[0] if got else None
 
@@ -248,6 +250,7 @@ class Dispatch:
         kind: str | None = None,
         temperature: float = 1.0,
         wait_s: float = 0.0,
+        host: str | None = None,
     ) -> list[Claim]:
         def fetch() -> list[Claim]:
             return self.store.claim_many(
@@ -258,6 +261,7 @@ class Dispatch:
                 limit=limit,
                 kind=kind,
                 temperature=temperature,
+                host=host,
             )
 
         return self._wait_for(fetch, bool, wait_s)

@@ -14,10 +14,11 @@ import ipaddress
 import json
 import os
 import random
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -47,7 +48,11 @@ from ..types import (
 from . import http11
 from .providers import ProviderInfo
 from .retention import Trimmed
+from .tls import Verify, tls_context, untrusted_message
 from .waiting import Deadline, room_wait
+
+if TYPE_CHECKING:
+    from ..objects.plane import PlaneTier
 
 MSGPACK = "application/msgpack"
 #: The server holds a long-poll at most this long; a longer wait is split into several.
@@ -67,6 +72,19 @@ def _record(cls: type[R], data: dict[str, Any]) -> R:
     """A record from a response map; fields a newer server adds are ignored."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _submit_item(r: SubmitRequest) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "payload": r.payload,
+        "key": r.key,
+        "priority": r.priority,
+        "max_attempts": r.max_attempts,
+        "timeout_s": r.timeout_s,
+    }
+    if r.host is not None:  # only when there is one: a server before locality refuses it
+        item["host"] = r.host
+    return item
 
 
 def _loopback(url: str) -> bool:
@@ -159,7 +177,9 @@ class HttpDispatch:
     """A plane behind `lakeshore server`: `HttpDispatch("http://127.0.0.1:8765")`.
 
     `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
-    server's first start); `namespace` defaults to LAKESHORE_NAMESPACE, then `default`.
+    server's first start); `namespace` defaults to LAKESHORE_NAMESPACE, then `default`. For an
+    https URL, `verify` says which certificates to trust (tls.py): None reads
+    LAKESHORE_CA_BUNDLE, else the public roots.
     """
 
     def __init__(
@@ -170,6 +190,7 @@ class HttpDispatch:
         namespace: str | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        verify: Verify = None,
     ) -> None:
         base = url or os.environ.get("LAKESHORE_URL")
         if not base:
@@ -181,13 +202,20 @@ class HttpDispatch:
         if token:
             headers["authorization"] = f"Bearer {check_token(token)}"
         self._timeout_s = timeout_s
+        self._headers = headers  # also the object tier's (object_tier)
         self._prefix = f"/v1/namespaces/{_segment(self.namespace)}"
+        # One TLS context for both paths, so they trust the same certificates (tls.py).
+        tls = tls_context(verify) if self.url.startswith("https:") else None
         self._client = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            verify=tls if tls is not None else True,
         )
-        # The lean path (http11.py) for plain http; httpx for TLS, proxies and test transports.
+        # The lean path (http11.py) for http and https; httpx for proxies and test transports.
         self._fast = (
-            http11.Connections(self.url, headers)
+            http11.Connections(self.url, headers, tls)
             if transport is None and http11.usable(self.url)
             else None
         )
@@ -205,6 +233,22 @@ class HttpDispatch:
         self._client.close()
         if self._fast is not None:
             self._fast.close()
+
+    def object_tier(self) -> PlaneTier:
+        """This plane's objects (the plane tier, objects/plane.py): streamed up and down with
+        this client's token, over the same transport choice as its other requests."""
+        from ..objects.plane import PlaneTier  # the object store: not imported with the SDK
+
+        # Plain http with no proxy: straight from and into the caller's buffers (http.client);
+        # TLS, proxies and test transports: this client, which holds their settings.
+        direct = self._fast is not None and self.url.startswith("http:")
+        return PlaneTier(
+            self.url,
+            self.namespace,
+            self._headers,
+            client=None if direct else self._client,
+            timeout_s=self._timeout_s,
+        )
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -262,6 +306,8 @@ class HttpDispatch:
                 status, content_type, raw = self._fast.request(
                     method, url + http11.query_string(params), content, headers, timeout
                 )
+            except ssl.SSLCertVerificationError as exc:
+                raise Unavailable(untrusted_message(self.url, exc)) from None
             except (OSError, http.client.HTTPException) as exc:
                 raise Unavailable(f"cannot reach the control plane at {self.url}: {exc!r}") from exc
         else:
@@ -353,16 +399,7 @@ class HttpDispatch:
         *,
         result_wait: float = 0.0,
     ) -> dict[str, Any]:
-        items = [
-            {
-                "payload": r.payload,
-                "key": r.key,
-                "priority": r.priority,
-                "max_attempts": r.max_attempts,
-                "timeout_s": r.timeout_s,
-            }
-            for r in requests
-        ]
+        items = [_submit_item(r) for r in requests]
         path = f"/queues/{_segment(queue)}/invocations"
         deadline = Deadline(block_s)
         while True:
@@ -444,6 +481,7 @@ class HttpDispatch:
         kind: str | None = None,
         temperature: float = 1.0,
         wait_s: float = 0.0,
+        host: str | None = None,
     ) -> Claim | None:
         """The next job or None: `claim_many` of one (one code path, one wire form)."""
         got = self.claim_many(
@@ -454,6 +492,7 @@ class HttpDispatch:
             kind=kind,
             temperature=temperature,
             wait_s=wait_s,
+            host=host,
         )
         return got[0] if got else None
 
@@ -467,6 +506,7 @@ class HttpDispatch:
         kind: str | None = None,
         temperature: float = 1.0,
         wait_s: float = 0.0,
+        host: str | None = None,
     ) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
             body = {
@@ -478,6 +518,8 @@ class HttpDispatch:
                 "temperature": temperature,
                 "wait": wait,
             }
+            if host is not None:  # only when there is one: a server before locality takes it
+                body["host"] = host
             data = self._request("POST", "/claims", body, wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 

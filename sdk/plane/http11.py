@@ -7,8 +7,10 @@ exchange in about a third of that, but still parses every response's headers wit
 package (profiled: a quarter of a daemon's CPU per job went to its acks' responses). The control
 plane answers with a status line, a handful of headers and a Content-Length body; this module
 writes a request in one send and reads such an answer with a few slices (chunked bodies too, for
-a proxy's sake). `HttpDispatch` keeps httpx for everything this module does not do: TLS, proxies
-from the environment, and transports that tests inject.
+a proxy's sake). https is the same exchange over an `ssl.SSLContext`-wrapped socket (tls.py says
+which certificates it trusts): TLS costs a handshake per connection, not per request, so a TLS
+control plane keeps the lean path. `HttpDispatch` keeps httpx for everything this module does
+not do: proxies from the environment, and transports that tests inject.
 
 One connection per thread, as httpx's pool would hand out: the daemon's claim, heartbeat and
 ack threads each hold theirs, and a long-poll on one never queues another's request. A pooled
@@ -26,6 +28,7 @@ from __future__ import annotations
 import http.client
 import select
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -35,12 +38,12 @@ from urllib.parse import urlencode, urlsplit
 
 
 def usable(url: str) -> bool:
-    """Plain http with no proxy in the environment for this host: this module can carry it."""
+    """http or https with no proxy in the environment for this host: this module can carry it."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         return False
     proxies = urllib.request.getproxies()
-    if "http" in proxies or "all" in proxies:
+    if parts.scheme in proxies or "all" in proxies:
         return bool(urllib.request.proxy_bypass(parts.hostname))
     return True
 
@@ -68,17 +71,23 @@ _STALE = (
     ConnectionResetError,
     BrokenPipeError,
     ConnectionAbortedError,
+    ssl.SSLEOFError,  # the same, on a TLS connection closed without a close_notify
 )
 
 
 class Connections:
     """Per-thread keep-alive connections to one server; `request` is safe from any thread."""
 
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], tls: ssl.SSLContext | None = None
+    ) -> None:
+        """`tls`: how an https URL's server is verified (tls.tls_context); unused for http."""
         parts = urlsplit(url)
         assert parts.hostname is not None
         self.host = parts.hostname
-        self.port = parts.port or 80
+        https = parts.scheme == "https"
+        self.port = parts.port or (443 if https else 80)
+        self.tls = (tls or ssl.create_default_context()) if https else None
         self.base_path = parts.path.rstrip("/")
         self.headers = headers
         self._local = threading.local()
@@ -140,7 +149,7 @@ class Connections:
             conn = None
         reused = conn is not None
         if conn is None:
-            conn = _Connection(self.host, self.port, timeout)
+            conn = _Connection(self.host, self.port, timeout, self.tls)
             self._local.conn = conn
             with self._lock:
                 self._all.add(conn)
@@ -168,12 +177,20 @@ class _Connection:
 
     used_at = 0.0  # monotonic time of its last answer
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.host_header = f"{host}:{port}"
         self._buffer = bytearray()
         self.sock: socket.socket | None = None  # set before connecting: __del__ may see a failure
         sock = socket.create_connection((host, port), timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:  # the handshake runs here, under the same timeout as the connect
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except BaseException:
+                sock.close()
+                raise
         self.sock = sock
 
     def exchange(

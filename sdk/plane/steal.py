@@ -37,7 +37,7 @@ def claim_with_steal_delay(
     row = claim({**params, "queues": [q for q in queues if q not in delays]})
     if row is not None:
         return row
-    keys = ("ns", "now", "lease", "expires", "worker")
+    keys = ("ns", "now", "lease", "expires", "worker", "host")
     for queue in queues[1:]:
         if queue in delays:
             aged = params["now"] - delays[queue]

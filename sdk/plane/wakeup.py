@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # only async waiters (the server) use it: a producer never im
 #: A waiter re-checks the store at least this often even when no wake-up arrives: the safety
 #: net for a lost datagram, never the mechanism.
 SAFETY_POLL_S = 1.0
+#: A timed wake-up rings this much after its time, so the claim it wakes finds the time passed.
+ALARM_SLACK_S = 0.002
 _ABSTRACT_SOCKETS: bool = sys.platform == "linux"
 
 
@@ -59,6 +61,9 @@ class Waker:
         self._any_work = 0
         self._work: dict[str, int] = {}
         self._relays: list[Relay] = []
+        #: Timed wake-ups (`notify_at`): the earliest pending time per work key, and the timers.
+        self._alarms: dict[str, float] = {}
+        self._timers: set[threading.Timer] = set()
 
     @property
     def generation(self) -> int:
@@ -103,6 +108,37 @@ class Waker:
         if not local_only:
             for relay in self._relays:
                 relay.send(keys)
+
+    def notify_at(self, at: float, *, work: Iterable[str]) -> None:
+        """Wake this process's waiters for `work` at wall-clock time `at`.
+
+        For work that becomes claimable by time alone (a locality window ending): no writer
+        commits anything then, so no wake-up would come, and an idle claim would notice only at
+        its safety poll. Local only: each process that waits schedules its own. A key keeps its
+        earliest pending alarm; a later one is dropped, since the claim that alarm wakes asks
+        again when the next one is due.
+        """
+        now = time.time()
+        with self._cond:
+            due = frozenset(k for k in work if not now < self._alarms.get(k, 0.0) <= at)
+            if not due:
+                return
+            for key in due:
+                self._alarms[key] = at
+            timer = threading.Timer(max(0.0, at - now) + ALARM_SLACK_S, self._ring, (at, due))
+            timer.daemon = True
+            self._timers.add(timer)
+        timer.start()
+
+    def _ring(self, at: float, keys: frozenset[str]) -> None:
+        with self._cond:
+            for key in keys:
+                if self._alarms.get(key) == at:
+                    del self._alarms[key]
+            self._timers = {
+                t for t in self._timers if t.is_alive() and t is not threading.current_thread()
+            }
+        self.notify(local_only=True, work=keys, reads=False)
 
     def listen(self) -> None:
         """Start receiving other processes' wake-ups (idempotent).
@@ -161,6 +197,11 @@ class Waker:
         self._relays.append(relay)
 
     def close(self) -> None:
+        with self._cond:
+            timers, self._timers = self._timers, set()
+            self._alarms.clear()
+        for timer in timers:
+            timer.cancel()
         for relay in self._relays:
             relay.close()
         self._relays.clear()

@@ -23,7 +23,6 @@ function whichever reason started it, and it always ends with the worker row mar
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -154,6 +153,8 @@ class WorkerCore(JobSink):
         self.config = config
         self.notifier: Notifier = notifier or SilentNotifier()
         self.worker_id: str | None = None
+        #: This box's host id, read when `run()` registers the row (None until then).
+        self.host: str | None = None
         self.slots: list[Slot] = []
         self.started_jobs = 0
         self.fatal: BaseException | None = None
@@ -258,6 +259,11 @@ class WorkerCore(JobSink):
         return EXIT_OK
 
     def _register(self) -> WorkerInfo | None:
+        from ..objects import host_id  # the object store, imported when a worker starts
+
+        # The row advertises the box's host id and every claim names it: jobs whose objects
+        # live in this box's tier come here first (plane/locality.py).
+        self.host = host_id()
         info = self._worker_info()
         info["lease_s"] = self.config.lease_s
         if self.config.storage:
@@ -268,7 +274,7 @@ class WorkerCore(JobSink):
                 lambda: self.plane.register_worker(
                     self.config.name,
                     queues=self._every_queue() if self.config.queues is None else self._membership,
-                    host=socket.gethostname(),
+                    host=self.host,
                     pid=os.getpid(),
                     info=info,
                 ),
@@ -372,6 +378,7 @@ class WorkerCore(JobSink):
             limit=room,
             lease_s=self.config.lease_s,
             wait_s=wait_s,
+            host=self.host,
         )
 
     def _take(self, claims: Sequence[Claim]) -> bool:

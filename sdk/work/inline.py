@@ -45,11 +45,13 @@ class InlineSlot(SlotBase):
         *,
         handler: Handler | None = None,
         storage: Any = None,
+        plane: Any = None,
     ) -> None:
         super().__init__(index)
         self._sink = sink
         self._handler = handler
         self._storage = storage
+        self._plane = plane  # the worker's: objects go through it (objects/plane.py)
         self._changed = threading.Condition(self._lock)  # the body ended, or an end was asked
 
     def snapshot(self) -> dict[str, Any]:
@@ -72,7 +74,7 @@ class InlineSlot(SlotBase):
             self._sink.settle(claim, outcome)
 
     def _run(self, claim: Claim) -> Outcome:
-        body = _Body(claim, self._sink, self._handler, self._storage, self._changed)
+        body = _Body(claim, self._sink, self._handler, self._storage, self._changed, self._plane)
         threading.Thread(target=body.run, name=f"lakeshore-job-{claim.id}", daemon=True).start()
         deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
         with self._changed:
@@ -102,8 +104,10 @@ class _Body:
         handler: Handler | None,
         storage: Any,
         changed: threading.Condition,
+        plane: Any = None,
     ) -> None:
         self.claim = claim
+        self._plane = plane
         self.outcome: Outcome | None = None
         self._sink = sink
         self._handler = handler
@@ -124,6 +128,12 @@ class _Body:
             raise JobAbandoned(refused.error)
 
     def run(self) -> None:
+        from ..objects.plane import using  # the body's objects go through the worker's plane
+
+        with using(self._plane):
+            self._run()
+
+    def _run(self) -> None:
         claim = self.claim
         try:
             result = run_body(

@@ -120,6 +120,15 @@ class PeerOps:
     ) -> dict[str, Any] | None:
         return job_dict(self.q(queue, kind, temperature).claim(wait=wait, lease_s=lease_s))
 
+    def op_claim_on_host(
+        self, queue: str, host: str | None, wait: float = 0.0, limit: int = 1
+    ) -> list[str]:
+        """Ids claimed by a worker that names `host` (locality), in claim order."""
+        claims = self.plane.claim_many(
+            [queue], worker=f"peer-{os.getpid()}", limit=limit, wait_s=wait, host=host
+        )
+        return [c.id for c in claims]
+
     def op_ack(self, queue: str, job: dict[str, Any], result: Any = None) -> None:
         self.q(queue).ack(dls.Job(**job), result)
 

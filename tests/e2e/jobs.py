@@ -131,3 +131,11 @@ def where_am_i() -> Any:
     import dreamlake.lakeshore as dls
 
     return {"id": dls.run.id, "attempt": dls.run.attempt, "queue": dls.run.queue}
+
+
+def host_that_read(ref: Any) -> dict[str, Any]:
+    """Read an object by its Ref; say which host read it and the sum it found (locality)."""
+    import dreamlake.lakeshore as dls
+    from dreamlake.lakeshore import objects
+
+    return {"host": objects.host_id(), "sum": float(dls.get(ref).sum())}

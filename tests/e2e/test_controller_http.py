@@ -72,7 +72,7 @@ def test_providers_cli_and_stats_desired_vs_actual(
     # queues stats: desired from the controller's newest decision beside the live count
     plane.create_queue("train", elasticity={"kind": "fixed", "max": 2, "provider": "aws"})
     stats = json.loads(runner.invoke(cli, ["queues", "stats", "train", "--json", *opts]).output)
-    assert (stats["desired"], stats["actual"]) == ("-", 0)
+    assert (stats["desired"], stats["actual"]) == (None, 0)  # JSON null, not "-"
 
     assert runner.invoke(cli, ["providers", "rm", "aws", *opts]).exit_code == 0
     assert json.loads(runner.invoke(cli, ["providers", "ls", "--json", *opts]).output) == []

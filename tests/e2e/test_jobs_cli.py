@@ -76,11 +76,11 @@ def claim(plane: HttpDispatch, queue: str) -> Claim:
 
 
 def test_submit_prints_an_id_and_ls_show_it(run, worker):
-    inv = run("submit", "prep", "--json", '{"lr": 0.1}', "--key", "k1", "--priority", "5")
+    inv = run("submit", "prep", "--payload-json", '{"lr": 0.1}', "--key", "k1", "--priority", "5")
     inv_id = inv.output.strip()
-    again = run("submit", "prep", "--json", '{"lr": 0.1}', "--key", "k1").output.strip()
+    again = run("submit", "prep", "--payload-json", '{"lr": 0.1}', "--key", "k1").output.strip()
     assert again == inv_id  # the same key is the same job
-    other = run("submit", "eval", "--json", "[1, 2, 3]").output.strip()
+    other = run("submit", "eval", "--payload-json", "[1, 2, 3]").output.strip()
 
     rows = json.loads(run("jobs", "ls", "--json").output)
     assert [r["id"] for r in rows] == [other, inv_id]  # newest first
@@ -102,7 +102,7 @@ def test_submit_prints_an_id_and_ls_show_it(run, worker):
 
 
 def test_show_names_the_error_with_its_traceback(run, worker):
-    inv_id = run("submit", "boom", "--json", "{}").output.strip()
+    inv_id = run("submit", "boom", "--payload-json", "{}").output.strip()
     job = claim(worker, "boom")
     trace = 'Traceback (most recent call last):\n  File "job.py", line 3\nValueError: bad input'
     assert worker.nack(job.id, job.lease, error=trace, retry=False) == "failed"
@@ -115,13 +115,13 @@ def test_show_names_the_error_with_its_traceback(run, worker):
 
 
 def test_cancel_then_kill_then_retry(run, worker):
-    queued = run("submit", "ops", "--json", "1").output.strip()
+    queued = run("submit", "ops", "--payload-json", "1").output.strip()
     assert json.loads(run("jobs", "cancel", queued, "--json").output)["state"] == "cancelled"
     refused = run("jobs", "cancel", queued, code=1)
     assert "already cancelled" in refused.output
     assert "submit it again" in run("jobs", "retry", queued, code=1).output
 
-    running = run("submit", "ops", "--json", "2").output.strip()
+    running = run("submit", "ops", "--payload-json", "2").output.strip()
     job = claim(worker, "ops")
     assert "--kill" in run("jobs", "cancel", running, code=1).output  # running: needs --kill
     assert "kill requested" in run("jobs", "cancel", running, "--kill").output
@@ -140,7 +140,7 @@ def test_cancel_then_kill_then_retry(run, worker):
 
 
 def test_retry_of_a_spent_job_gets_one_more_attempt_and_a_fresh_journal(run, worker):
-    inv_id = run("submit", "spent", "--json", "0", "--max-attempts", "1").output.strip()
+    inv_id = run("submit", "spent", "--payload-json", "0", "--max-attempts", "1").output.strip()
     job = claim(worker, "spent")
     worker.post(inv_id, "VALUE", codec.encode("first try"), lease=job.lease)
     worker.nack(inv_id, job.lease, error="ran out", retry=True)  # no attempts left: failed
@@ -154,7 +154,7 @@ def test_retry_of_a_spent_job_gets_one_more_attempt_and_a_fresh_journal(run, wor
 
 
 def test_submit_wait_exit_codes_name_the_outcome(cli_env, worker):
-    ok = spawn(cli_env, "submit", "waited", "--json", '{"x": 2}', "--wait")
+    ok = spawn(cli_env, "submit", "waited", "--payload-json", '{"x": 2}', "--wait")
     job = claim(worker, "waited")
     worker.ack(job.id, job.lease, codec.encode({"y": 4}))
     out, err = ok.communicate(timeout=DEADLINE_S)
@@ -163,14 +163,16 @@ def test_submit_wait_exit_codes_name_the_outcome(cli_env, worker):
     assert json.loads(out) == expected
     assert "running" in err or "succeeded" in err  # progress went to stderr
 
-    bad = spawn(cli_env, "submit", "waited", "--json", "{}", "--wait")
+    bad = spawn(cli_env, "submit", "waited", "--payload-json", "{}", "--wait")
     job = claim(worker, "waited")
     worker.nack(job.id, job.lease, error="ValueError: no", retry=False)
     out, err = bad.communicate(timeout=DEADLINE_S)
     assert bad.returncode == 10, err
     assert json.loads(out)["state"] == "failed" and "ValueError: no" in err
 
-    slow = spawn(cli_env, "submit", "idle-q", "--json", "{}", "--wait", "--wait-timeout-s", "0.5")
+    slow = spawn(
+        cli_env, "submit", "idle-q", "--payload-json", "{}", "--wait", "--wait-timeout-s", "0.5"
+    )
     out, err = slow.communicate(timeout=DEADLINE_S)
     assert slow.returncode == 124 and json.loads(out)["state"] == "queued"
 
@@ -178,10 +180,10 @@ def test_submit_wait_exit_codes_name_the_outcome(cli_env, worker):
 def test_submit_reads_stdin_and_files_and_refuses_bad_json(run, worker, tmp_path, cli_env):
     path = tmp_path / "payload.json"
     path.write_text('{"from": "file"}')
-    run("submit", "src", "--json", f"@{path}")
+    run("submit", "src", "--payload-json", f"@{path}")
     assert codec.decode(claim(worker, "src").payload) == {"from": "file"}
     piped = subprocess.run(
-        [sys.executable, "-c", LAUNCH, "submit", "src", "--json", "-"],
+        [sys.executable, "-c", LAUNCH, "submit", "src", "--payload-json", "-"],
         input='["from", "stdin"]',
         env=cli_env,
         capture_output=True,
@@ -190,11 +192,11 @@ def test_submit_reads_stdin_and_files_and_refuses_bad_json(run, worker, tmp_path
     )
     assert piped.returncode == 0, piped.stderr
     assert codec.decode(claim(worker, "src").payload) == ["from", "stdin"]
-    assert "not valid JSON" in run("submit", "src", "--json", "{nope", code=2).output
+    assert "not valid JSON" in run("submit", "src", "--payload-json", "{nope", code=2).output
 
 
 def test_logs_follow_streams_frames_and_exits_with_the_state(cli_env, run, worker):
-    inv_id = run("submit", "logs-q", "--json", "{}").output.strip()
+    inv_id = run("submit", "logs-q", "--payload-json", "{}").output.strip()
     job = claim(worker, "logs-q")
     follower = spawn(cli_env, "jobs", "logs", inv_id, "--follow")
     for line in ("epoch 1", "epoch 2"):
@@ -214,7 +216,7 @@ def test_logs_follow_streams_frames_and_exits_with_the_state(cli_env, run, worke
 
 
 def test_follow_of_a_succeeded_job_exits_zero(run, worker):
-    inv_id = run("submit", "fine", "--json", "{}").output.strip()
+    inv_id = run("submit", "fine", "--payload-json", "{}").output.strip()
     job = claim(worker, "fine")
     worker.post(inv_id, "VALUE", codec.encode("only line"), lease=job.lease)
     worker.ack(inv_id, job.lease, None)
@@ -229,7 +231,7 @@ def test_unknown_id_is_one_line_and_exit_1(run):
 def test_jobs_on_the_embedded_plane(tmp_path):
     env = {"LAKESHORE_HOME": str(tmp_path), "LAKESHORE_URL": "", "LAKESHORE_TOKEN": ""}
     runner = CliRunner()
-    submitted = runner.invoke(cli, ["submit", "local", "--json", "7"], env=env)
+    submitted = runner.invoke(cli, ["submit", "local", "--payload-json", "7"], env=env)
     assert submitted.exit_code == 0, submitted.output
     listed = runner.invoke(cli, ["jobs", "ls", "--json"], env=env)
     assert json.loads(listed.output)[0]["id"] == submitted.output.strip()

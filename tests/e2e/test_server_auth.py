@@ -139,6 +139,7 @@ FILL = {
     "{id}": "01J0000000000000000000000Z",
     "{ref}": "w",
     "{topic}": "t",
+    "{digest}": "0123456789ab",  # the admin routes: no token's digest starts with it (404)
 }
 
 

@@ -111,6 +111,7 @@ FLAG_COMPANIONS = {
     ("submit", "wait"): ["--wait-timeout-s", "0.2"],
     ("exec", "wait"): ["--result-timeout-s", "0.2"],
     ("jobs", "logs", "follow"): [],
+    ("status", "watch"): ["--count", "1"],
 }
 #: Exit statuses a command documents for a job's outcome (`lakeshore jobs --help`).
 JOB_EXITS = {10, 11, 12, 13, 124}
@@ -454,9 +455,10 @@ def test_unknown_verbs_and_options_are_usage_errors(box: Box) -> None:
 HOME_VERBS = [
     ["queues", "ls"],
     ["queues", "add", "fuzz-q"],
-    ["submit", "fuzz-q", "--json", "1"],
+    ["submit", "fuzz-q", "--payload-json", "1"],
     ["jobs", "ls"],
-    ["daemon", "list"],
+    ["daemon", "ls"],
+    ["status"],
     ["providers", "ls"],
     ["namespaces", "ls"],
     ["tokens", "ls"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -40,9 +41,11 @@ def server_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+def _wait_ready(
+    proc: subprocess.Popen[bytes], url: str, log: Path, verify: ssl.SSLContext | bool = True
+) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
-    with httpx.Client(timeout=1.0) as client:
+    with httpx.Client(timeout=1.0, verify=verify) as client:
         while time.monotonic() < deadline:
             try:
                 if client.get(f"{url}/v1/hello").status_code == 200:
@@ -76,9 +79,14 @@ class StartedServer:
 
 @contextlib.contextmanager
 def server_process(
-    home: Path, store: str | None = None, *, extra_args: tuple[str, ...] = ()
+    home: Path,
+    store: str | None = None,
+    *,
+    extra_args: tuple[str, ...] = (),
+    ca_bundle: Path | None = None,
 ) -> Iterator[StartedServer]:
-    """A server on a free port with LAKESHORE_HOME=`home`, stopped on exit."""
+    """A server on a free port with LAKESHORE_HOME=`home`, stopped on exit; with `ca_bundle`,
+    it serves https (extra_args carry --ssl-certfile/--ssl-keyfile) and is verified by it."""
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     args = [sys.executable, "-c", LAUNCH, "server", "--port", str(port), *extra_args]
@@ -87,9 +95,10 @@ def server_process(
     log = home / f"server-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(args, env=server_env(home), stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if ca_bundle else 'http'}://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, url, log)
+        verify = ssl.create_default_context(cafile=str(ca_bundle)) if ca_bundle else True
+        _wait_ready(proc, url, log, verify)
         token = (home / "token").read_text().strip()
         yield StartedServer(url, token, proc.pid)
     finally:

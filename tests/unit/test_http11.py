@@ -80,12 +80,17 @@ def test_query_strings_are_written_as_httpx_writes_them() -> None:
     assert http11.query_string({"wait": 0.5, "force": True, "skip": None}) == "?wait=0.5&force=true"
 
 
-def test_only_plain_http_without_a_proxy_takes_the_lean_path(
+def test_only_http_and_https_without_a_proxy_take_the_lean_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("ALL_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
     assert http11.usable("http://127.0.0.1:8765")
+    assert http11.usable("https://cp.example.com")  # TLS on the lean path too (tls.py)
+    assert not http11.usable("ftp://cp.example.com")
+    monkeypatch.setenv("https_proxy", "http://proxy:3128")
     assert not http11.usable("https://cp.example.com")
     monkeypatch.setenv("http_proxy", "http://proxy:3128")
     assert not http11.usable("http://cp.example.com:8765")

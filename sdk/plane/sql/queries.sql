@@ -59,10 +59,13 @@ WHERE namespace = :ns AND state IN ('queued', 'running') GROUP BY queue, state;
 SELECT priority, count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
   AND (deadline_at IS NULL OR deadline_at >= :now)
+  AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
   AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
 GROUP BY priority;
 
 -- name: claim_fifo
+-- Every claim below passes by a job held for another host (locality_until, migration 16) until
+-- its window ends: a column of the row the walk reads anyway, NULL on every unhinted row.
 UPDATE invocations
 SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
     worker = :worker, started_at = :now
@@ -70,6 +73,7 @@ WHERE id = (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
@@ -85,6 +89,7 @@ WHERE id IN (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
@@ -98,6 +103,7 @@ WHERE id = (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
@@ -111,6 +117,7 @@ WHERE id = (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND priority = :priority
+      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
@@ -247,18 +254,19 @@ SELECT * FROM workers WHERE id = :id;
 -- name: auth_insert_token
 -- Tokens and namespaces for the control plane's auth (sdk/plane/auth.py). A token is stored as
 -- its sha256 hex digest only; looking it up by that digest is the constant-time comparison.
-INSERT INTO tokens (hash, namespace, label, created_at, admin, scopes)
-VALUES (:hash, :ns, :label, :now, :admin, :scopes);
+INSERT INTO tokens (hash, namespace, label, created_at, admin, scopes, expires_at)
+VALUES (:hash, :ns, :label, :now, :admin, :scopes, :expires_at);
 
 -- name: auth_get_token
-SELECT t.hash, t.namespace, t.label, t.admin, t.scopes, n.org FROM tokens t
+SELECT t.hash, t.namespace, t.label, t.admin, t.scopes, t.expires_at, n.org FROM tokens t
 LEFT JOIN namespaces n ON n.name = t.namespace WHERE t.hash = :hash;
 
 -- name: auth_count_tokens
 SELECT count(*) AS n FROM tokens;
 
 -- name: auth_list_tokens
-SELECT hash, namespace, label, admin, scopes, created_at FROM tokens ORDER BY created_at;
+SELECT hash, namespace, label, admin, scopes, created_at, expires_at FROM tokens
+ORDER BY created_at;
 
 -- name: auth_set_namespace_org
 UPDATE namespaces SET org = :org WHERE name = :ns;
@@ -352,6 +360,7 @@ WHERE id = (
     WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND not_before <= :now
       AND created_at <= :aged
       AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
@@ -429,12 +438,13 @@ WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', '
 RETURNING id;
 
 -- name: insert_invocation_signed
--- Insert a queued invocation with its payload's signature (NULL when the plane has no key);
--- a key already used inserts nothing, and the store reads the existing id.
+-- Insert a queued invocation with its payload's signature (NULL when the plane has no key)
+-- and its locality hint; a key already used inserts nothing, and the store reads the
+-- existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
-    timeout_s, created_at, deadline_at, signature)
+    timeout_s, created_at, deadline_at, signature, locality_host, locality_until)
 VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at, :signature)
+    :deadline_at, :signature, :locality_host, :locality_until)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -459,3 +469,9 @@ RETURNING holder;
 
 -- name: leader_release
 DELETE FROM leader_leases WHERE name = :name AND holder = :holder;
+
+-- name: locality_next
+-- When the next locality window of these queues ends (sdk/plane/locality.py): an idle claim
+-- wakes then instead of at its safety poll. Index invocations_locality: hinted queued rows only.
+SELECT MIN(locality_until) AS at FROM invocations
+WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now;

@@ -179,3 +179,23 @@ CREATE TABLE IF NOT EXISTS leader_leases (
 -- workers anything they would unpickle or run as a shell command.
 ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL
     DEFAULT 'read submit-data submit-code work manage';
+
+-- migration: 16
+-- Locality (issue 15, docs/objects.md): the host whose tier holds a job's objects, as its
+-- producer saw them (a hint it sends; the plane never decodes a payload), and until when a
+-- claim from any other host passes the job by: submit time + the queue's
+-- admission.locality_wait_s, fixed at submit as deadline_at is, so a claim compares columns of
+-- the row it already reads. NULL locality_until: no hint or no wait; every claim takes it.
+ALTER TABLE invocations ADD COLUMN locality_host TEXT;
+ALTER TABLE invocations ADD COLUMN locality_until {real};
+-- An idle claim asks when the next window ends, to wake then (sdk/plane/locality.py): this
+-- index holds only queued rows still held for a host, so the question costs one probe.
+CREATE INDEX IF NOT EXISTS invocations_locality
+    ON invocations (namespace, queue, locality_until)
+    WHERE state = 'queued' AND locality_until IS NOT NULL;
+
+-- migration: 17
+-- Token expiry (issue 19, docs/security.md): when a token stops opening anything, in epoch
+-- seconds; NULL never expires, so every token made before this release keeps working. An expired
+-- row is kept (tokens ls shows it, revoke removes it) and refused with 401 saying when it ended.
+ALTER TABLE tokens ADD COLUMN expires_at {real};

@@ -48,6 +48,7 @@ class AuthStore(NamespaceStore):
         org: str | None = None,
         admin: bool = False,
         scopes: Iterable[str] | None = None,
+        expires_in_s: float | None = None,
     ) -> str:
         """A new token for `ns` (created if missing); the secret is returned once, never stored.
 
@@ -55,25 +56,38 @@ class AuthStore(NamespaceStore):
         every namespace scope, what a token could do before scopes existed. `admin` (or the
         scope `admin`) also opens the fleet routes (every namespace's queues, workers and
         providers, read by the controller over HTTP); it grants nothing in other namespaces'
-        routes.
+        routes. With `expires_in_s` it is refused (401, saying when it expired) from that many
+        seconds on; without, it never expires.
         """
         if not isinstance(label, str) or len(label) > 200:
             raise InvalidArgument("label must be a string of at most 200 characters")
         held = DEFAULT_SCOPES if scopes is None else check_scopes(scopes)
         admin = bool(admin) or ADMIN in held
+        lifetime = check_lifetime(expires_in_s)
         self.add_namespace(ns, org)
         token = new_token()
+        now = time.time()
         with self.connector.transaction() as tx:
             tx.all(
                 "auth_insert_token",
                 hash=hash_token(token),
                 ns=ns,
                 label=label,
-                now=time.time(),
+                now=now,
                 admin=int(admin),
                 scopes=format_scopes(held - {ADMIN}),
+                expires_at=None if lifetime is None else now + lifetime,
             )
         return token
+
+    def list_orgs(self) -> list[dict[str, object]]:
+        """Each org with its namespaces, by name. An org is the namespaces that name it (it has
+        no row of its own): it exists while one of them does."""
+        orgs: dict[str, list[str]] = {}
+        for row in self.list_namespaces():
+            if row["org"] is not None:
+                orgs.setdefault(str(row["org"]), []).append(str(row["name"]))
+        return [{"name": name, "namespaces": orgs[name]} for name in sorted(orgs)]
 
     def list_tokens(self) -> list[dict[str, object]]:
         """Token rows with a short digest prefix to tell them apart; the secrets are not known."""
@@ -88,6 +102,23 @@ class AuthStore(NamespaceStore):
             }
             for r in rows
         ]
+
+    def describe_token(self, token: str) -> dict[str, object]:
+        """A token's row as `list_tokens` shows it (expired or not), for the answer to the one
+        who just made it; NotFound for a secret that names no token."""
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("auth_get_token", hash=hash_token(token))
+        if row is None:
+            raise NotFound("no such token")
+        return {
+            "hash": str(row["hash"])[:12],
+            "namespace": row["namespace"],
+            "org": row["org"],
+            "label": row["label"],
+            "admin": bool(row["admin"]),
+            "scopes": format_scopes(_held(row)).split(),
+            "expires_at": row["expires_at"],
+        }
 
     def revoke_token(self, digest_prefix: str) -> dict[str, object]:
         """Delete the one token whose digest starts with `digest_prefix` (as `tokens ls` shows).
@@ -120,9 +151,15 @@ class AuthStore(NamespaceStore):
             row = tx.one("auth_get_token", hash=hash_token(token))
         if row is None:
             raise Unauthorized("unknown token")
-        return TokenScope(
-            namespace=row["namespace"], org=row["org"], label=row["label"], scopes=_held(row)
+        scope = TokenScope(
+            namespace=row["namespace"],
+            org=row["org"],
+            label=row["label"],
+            scopes=_held(row),
+            expires_at=row["expires_at"],
         )
+        scope.check_live(time.time())
+        return scope
 
     def authorize(self, scope: TokenScope, ns: str) -> None:
         """Allow `ns` for `scope`: its own namespace or an org sibling. Unknown `ns`: NotFound."""
@@ -160,3 +197,23 @@ def _held(row: dict[str, object]) -> frozenset[str]:
     """A token row's scopes: its namespace scopes, plus `admin` from the admin column."""
     scopes = parse_scopes(str(row["scopes"]) if row.get("scopes") is not None else None)
     return scopes | {ADMIN} if row["admin"] else scopes
+
+
+#: The longest lifetime a token may be given: a typo of units (30000d) is refused, not obeyed.
+MAX_LIFETIME_S = 100 * 365 * 86400.0
+
+
+def check_lifetime(expires_in_s: object) -> float | None:
+    """A token lifetime in seconds (None: it never expires), or InvalidArgument saying the range."""
+    if expires_in_s is None:
+        return None
+    if (
+        isinstance(expires_in_s, bool)
+        or not isinstance(expires_in_s, (int, float))
+        or not 0 < expires_in_s <= MAX_LIFETIME_S
+    ):
+        raise InvalidArgument(
+            f"expires_in_s must be a number of seconds in (0, {MAX_LIFETIME_S:.0f}] (100 years), "
+            f"got {expires_in_s!r}"
+        )
+    return float(expires_in_s)

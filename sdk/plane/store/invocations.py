@@ -19,11 +19,13 @@ from ...types import (
     Kind,
     QueueInfo,
     SubmitRequest,
+    check_host,
     check_name,
     check_state,
     normalize_kind,
     storable_text,
 )
+from .. import locality
 from ..admission import admit, deadline_for
 from ..connector import Row, Transaction
 from ..steal import claim_with_steal_delay
@@ -81,6 +83,8 @@ class InvocationStore(QueueStore):
                     signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
                     if key
                     else None,
+                    locality_host=req.host,
+                    locality_until=locality.window_end(info, req.host, now),
                 )
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
@@ -143,16 +147,19 @@ class InvocationStore(QueueStore):
         limit: int,
         kind: str | None = None,
         temperature: float = 1.0,
+        host: str | None = None,
     ) -> list[Claim]:
         """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
 
         One commit for the batch is the point: a daemon that prefetches pays one durable write
         per batch instead of one per job. Each job is picked as a single claim would pick it,
-        so a batch never reorders a queue.
+        so a batch never reorders a queue. `host` is the claimer's host id: a job held for
+        another host is passed by until its locality window ends (plane/locality.py).
         """
         names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
+        check_host(host)
         now = time.time()
         params: dict[str, Any] = {
             "ns": ns,
@@ -160,6 +167,7 @@ class InvocationStore(QueueStore):
             "now": now,
             "expires": now + lease_s,
             "worker": worker,
+            "host": host,
         }
         # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
         # (the worker's settle is then refused and they run again), and skipping its fsync
@@ -171,6 +179,8 @@ class InvocationStore(QueueStore):
                 expired = self._sweep(tx, now)
             resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
             rows = self._claim_rows(tx, resolved, temperature, params, limit)
+            if not rows:
+                locality.wake_at_next_window(tx, self.waker, ns, names, now)
         if expired:  # the sweep may have requeued or ended anything
             self.waker.notify()
         elif rows:  # room that a blocked submit may wait for; nothing ended, nothing to read
@@ -212,7 +222,11 @@ class InvocationStore(QueueStore):
         if kind == "filo":
             return tx.one("claim_filo", **params)
         levels = tx.all(
-            "priority_levels", ns=params["ns"], queues=params["queues"], now=params["now"]
+            "priority_levels",
+            ns=params["ns"],
+            queues=params["queues"],
+            now=params["now"],
+            host=params["host"],
         )
         if not levels:
             return None

@@ -16,6 +16,7 @@ from ...types import (
     check_name,
     normalize_kind,
 )
+from .. import locality
 from .records import check_admission, check_elasticity, queue_info_of
 from .workers import WorkerStore
 
@@ -207,7 +208,7 @@ class QueueStore(WorkerStore):
             self._event(tx, ns, queue, kind, detail, time.time())
 
     def stats(self, ns: str, name: str) -> dict[str, Any]:
-        self.queue(ns, name)
+        info = self.queue(ns, name)
         members = self.members(ns, name)
         slots = sum(int(w.info.get("concurrency", 1)) for w in members)
         with self.connector.transaction(write=False) as tx:
@@ -223,4 +224,5 @@ class QueueStore(WorkerStore):
             "running": counts["running"],
             "pending": counts["queued"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
+            "locality_wait_s": locality.wait_s(info),
         }

@@ -15,9 +15,11 @@ from ...types import (
     QueueInfo,
     SubmitRequest,
     WorkerInfo,
+    check_host,
 )
 from ..connector import Row
 from ..elasticity import check_scaling
+from ..locality import MAX_WAIT_S
 from ..queries import INT64_MAX
 from .base import ELASTICITY_KINDS, ON_FULL
 
@@ -44,6 +46,7 @@ def check_submit(req: SubmitRequest) -> None:
             f"timeout_s must be a finite positive number of seconds (leave it out for no "
             f"limit), got {req.timeout_s!r}"
         )
+    check_host(req.host)
 
 
 def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +70,7 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_admission(value: dict[str, Any]) -> dict[str, Any]:
-    known = {"max_depth", "on_full", "rate_limit", "deadline_cutoff_s"}
+    known = {"max_depth", "on_full", "rate_limit", "deadline_cutoff_s", "locality_wait_s"}
     unknown = set(value) - known
     if unknown:
         raise InvalidArgument(
@@ -82,6 +85,12 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
             raise InvalidArgument(
                 f"admission.{field} must be a positive number up to 2**63-1, got {_shown(v)}"
             )
+    wait = value.get("locality_wait_s")
+    if wait is not None and not (_in_range(wait, 0, low_open=False) and wait <= MAX_WAIT_S):
+        raise InvalidArgument(
+            f"admission.locality_wait_s must be a number of seconds from 0 (no wait) to "
+            f"{MAX_WAIT_S:g}, got {_shown(wait)}"
+        )
     return value
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import InvalidArgument, NotFound
-from ...types import DEFAULT_QUEUE, WorkerInfo, check_name
+from ...types import DEFAULT_QUEUE, WorkerInfo, check_host, check_name
 from .base import WORKER_STALE_S, StoreBase, new_id
 from .records import worker_info_of
 
@@ -26,8 +26,13 @@ class WorkerStore(StoreBase):
         pid: int | None = None,
         info: dict[str, Any] | None = None,
     ) -> WorkerInfo:
-        """A new worker row; an older live row of the same name is retired (it was replaced)."""
+        """A new worker row; an older live row of the same name is retired (it was replaced).
+
+        `host` is the box's host id (`objects.host_id()`): the one its claims name, so that
+        jobs whose objects live in that box's tier come to it first (plane/locality.py).
+        """
         check_name(name, "worker")
+        check_host(host)
         for q in queues:
             check_name(q)
         worker_id = new_id()

@@ -1,0 +1,295 @@
+"""`lakeshore status [--watch]`: the fleet on one screen, as `rq info -i` or `ray status` show it.
+
+Three tables: queues (depth, running, slots, completions per second, age of the oldest queued
+job), daemons (state, slots busy, GPUs, heartbeat age) and the controller's last decisions (the
+queue events it records for every scaling decision, see cli/controller.py). Everything is read
+through the Plane protocol the other verbs use, so the screen is the same on this box's SQLite
+plane and over `--url`; no new route or store query is needed.
+
+Two figures the protocol has no direct read for are derived from `invocations()` listings,
+each bounded in cost whatever the depth:
+- rate: completions in the last RATE_WINDOW_S, from the newest RATE_SAMPLE succeeded and failed
+  rows; when the sample is full inside the window the figure is a floor and is shown as `>=`.
+- oldest age: ids are ULIDs, so `before=<ULID of time t>, limit=1` asks "is any job queued since
+  before t?"; a geometric search on t finds the oldest within OLDEST_PRECISION in ~10 reads.
+
+`--watch` redraws in place (rich.live) every `--interval-s`; with `--json` it prints one JSON
+object per refresh instead (one line each), for a script that follows the fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ..plane.base import Plane
+from ..plane.default import open_plane
+from ..plane.options import plane_options
+from ..types import WorkerInfo
+from .controller import CONTROLLER_EVENTS
+from .output import age, json_option, plain
+from .params import count, seconds
+
+#: Completions counted over this window for the rate column.
+RATE_WINDOW_S = 60.0
+#: Rows of each terminal state read for the rate; a busier window shows a floor (`>=`).
+RATE_SAMPLE = 500
+#: The oldest queued job's age is found to within this ratio (5%: two significant figures).
+OLDEST_PRECISION = 1.05
+#: Controller decisions shown, newest first, and the events read per queue to find them.
+DECISIONS = 10
+EVENTS_PER_QUEUE = 50
+
+
+@contextmanager
+def _plane(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
+    plane = open_plane(url, token, namespace)
+    try:
+        yield plane
+    finally:
+        plane.close()
+
+
+def _ulid_before(ts: float) -> str:
+    """The smallest ULID of millisecond `ts`: every id below it was created before `ts`."""
+    from ulid import ULID
+
+    return str(ULID.from_timestamp(max(0.0, ts)))[:10] + "0" * 16
+
+
+def _queued_before(plane: Plane, queue: str, ts: float) -> float | None:
+    """created_at of the newest job still queued that was submitted before `ts`, if any."""
+    rows = plane.invocations(queue=queue, state="queued", limit=1, before=_ulid_before(ts))
+    return rows[0].created_at if rows else None
+
+
+def oldest_queued_age(plane: Plane, queue: str, now: float) -> float | None:
+    """Age of the oldest queued job (within OLDEST_PRECISION); None when nothing is queued.
+
+    `low` is always the age of a job known to be queued, `high` an age no queued job reaches;
+    each read either finds an older job (raising `low` to its exact age) or lowers `high`.
+    """
+    newest = plane.invocations(queue=queue, state="queued", limit=1)
+    if not newest:
+        return None
+    low = max(now - newest[0].created_at, 0.0)
+    high: float | None = None
+    while high is None or high > low * OLDEST_PRECISION:
+        probe = max(low, 1.0) * 2 if high is None else (max(low, 1e-3) * high) ** 0.5
+        if probe > now:  # older than the epoch: nothing is
+            high = probe
+            break
+        found = _queued_before(plane, queue, now - probe)
+        if found is None:
+            high = probe
+        else:
+            low = max(low, now - found)
+    return low
+
+
+def _rate(plane: Plane, queue: str, now: float) -> tuple[float, bool]:
+    """(completions per second over RATE_WINDOW_S, whether that is only a floor)."""
+    since = now - RATE_WINDOW_S
+    done, floor = 0, False
+    for state in ("succeeded", "failed"):
+        rows = plane.invocations(queue=queue, state=state, limit=RATE_SAMPLE)
+        recent = sum(1 for r in rows if r.finished_at is not None and r.finished_at >= since)
+        done += recent
+        floor = floor or (recent == RATE_SAMPLE)
+    return done / RATE_WINDOW_S, floor
+
+
+def _slots(row: WorkerInfo) -> tuple[int, int]:
+    total = int(row.info.get("concurrency", len(row.load.get("slots", [])) or 1))
+    return int(row.load.get("busy", 0)), total
+
+
+def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any]:
+    stats = plane.stats(name)
+    rate, floor = _rate(plane, name, now)
+    oldest = oldest_queued_age(plane, name, now) if stats.get("pending") else None
+    return {
+        "name": name,
+        "state": state,
+        "depth": int(stats.get("pending", 0)),
+        "running": int(stats.get("running", 0)),
+        "daemons": int(stats.get("daemon_count", 0)),
+        "slots": int(stats.get("slots", 0)),
+        "rate_per_s": rate,
+        "rate_is_floor": floor,
+        "oldest_age_s": oldest,
+    }
+
+
+def _daemon_row(w: WorkerInfo, now: float) -> dict[str, Any]:
+    busy, total = _slots(w)
+    return {
+        "name": w.name,
+        "id": w.id,
+        "state": w.state,
+        "queues": w.queues,
+        "host": w.host,
+        "slots": total,
+        "busy": busy,
+        "gpus": len(w.info.get("gpus") or []),
+        "heartbeat_at": w.heartbeat_at,
+        "heartbeat_age_s": max(0.0, now - w.heartbeat_at),
+    }
+
+
+def _decisions(plane: Plane, names: list[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        for event in plane.events(name, limit=EVENTS_PER_QUEUE):
+            if event.get("kind") in CONTROLLER_EVENTS:
+                detail = event.get("detail") or {}
+                rows.append(
+                    {
+                        "queue": name,
+                        "at": event.get("at"),
+                        "kind": event.get("kind"),
+                        "desired": detail.get("desired"),
+                        "current": detail.get("current"),
+                        "reason": detail.get("reason", ""),
+                    }
+                )
+    rows.sort(key=lambda r: float(r["at"] or 0.0), reverse=True)
+    return rows[:DECISIONS]
+
+
+def snapshot(plane: Plane, now: float | None = None) -> dict[str, Any]:
+    """Everything the screen shows, as plain data (epoch times; `plain` makes them ISO)."""
+    now = time.time() if now is None else now
+    own = [q for q in plane.queues() if q.namespace == plane.namespace]
+    queues = [_queue_row(plane, q.name, q.state, now) for q in own]
+    daemons = [_daemon_row(w, now) for w in plane.workers() if w.state != "gone"]
+    return {
+        "namespace": plane.namespace,
+        "at": now,
+        "queues": queues,
+        "daemons": daemons,
+        "decisions": _decisions(plane, [q.name for q in own]),
+    }
+
+
+def _rate_text(row: dict[str, Any]) -> str:
+    text = f"{row['rate_per_s']:.1f}/s" if row["rate_per_s"] else "0"
+    return (">=" + text) if row["rate_is_floor"] else text
+
+
+def render(snap: dict[str, Any]) -> Group:
+    """The three tables of a snapshot, times as ages."""
+    now = float(snap["at"])
+    queues = Table("queue", "state", "depth", "running", "daemons", "slots", "rate", "oldest")
+    queues.title = f"queues in {snap['namespace']}"
+    for q in snap["queues"]:
+        queues.add_row(
+            q["name"],
+            q["state"],
+            str(q["depth"]),
+            str(q["running"]),
+            str(q["daemons"]),
+            str(q["slots"]),
+            _rate_text(q),
+            age(q["oldest_age_s"]),
+        )
+    daemons = Table(
+        "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"
+    )
+    for d in snap["daemons"]:
+        daemons.add_row(
+            d["name"],
+            d["state"],
+            ",".join(d["queues"]) or "default",
+            d["host"] or "?",
+            f"{d['busy']}/{d['slots']}",
+            str(d["gpus"]),
+            age(d["heartbeat_age_s"]) + " ago",
+        )
+    decisions = Table("when", "queue", "decision", "workers", "reason", title="controller")
+    for e in snap["decisions"]:
+        was = "?" if e["current"] is None else e["current"]
+        sized = "" if e["desired"] is None else f"{was} -> {e['desired']}"
+        decisions.add_row(
+            age(now - float(e["at"] or now)) + " ago", e["queue"], e["kind"], sized, e["reason"]
+        )
+    parts: list[Any] = [queues, daemons if snap["daemons"] else Text("daemons: none")]
+    parts.append(decisions if snap["decisions"] else Text("controller: no decisions recorded"))
+    return Group(*parts)
+
+
+def _watch(plane: Plane, interval_s: float, times: int | None, as_json: bool) -> None:
+    """Redraw every interval until Ctrl-C (or `times` refreshes); a wait, not a busy loop."""
+    tick = threading.Event()  # never set: its wait is an interruptible sleep
+    shown = 0
+    live = None if as_json else Live(console=Console(), auto_refresh=False, transient=False)
+    try:
+        if live is not None:
+            live.start()
+        while times is None or shown < times:
+            if shown:
+                tick.wait(interval_s)
+            snap = snapshot(plane)
+            shown += 1
+            if live is None:
+                click.echo(json.dumps(plain(snap), sort_keys=True, default=str))
+            else:
+                live.update(render(snap), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+
+
+@click.command("status")
+@click.option("--watch", "-w", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option(
+    "--interval-s",
+    type=seconds(0.1),
+    default=2.0,
+    show_default=True,
+    help="With --watch: seconds between refreshes.",
+)
+@click.option(
+    "--count",
+    "times",
+    type=count(1),
+    default=None,
+    help="With --watch: stop after this many refreshes.",
+)
+@json_option
+@plane_options
+def status(
+    watch: bool,
+    interval_s: float,
+    times: int | None,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
+) -> None:
+    """One screen: queues, daemons and the controller's last decisions.
+
+    With --json, one JSON object (times as ISO 8601, ages in seconds); with --watch --json, one
+    such object per line per refresh.
+    """
+    with _plane(url, token, namespace) as plane:
+        if watch:
+            _watch(plane, interval_s, times, as_json)
+            return
+        snap = snapshot(plane)
+    if as_json:
+        click.echo(json.dumps(plain(snap), indent=2, sort_keys=True, default=str))
+    else:
+        Console().print(render(snap))

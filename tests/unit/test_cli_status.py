@@ -1,0 +1,133 @@
+"""`lakeshore status`: the one-screen overview, on the embedded plane of a temporary home.
+
+The oldest-age search is checked on a fake listing whose ids carry chosen submit times (ULIDs
+encode them), so a job hours old needs no hours of waiting; the rest runs the real command.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ulid import ULID
+
+from dreamlake.lakeshore.cli.main import cli
+from dreamlake.lakeshore.cli.status import OLDEST_PRECISION, oldest_queued_age
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.queue import SyncQueue
+
+NOW = 1_800_000_000.0
+
+
+@dataclass
+class Row:
+    id: str
+    created_at: float
+
+
+class QueuedListing:
+    """Only what the search reads: queued rows of one queue, newest first, paged by id."""
+
+    def __init__(self, ages: list[float]) -> None:
+        self.rows = sorted(
+            (Row(str(ULID.from_timestamp(NOW - a)), NOW - a) for a in ages),
+            key=lambda r: r.id,
+            reverse=True,
+        )
+        self.reads = 0
+
+    def invocations(
+        self, *, queue: str, state: str, limit: int, before: str | None = None
+    ) -> list[Row]:
+        self.reads += 1
+        assert state == "queued"
+        return [r for r in self.rows if before is None or r.id < before][:limit]
+
+
+@pytest.mark.parametrize("ages", [[5.0], [3600.0, 100.0, 5.0], [9 * 86400.0, 0.2], [0.3, 0.1]])
+def test_oldest_queued_age_is_found_within_its_precision_in_few_reads(ages):
+    listing = QueuedListing(ages)
+    found = oldest_queued_age(listing, "q", NOW)  # type: ignore[arg-type]
+    assert found is not None
+    assert max(ages) / OLDEST_PRECISION - 0.01 <= found <= max(ages) + 0.01
+    assert listing.reads <= 40
+
+
+def test_oldest_queued_age_of_an_empty_queue_is_none():
+    assert oldest_queued_age(QueuedListing([]), "q", NOW) is None  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for key in ("LAKESHORE_URL", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path))
+    plane = open_plane(None, None, None)
+    try:
+        plane.create_queue("train", elasticity={"kind": "fixed", "max": 2})
+        q = SyncQueue("train", dispatch=plane)
+        for i in range(3):
+            q.submit({"i": i})
+        worker = plane.register_worker(
+            "gpu-box-1", queues=["train"], host="gpu-box", info={"concurrency": 2, "gpus": [{}]}
+        )
+        plane.heartbeat(worker.id, {"busy": 1, "idle": 1})
+    finally:
+        plane.close()
+    store = open_store(tmp_path / "lakeshore.db")
+    try:  # what the controller records for a decision
+        store.record_event(
+            "default", "train", "scaled", {"desired": 2, "current": 1, "reason": "backlog 3"}
+        )
+    finally:
+        store.close()
+    return tmp_path
+
+
+def test_status_json_has_queues_daemons_and_decisions(home):
+    result = CliRunner().invoke(cli, ["status", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    snap = json.loads(result.output)
+    train = next(q for q in snap["queues"] if q["name"] == "train")
+    assert (train["depth"], train["running"], train["daemons"], train["slots"]) == (3, 0, 1, 2)
+    assert train["oldest_age_s"] is not None and train["oldest_age_s"] >= 0
+    assert train["rate_per_s"] == 0
+    (daemon,) = snap["daemons"]
+    assert (daemon["name"], daemon["slots"], daemon["busy"], daemon["gpus"]) == (
+        "gpu-box-1",
+        2,
+        1,
+        1,
+    )
+    assert daemon["heartbeat_at"].endswith("+00:00")  # ISO in JSON, not epoch seconds
+    (decision,) = snap["decisions"]
+    assert decision["queue"] == "train" and decision["desired"] == 2
+    assert decision["reason"] == "backlog 3" and "T" in decision["at"]
+
+
+def test_status_table_shows_ages_not_epochs(home):
+    result = CliRunner().invoke(cli, ["status"], catch_exceptions=False, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for text in ("train", "gpu-box-1", "1/2", "scaled", "1 -> 2", "backlog 3", "ago"):
+        assert text in result.output
+    assert not any(len(word) >= 10 and word.isdigit() for word in result.output.split())
+
+
+def test_status_watch_json_prints_one_line_per_refresh(home):
+    args = ["status", "--watch", "--json", "--count", "3", "--interval-s", "0.1"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 3
+    assert all(json.loads(line)["namespace"] == "default" for line in lines)
+
+
+def test_status_watch_redraws_the_tables(home):
+    args = ["status", "--watch", "--count", "2", "--interval-s", "0.1"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "gpu-box-1" in result.output and "train" in result.output
