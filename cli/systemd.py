@@ -138,7 +138,7 @@ def _plan(
     bin_dir: str,
 ) -> list[unitfiles.UnitFile]:
     """Every file to write, each once (the daemon's template unit serves every queue)."""
-    from ..plane.http import check_token, check_url
+    from ..plane.http import check_token, check_url, split_urls
 
     files: dict[Path, unitfiles.UnitFile] = {}
     for kind, queue in services:
@@ -149,7 +149,7 @@ def _plan(
     settings = {
         key: value
         for key, value in (
-            ("LAKESHORE_URL", url and check_url(url)),
+            ("LAKESHORE_URL", url and ",".join(check_url(u) for u in split_urls(url))),
             ("LAKESHORE_TOKEN", token and check_token(token)),
             ("LAKESHORE_NAMESPACE", namespace and check_name(namespace, "namespace")),
         )

@@ -128,6 +128,10 @@ class SubmitRequest:
     #: producer computes it; the plane never decodes a payload). A claim from another host
     #: passes the job by for the queue's `admission.locality_wait_s`. None: no preference.
     host: str | None = None
+    #: The invocation's id, minted by the producer (a fresh ULID): the same submit sent again
+    #: after its answer was lost names the job it made, never a second one. None: the plane
+    #: mints it.
+    id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from .longpoll import admit, hung_up, wait_until
 from .payload_kinds import code_in
 from .wire import Fields
 
-ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s", "host")
+ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s", "host", "id")
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
@@ -57,6 +57,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 max_attempts=item.integer("max_attempts", 3),
                 timeout_s=item.number("timeout_s"),
                 host=_host(item),
+                id=item.text("id"),
             )
         )
     wait_s = call.query.number("wait", 0.0)

@@ -14,10 +14,12 @@ import ipaddress
 import json
 import os
 import random
+import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -63,6 +65,8 @@ WAIT_MARGIN_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 #: How long to wait before sending again a request a busy server refused without a hint.
 BUSY_RETRY_S = 1.0
+#: The first pause before a submit whose answer was lost is sent again (it doubles to 1 s).
+LOST_ANSWER_RETRY_S = 0.05
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -84,7 +88,79 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
     }
     if r.host is not None:  # only when there is one: a server before locality refuses it
         item["host"] = r.host
+    if r.id is not None:
+        item["id"] = r.id
     return item
+
+
+def split_urls(text: str) -> list[str]:
+    """`LAKESHORE_URL` or `--url` may list replicas, comma-separated: `http://a:8765,http://b:8765`."""
+    urls = [u.strip() for u in text.split(",")]
+    if not all(urls):
+        raise InvalidArgument(
+            f"invalid control plane URL list {text[:200]!r}: an empty entry; separate replicas "
+            "with single commas (http://a:8765,http://b:8765)"
+        )
+    return urls
+
+
+class _Unreachable(Exception):
+    """A request that got no answer from a replica (refused, reset, timed out)."""
+
+
+class _Replica:
+    """One control plane URL and its connections: httpx, and the lean path where it can."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        timeout_s: float,
+        transport: httpx.BaseTransport | None,
+        tls: ssl.SSLContext | None,
+    ) -> None:
+        self.url = url
+        self.client = httpx.Client(
+            base_url=url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            verify=tls if tls is not None else True,
+        )
+        # The lean path (http11.py) for http and https; httpx for proxies and test transports.
+        self.fast = (
+            http11.Connections(url, headers, tls if url.startswith("https:") else None)
+            if transport is None and http11.usable(url)
+            else None
+        )
+
+    def close(self) -> None:
+        self.client.close()
+        if self.fast is not None:
+            self.fast.close()
+
+
+#: Requests that do the same thing when sent twice, so a replica that did not answer may have
+#: done it and the next is asked too: reads, submits (their ids are minted here), acks, ends,
+#: cancels, lease renewals and heartbeats. A claim, a frame, a nack or a release is not sent
+#: twice: its caller retries, and a lost claim only returns its job at the lease's end.
+_REPEATABLE_POSTS = re.compile(
+    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel)|leases/renew"
+    r"|workers/[^/]+/heartbeat)"
+)
+
+
+def _repeatable(method: str, path: str) -> bool:
+    return method in http11.IDEMPOTENT or (
+        method == "POST" and bool(_REPEATABLE_POSTS.fullmatch(path))
+    )
+
+
+def _mint_id() -> str:
+    """A job's id, as the plane would mint it: a ULID (python-ulid, imported at the first)."""
+    from ulid import ULID
+
+    return str(ULID())
 
 
 def _loopback(url: str) -> bool:
@@ -195,9 +271,13 @@ class HttpDispatch:
         base = url or os.environ.get("LAKESHORE_URL")
         if not base:
             raise InvalidArgument("HttpDispatch needs a URL (or LAKESHORE_URL)")
-        self.url = check_url(base).rstrip("/")
+        #: The control plane's replicas, in the order given: requests go to one until it cannot
+        #: be reached, then to the next (`url` is the one in use).
+        self.urls = tuple(check_url(u).rstrip("/") for u in split_urls(base))
+        self._at = 0
+        self._switch = threading.Lock()
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
-        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home(self.url)
+        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home(self.urls[0])
         headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
         if token:
             headers["authorization"] = f"Bearer {check_token(token)}"
@@ -205,23 +285,25 @@ class HttpDispatch:
         self._headers = headers  # also the object tier's (object_tier)
         self._prefix = f"/v1/namespaces/{_segment(self.namespace)}"
         # One TLS context for both paths, so they trust the same certificates (tls.py).
-        tls = tls_context(verify) if self.url.startswith("https:") else None
-        self._client = httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout_s,
-            transport=transport,
-            verify=tls if tls is not None else True,
-        )
-        # The lean path (http11.py) for http and https; httpx for proxies and test transports.
-        self._fast = (
-            http11.Connections(self.url, headers, tls)
-            if transport is None and http11.usable(self.url)
-            else None
-        )
+        https = any(u.startswith("https:") for u in self.urls)
+        tls = tls_context(verify) if https else None
+        self._replicas = [_Replica(u, headers, timeout_s, transport, tls) for u in self.urls]
+
+    @property
+    def url(self) -> str:
+        """The replica requests go to now."""
+        return self._replicas[self._at].url
+
+    @property
+    def _client(self) -> httpx.Client:
+        return self._replicas[self._at].client
+
+    @property
+    def _fast(self) -> http11.Connections | None:
+        return self._replicas[self._at].fast
 
     def __repr__(self) -> str:
-        return f"HttpDispatch({self.url!r}, namespace={self.namespace!r})"
+        return f"HttpDispatch({','.join(self.urls)!r}, namespace={self.namespace!r})"
 
     def __enter__(self) -> HttpDispatch:
         return self
@@ -230,9 +312,8 @@ class HttpDispatch:
         self.close()
 
     def close(self) -> None:
-        self._client.close()
-        if self._fast is not None:
-            self._fast.close()
+        for replica in self._replicas:
+            replica.close()
 
     def object_tier(self) -> PlaneTier:
         """This plane's objects (the plane tier, objects/plane.py): streamed up and down with
@@ -299,24 +380,54 @@ class HttpDispatch:
         params: dict[str, Any] | None,
         wait_s: float,
     ) -> Any:
+        """One request to the replica in use; one that cannot be reached is left for the next,
+        and the request goes there too when sending it twice is harmless (`_repeatable`)."""
+        for tries in range(1, len(self._replicas) + 1):
+            replica = self._replicas[self._at]
+            try:
+                return self._send_to(replica, method, url, content, params, wait_s)
+            except _Unreachable as exc:
+                self._fail_over(replica)
+                if tries == len(self._replicas) or not _repeatable(method, url):
+                    raise Unavailable(str(exc)) from exc.__cause__
+        raise AssertionError("unreachable: the last try raises")
+
+    def _fail_over(self, replica: _Replica) -> None:
+        with self._switch:  # another thread may have moved on already
+            if self._replicas[self._at] is replica:
+                self._at = (self._at + 1) % len(self._replicas)
+
+    def _send_to(
+        self,
+        replica: _Replica,
+        method: str,
+        url: str,
+        content: bytes | None,
+        params: dict[str, Any] | None,
+        wait_s: float,
+    ) -> Any:
         headers = {"content-type": MSGPACK} if content is not None else None
         timeout = wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s
-        if self._fast is not None:
+        if replica.fast is not None:
             try:
-                status, content_type, raw = self._fast.request(
+                status, content_type, raw = replica.fast.request(
                     method, url + http11.query_string(params), content, headers, timeout
                 )
             except ssl.SSLCertVerificationError as exc:
-                raise Unavailable(untrusted_message(self.url, exc)) from None
+                raise Unavailable(untrusted_message(replica.url, exc)) from None
             except (OSError, http.client.HTTPException) as exc:
-                raise Unavailable(f"cannot reach the control plane at {self.url}: {exc!r}") from exc
+                raise _Unreachable(
+                    f"cannot reach the control plane at {replica.url}: {exc!r}"
+                ) from exc
         else:
             try:
-                response = self._client.request(
+                response = replica.client.request(
                     method, url, content=content, headers=headers, params=params, timeout=timeout
                 )
             except httpx.HTTPError as exc:
-                raise Unavailable(f"cannot reach the control plane at {self.url}: {exc}") from exc
+                raise _Unreachable(
+                    f"cannot reach the control plane at {replica.url}: {exc}"
+                ) from exc
             status = response.status_code
             content_type = response.headers.get("content-type", "")
             raw = response.content
@@ -399,9 +510,13 @@ class HttpDispatch:
         *,
         result_wait: float = 0.0,
     ) -> dict[str, Any]:
-        items = [_submit_item(r) for r in requests]
+        # Every job gets its id here, so a submit whose answer was lost (the connection dropped,
+        # the server restarted) can be sent again: the plane answers with the jobs it made.
+        items = [_submit_item(r if r.id else replace(r, id=_mint_id())) for r in requests]
         path = f"/queues/{_segment(queue)}/invocations"
         deadline = Deadline(block_s)
+        outage = Deadline(self._timeout_s)
+        pause = LOST_ANSWER_RETRY_S
         while True:
             wait = min(deadline.remaining(), SERVER_WAIT_CAP_S)
             params: dict[str, Any] = {"wait": wait} if wait > 0 else {}
@@ -414,6 +529,11 @@ class HttpDispatch:
                 return data
             except QueueFullError as full:
                 room_wait(full, deadline)  # raises unless the queue blocks and time is left
+            except Unavailable:
+                if pause > outage.remaining():
+                    raise
+                time.sleep(pause)  # a backoff between attempts: no wake-up crosses an outage
+                pause = min(pause * 2, 1.0)
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def once(wait: float) -> Invocation:

@@ -177,6 +177,10 @@ RETURNING id;
 -- Postgres so a sweep cannot re-dispatch the job between this check and the write.
 SELECT state, lease, lease_expires_at, attempt FROM invocations WHERE id = :id {for_update};
 
+-- name: invocation_homes
+-- Where ids a producer minted already live: a submit sent again finds the jobs it made.
+SELECT id, namespace, queue FROM invocations WHERE id IN (:ids);
+
 -- name: settled_result
 -- The result a succeeded attempt stored: a repeated ack must carry the same one.
 SELECT result FROM invocations WHERE id = :id;

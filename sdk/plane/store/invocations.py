@@ -59,9 +59,11 @@ class InvocationStore(QueueStore):
         # Ids in request order (ULIDs: the claim order of equal priorities); rows inserted in key
         # order, so two concurrent batches sharing keys lock them in one order and never
         # deadlock each other (Postgres holds each inserted key's index entry to commit).
-        ids = [new_id() for _ in requests]
+        ids = [req.id or new_id() for req in requests]
         order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
         with self.connector.transaction() as tx:
+            if self._submitted_before(tx, ns, queue, requests):
+                return ids  # the same submit again, its answer lost: the jobs it made
             info = self._queue_for_submit(tx, ns, queue, now)
             admit(tx, info, requests, now)
             deadline_at = deadline_for(info, now)
@@ -93,6 +95,30 @@ class InvocationStore(QueueStore):
         # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
         self.waker.notify(work=[work_key(ns, queue)], reads=False)
         return ids
+
+    def _submitted_before(
+        self, tx: Transaction, ns: str, queue: str, requests: Sequence[SubmitRequest]
+    ) -> bool:
+        """Whether this batch, by the ids its producer minted, was submitted already.
+
+        A batch commits whole, so its ids exist all or none: all, in this namespace and queue,
+        is a repeat (admitted then, not counted again now); some, or elsewhere, is another
+        submit's ids, refused without saying whose.
+        """
+        minted = [req.id for req in requests if req.id is not None]
+        if not minted:
+            return False
+        homes = tx.all("invocation_homes", ids=minted)
+        if not homes:
+            return False
+        if len(homes) == len(minted) == len(requests) and all(
+            h["namespace"] == ns and h["queue"] == queue for h in homes
+        ):
+            return True
+        raise Conflict(
+            "these invocation ids are taken: a submit sent again repeats all of its ids on "
+            "the same queue; a new submit mints new ones (or leaves them to the plane)"
+        )
 
     def _queue_for_submit(self, tx: Transaction, ns: str, queue: str, now: float) -> QueueInfo:
         row = tx.one("get_queue", ns=ns, name=queue)

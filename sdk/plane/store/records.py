@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,10 +25,35 @@ from ..locality import MAX_WAIT_S
 from ..queries import INT64_MAX
 from .base import ELASTICITY_KINDS, ON_FULL
 
+#: A producer's id is a ULID minted this long ago at most (or ahead, for clock skew): its time
+#: orders the queue among equal priorities, so an old one must not jump the line.
+CLIENT_ID_SKEW_S = 600.0
+_ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def check_client_id(value: object, now: float) -> None:
+    """A submit's own id: a fresh ULID (see SubmitRequest.id)."""
+    if not isinstance(value, str) or not _ULID.fullmatch(value):
+        raise InvalidArgument(
+            f"id must be a ULID (26 characters of Crockford base32, upper case), got {value!r}"
+        )
+    minted_ms = 0
+    for char in value[:10]:
+        minted_ms = minted_ms * 32 + _CROCKFORD.index(char)
+    if abs(minted_ms / 1000 - now) > CLIENT_ID_SKEW_S:
+        raise InvalidArgument(
+            f"id {value} was minted at {minted_ms / 1000:.0f} (unix time), more than "
+            f"{CLIENT_ID_SKEW_S:.0f} s from now: mint a new one for each submit (a retry "
+            "repeats it within seconds)"
+        )
+
 
 def check_submit(req: SubmitRequest) -> None:
     if not isinstance(req.payload, (bytes, bytearray, memoryview)):
         raise InvalidArgument("payload must be encoded bytes")
+    if req.id is not None:
+        check_client_id(req.id, time.time())
     if req.key is not None and (not isinstance(req.key, str) or not 0 < len(req.key) <= 512):
         raise InvalidArgument("key must be a non-empty string of at most 512 characters")
     if (
