@@ -247,3 +247,8 @@ def drain(
         plane.close()
     if as_json:
         emit_json({"daemon": row.name, "id": row.id, "state_before": before, "state": state})
+
+
+# `daemon launch` and `daemon stop` live with the provider configs they start daemons from;
+# importing them here registers them whenever the group is loaded (main.py loads verbs lazily).
+from . import providers as _providers  # noqa: E402, F401

@@ -13,7 +13,6 @@ from dataclasses import asdict
 
 import click
 
-from .. import retention
 from ..errors import InvalidArgument
 from ..plane.default import open_plane
 from ..plane.options import plane_options
@@ -57,6 +56,8 @@ def prune(
         seconds = parse_duration(older_than)
     except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    from .. import retention  # the object store behind it: only this verb pays for it
+
     plane = open_plane(url, token, namespace)
     try:
         result = prune_run_queues(plane, older_than_s=seconds, dry_run=dry_run)

@@ -3,7 +3,8 @@
 The verbs are exactly the page's, irregular ones included (`ls`, `rm`). Every command takes
 `--url/--token/--namespace` (see `context.py`), so the same line works on this box's SQLite
 plane and on a control plane; `--json` prints machine-readable output for scripts, otherwise a
-rich table for people.
+table for people: rich for the single-queue screens, a plain table for `ls`, which must start
+fast (see `output.plain_table`). rich is imported by the verbs that draw with it, not here.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ..plane.base import Plane
 from ..plane.default import open_plane
@@ -26,8 +25,11 @@ from ..plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
 from ..plane.options import plane_options
 from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .controller import controller_figures
-from .output import emit_json, hidden_alias
+from .output import emit_json, hidden_alias, plain_table
 from .params import count, seconds
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
@@ -87,6 +89,8 @@ def _members(plane: Plane, name: str) -> list[WorkerInfo]:
 
 
 def _print_queue(info: Any, console: Console) -> None:
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key in ("namespace", "name", "kind", "state", "description"):
         table.add_row(key, str(getattr(info, key)))
@@ -120,12 +124,13 @@ def ls(
     if as_json:
         _emit_json(rows)
         return
-    table = Table("namespace", "name", "kind", "state", "elasticity", "description")
-    for q in rows:
-        table.add_row(
-            q.namespace, q.name, q.kind, q.state, q.elasticity.get("kind", "none"), q.description
-        )
-    Console().print(table)
+    plain_table(
+        ("namespace", "name", "kind", "state", "elasticity", "description"),
+        (
+            (q.namespace, q.name, q.kind, q.state, q.elasticity.get("kind", "none"), q.description)
+            for q in rows
+        ),
+    )
 
 
 hidden_alias(queues, "ls", "list")
@@ -211,6 +216,9 @@ def show(
     if as_json:
         _emit_json({**asdict(info), "members": [asdict(m) for m in members]})
         return
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     _print_queue(info, console)
     table = Table("member", "id", "host", "state", "queues", title="members")
@@ -265,6 +273,8 @@ def patch(
     if as_json:
         _emit_json(info)
     else:
+        from rich.console import Console
+
         _print_queue(info, Console())
 
 
@@ -335,6 +345,9 @@ def events(
     if as_json:
         _emit_json(rows)
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("at", "event", *(["detail"] if verbose else []))
     for r in rows:
         extra = [json.dumps(r.get("detail", {}), sort_keys=True)] if verbose else []
@@ -356,6 +369,9 @@ def stats(
     if as_json:
         _emit_json(figures)
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key, value in figures.items():
         shown = f"{value:.0%}" if key == "utilization" else "-" if value is None else str(value)

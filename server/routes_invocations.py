@@ -324,8 +324,9 @@ async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str
 
 async def _post_frame(call: Call, channel: str, inv_id: str | None) -> dict[str, int]:
     b = call.body
-    b.only("kind", "value", "lease")
+    b.only("kind", "value", "lease", "id")
     kind, value, lease = b.req_text("kind"), b.blob("value"), b.text("lease")
+    post_id = b.text("id")
     if inv_id is None:
         # A topic value is read by listeners who may opt in to pickles: posting one that
         # carries code needs the scope that submitting it would. A job's own frames are its
@@ -335,7 +336,7 @@ async def _post_frame(call: Call, channel: str, inv_id: str | None) -> dict[str,
     def run() -> int:
         if inv_id is not None:
             _owned(call.store, call.ns, inv_id)
-        return call.store.post(channel, kind, value, lease=lease)
+        return call.store.post(channel, kind, value, lease=lease, post_id=post_id)
 
     return {"seq": await call.run(run)}
 

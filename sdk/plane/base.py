@@ -38,7 +38,13 @@ class Plane(Protocol):
         """Frames after `since`; with wait_s, wait for one (or for the invocation to end)."""
 
     def post(
-        self, channel: str, kind: str, value: bytes | None, *, lease: str | None = None
+        self,
+        channel: str,
+        kind: str,
+        value: bytes | None,
+        *,
+        lease: str | None = None,
+        post_id: str | None = None,
     ) -> int: ...
     def topic_channel(self, queue: str, name: str) -> str: ...
 

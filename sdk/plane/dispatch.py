@@ -207,9 +207,15 @@ class Dispatch:
         return frames
 
     def post(
-        self, channel: str, kind: str, value: bytes | None, *, lease: str | None = None
+        self,
+        channel: str,
+        kind: str,
+        value: bytes | None,
+        *,
+        lease: str | None = None,
+        post_id: str | None = None,
     ) -> int:
-        return self.store.post(channel, kind, value, lease=lease)
+        return self.store.post(channel, kind, value, lease=lease, post_id=post_id)
 
     def topic_channel(self, queue: str, name: str) -> str:
         return topic_channel(self.namespace, queue, name)

@@ -141,12 +141,12 @@ class _Replica:
 
 
 #: Requests that do the same thing when sent twice, so a replica that did not answer may have
-#: done it and the next is asked too: reads, submits (their ids are minted here), acks, ends,
-#: cancels, lease renewals and heartbeats. A claim, a frame, a nack or a release is not sent
-#: twice: its caller retries, and a lost claim only returns its job at the lease's end.
+#: done it and the next is asked too: reads, submits and frame posts (their ids are minted
+#: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
+#: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
 _REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel)|leases/renew"
-    r"|workers/[^/]+/heartbeat)"
+    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames)|leases/renew"
+    r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 
 
@@ -581,9 +581,17 @@ class HttpDispatch:
         return frames
 
     def post(
-        self, channel: str, kind: str, value: bytes | None, *, lease: str | None = None
+        self,
+        channel: str,
+        kind: str,
+        value: bytes | None,
+        *,
+        lease: str | None = None,
+        post_id: str | None = None,
     ) -> int:
-        body = {"kind": kind, "value": value, "lease": lease}
+        """Append a frame; the post carries an id (minted here if the caller has none), so it
+        is sent again safely after a lost answer or to the next replica."""
+        body = {"kind": kind, "value": value, "lease": lease, "id": post_id or _mint_id()}
         data = self._request("POST", self._frames_path(channel), body, namespaced=False)
         return int(data["seq"])
 

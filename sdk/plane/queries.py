@@ -44,6 +44,8 @@ SQLITE = Dialect(
         # A line that starts with {postgres_only} is a comment here: storage tuning (fillfactor,
         # autovacuum) that SQLite has no equivalent of.
         "postgres_only": "--",
+        # ... and one that starts with {sqlite_only} is SQLite's: its trigger syntax, say.
+        "sqlite_only": "",
     },
     param_style=":{}",
 )
@@ -56,6 +58,7 @@ POSTGRES = Dialect(
         "skip_locked": "FOR UPDATE SKIP LOCKED",
         "for_update": "FOR UPDATE",
         "postgres_only": "",
+        "sqlite_only": "--",
     },
     param_style="%({})s",
 )
@@ -171,6 +174,31 @@ def _compile(dialect: Dialect, sql: str, lists: tuple[tuple[str, int], ...]) -> 
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split a migration into statements; the schema has no ';' inside literals."""
+    """Split a migration into statements at each ';' that ends one.
+
+    The schema has no ';' inside literals, but two bodies hold statements of their own and
+    stay whole: a Postgres function's `$$ ... $$` and a SQLite trigger's `BEGIN ... END`.
+    """
     code = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
-    return [s.strip() for s in code.split(";") if s.strip()]
+    out: list[str] = []
+    pending = ""
+    for piece in code.split(";"):
+        pending = f"{pending};{piece}" if pending else piece
+        if not _inside_body(pending):
+            if pending.strip():
+                out.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        out.append(pending.strip())
+    return out
+
+
+_TRIGGER_BODY = re.compile(r"^\s*CREATE\s+TRIGGER\b.*\bBEGIN\b", re.IGNORECASE | re.DOTALL)
+_BODY_END = re.compile(r"\bEND\s*$", re.IGNORECASE)
+
+
+def _inside_body(text: str) -> bool:
+    """Whether `text` stops inside a `$$` body or a trigger's BEGIN ... END."""
+    if text.count("$$") % 2:
+        return True
+    return bool(_TRIGGER_BODY.match(text)) and not _BODY_END.search(text)

@@ -23,6 +23,7 @@ function whichever reason started it, and it always ends with the worker row mar
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 from collections import deque
@@ -632,12 +633,13 @@ class WorkerCore(JobSink):
 
     def post_frames(self, claim: Claim, frames: Sequence[bytes]) -> Outcome | None:
         for value in frames:
+            # One id per frame, kept across retries: a post whose answer was lost is sent again
+            # and finds the frame it made (never a second copy in the journal).
+            post = partial(
+                self.plane.post, claim.id, "VALUE", value, lease=claim.lease, post_id=new_post_id()
+            )
             try:
-                self._retry.call(
-                    "post",
-                    partial(self.plane.post, claim.id, "VALUE", value, lease=claim.lease),
-                    give_up=self._urgent,
-                )
+                self._retry.call("post", post, give_up=self._urgent)
             except GaveUp:
                 return Outcome("lost", error="the worker stopped while posting frames")
             except LeaseLost as exc:
@@ -807,3 +809,8 @@ class WorkerCore(JobSink):
             )
         except Exception as exc:  # a row left alive just goes stale
             self._log.warning("daemon.mark_gone_failed", error=repr(exc))
+
+
+def new_post_id() -> str:
+    """A frame post's id (see `Plane.post`): random, so no two posts share one."""
+    return secrets.token_hex(12)

@@ -165,6 +165,27 @@ class PeerOps:
             raise core.fatal
         return core.started_jobs
 
+    def op_churn(self, queue: str, n: int) -> int:
+        """Submit `n` jobs one by one, each followed by a claim that is acked, nacked (with and
+        without a retry), released or left running, and a cancel of an older job: every kind
+        of state change, as fast as this process can go. Returns how many it submitted."""
+        q = self.q(queue)
+        submitted: list[str] = []
+        for i in range(n):
+            submitted.append(q.submit({"i": i}))
+            job = q.claim(lease_s=60.0)
+            if job is not None:
+                step = i % 5
+                if step == 0:
+                    q.ack(job, i)
+                elif step in (1, 2):
+                    q.nack(job, error="churn", retry=step == 1)
+                elif step == 3:
+                    self.plane.release(job.id, job.lease)
+            if i % 7 == 6:
+                self.plane.cancel(submitted[i - 3])
+        return len(submitted)
+
     def op_release(self, id: str, lease: str) -> bool:
         return self.plane.release(id, lease)
 

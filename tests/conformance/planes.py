@@ -77,6 +77,8 @@ class PlaneEnv:
     pool: PeerPool | None = field(default=None, repr=False)
     #: Verbs this plane does not offer (yet); tests that need one skip.
     missing: frozenset[str] = frozenset()
+    #: The store behind an HTTP plane (its server's), for checks the API does not offer.
+    store_url: str | None = None
 
     @property
     def multiprocess(self) -> bool:
@@ -100,6 +102,21 @@ class PlaneEnv:
         finally:
             for p in peers:
                 p.call("close")
+
+    def recount(self) -> list[dict[str, Any]]:
+        """Where the plane's depth counters disagree with a recount of its rows ([]: exact),
+        read on the store itself (an HTTP plane's through its server's store)."""
+        store = getattr(self.dispatch, "store", None)
+        if store is not None:
+            return list(store.recount_check())
+        from dreamlake.lakeshore.plane.dispatch import open_store
+
+        assert self.store_url is not None, f"{self.name} names no store to recount"
+        opened = open_store(self.store_url)
+        try:
+            return list(opened.recount_check())
+        finally:
+            opened.close()
 
     def require(self, verb: str) -> None:
         if verb in self.missing:
@@ -197,7 +214,7 @@ def _http_plane(name: str, pool: PeerPool, store_url: str, urls: list[str]) -> I
         peer = pool.get(0)
         peer.call("open", spec=spec)
         try:
-            yield PlaneEnv(name, d, peer, peer_spec=spec, pool=pool)
+            yield PlaneEnv(name, d, peer, peer_spec=spec, pool=pool, store_url=store_url)
         finally:
             if peer.alive:
                 peer.call("close")

@@ -250,3 +250,25 @@ def test_topic_waits_default_to_five_seconds(plane: PlaneEnv) -> None:
 def test_topic_with_a_bad_name_is_refused(plane: PlaneEnv) -> None:
     with pytest.raises(InvalidArgument, match="topic name"):
         plane.queue("gpu").topic("Progress Bar")
+
+
+def test_the_same_post_again_makes_one_frame(plane: PlaneEnv) -> None:
+    """A post sent again after its answer was lost (same post id) finds the frame it made."""
+    q = plane.queue("pid")
+    inv = q.submit(1)
+    job = q.claim()
+    assert job is not None
+    value = dls.encode(7)
+
+    first = plane.dispatch.post(inv, "VALUE", value, lease=job.lease, post_id="post-1")
+    again = plane.dispatch.post(inv, "VALUE", value, lease=job.lease, post_id="post-1")
+    other = plane.dispatch.post(inv, "VALUE", value, lease=job.lease, post_id="post-2")
+
+    assert first == again != other
+    assert [f.seq for f in plane.dispatch.frames(inv)] == [first, other]
+    with pytest.raises(InvalidArgument, match="post id"):
+        plane.dispatch.post(inv, "VALUE", value, lease=job.lease, post_id="not an id!")
+    topic = plane.dispatch.topic_channel("pid", "news")
+    seq = plane.dispatch.post(topic, "VALUE", value, post_id="t-1")
+    assert plane.dispatch.post(topic, "VALUE", value, post_id="t-1") == seq
+    assert len(plane.dispatch.frames(topic)) == 1

@@ -135,6 +135,7 @@ def run_mixed(
             for i, r in drows.items()
             if r.state != "succeeded"
         ]
+        report.anomalies += _counter_drift(seed, srv)
         report.daemon_jobs, report.loop_jobs = len(ids), len(history.ids())
         report.loop_stats, report.daemon_stats = history.stats(), daemon_history.stats()
         return report
@@ -145,6 +146,23 @@ def run_mixed(
         for p in [producer, *lossy]:
             p.close()
         srv.stop()
+
+
+def _counter_drift(seed: int, srv: ServerProcess) -> list[str]:
+    """The depth counters against a recount of the rows, after every kill -9 of the run: a
+    counter is written in the transaction of its state change, so none may have drifted."""
+    from dreamlake.lakeshore.plane.dispatch import open_store
+
+    store = open_store(srv.store or str(srv.home / "lakeshore.db"), create=False)
+    try:
+        drift = store.recount_check()
+    finally:
+        store.close()
+    return [
+        f"[seed {seed}] depth counter {r['namespace']}/{r['queue']}/{r['state']} keeps "
+        f"{r['kept']}, the rows say {r['found']}"
+        for r in drift
+    ]
 
 
 def _inflict(

@@ -150,7 +150,8 @@ def test_a_lost_answer_is_resent_and_the_resend_is_idempotent(
     tmp_path: Path, rng: random.Random, seed: int
 ) -> None:
     """Half the answers to submit, ack and nack are lost after the server acted on them: the
-    client resends the same request, which must land once (same id, accepted settle)."""
+    same request sent again must land once (same id, accepted settle). The SDK resends a
+    submit itself (its ids are minted on the client); the workers resend their settles."""
     srv = ServerProcess(tmp_path / "server").start()
     history = History(seed)
     stop = threading.Event()
@@ -177,7 +178,9 @@ def test_a_lost_answer_is_resent_and_the_resend_is_idempotent(
         join_all(workers, 10)
         lost = sum(t.lost for t in transports)
         assert lost > 20, "the fault was not injected"
-        assert history.stats()["settles_unknown"] > 0 and history.stats()["unknown_submits"] > 0
+        # Settles still come back unknown to their caller; a submit never does any more: the SDK
+        # mints its ids and sends it again until it hears the answer (client ids, issue 20).
+        assert history.stats()["settles_unknown"] > 0 and history.stats()["unknown_submits"] == 0
         print(f"lost-answers: lost={lost} {history.stats()}")
     finally:
         for p in planes:

@@ -199,3 +199,131 @@ CREATE INDEX IF NOT EXISTS invocations_locality
 -- seconds; NULL never expires, so every token made before this release keeps working. An expired
 -- row is kept (tokens ls shows it, revoke removes it) and refused with 401 saying when it ended.
 ALTER TABLE tokens ADD COLUMN expires_at {real};
+
+-- migration: 18
+-- Depth counters (issue 17): how many invocations each namespace, queue and state holds, kept by
+-- triggers in the same transaction as every insert, state change and delete of an invocation,
+-- so count(), len(), stats, the dashboard, /metrics and the controller read a few rows instead
+-- of counting the queue (83 ms at 1M queued before), and no code path can forget to count.
+-- A counter is striped over `shard` rows and a read sums them. On Postgres each writing
+-- transaction adds to the stripe its txid picks (txid mod 8): concurrent submitters hold
+-- consecutive txids, so they write different rows instead of queueing on one row lock, and a
+-- transaction keeps to one stripe, so a batch never locks several. A stripe alone may go
+-- negative (a job counted in on one stripe is counted out on another); only the sum means
+-- anything. SQLite has one writer at a time: stripe 0 always.
+CREATE TABLE IF NOT EXISTS queue_counts (
+    namespace  TEXT NOT NULL,
+    queue      TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    shard      INTEGER NOT NULL,
+    n          BIGINT NOT NULL,
+    PRIMARY KEY (namespace, queue, state, shard)
+);
+-- Every state change rewrites a counter row: leave half of each page free so the new version
+-- is a HOT update on the same page, and vacuum the few rows often.
+{postgres_only} ALTER TABLE queue_counts SET (fillfactor = 50,
+{postgres_only}     autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+-- Writers wait while the triggers appear and the counts are backfilled, so no change is
+-- counted twice or missed (SQLite's BEGIN IMMEDIATE already holds them off).
+{postgres_only} LOCK TABLE invocations IN SHARE ROW EXCLUSIVE MODE;
+
+-- SQLite: UPDATE, and INSERT only when it found no row (changes() inside a trigger counts
+-- the trigger's own last statement): about 2 us a row where an UPSERT costs 5.
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_count_insert
+{sqlite_only} AFTER INSERT ON invocations
+{sqlite_only} BEGIN
+{sqlite_only}     UPDATE queue_counts SET n = n + 1
+{sqlite_only}     WHERE namespace = NEW.namespace AND queue = NEW.queue AND state = NEW.state
+{sqlite_only}         AND shard = 0;
+{sqlite_only}     INSERT INTO queue_counts (namespace, queue, state, shard, n)
+{sqlite_only}     SELECT NEW.namespace, NEW.queue, NEW.state, 0, 1 WHERE changes() = 0;
+{sqlite_only} END;
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_count_update
+{sqlite_only} AFTER UPDATE OF state, namespace, queue ON invocations
+{sqlite_only} WHEN OLD.state IS NOT NEW.state OR OLD.namespace IS NOT NEW.namespace
+{sqlite_only}     OR OLD.queue IS NOT NEW.queue
+{sqlite_only} BEGIN
+{sqlite_only}     UPDATE queue_counts SET n = n - 1
+{sqlite_only}     WHERE namespace = OLD.namespace AND queue = OLD.queue AND state = OLD.state
+{sqlite_only}         AND shard = 0;
+{sqlite_only}     INSERT INTO queue_counts (namespace, queue, state, shard, n)
+{sqlite_only}     SELECT OLD.namespace, OLD.queue, OLD.state, 0, -1 WHERE changes() = 0;
+{sqlite_only}     UPDATE queue_counts SET n = n + 1
+{sqlite_only}     WHERE namespace = NEW.namespace AND queue = NEW.queue AND state = NEW.state
+{sqlite_only}         AND shard = 0;
+{sqlite_only}     INSERT INTO queue_counts (namespace, queue, state, shard, n)
+{sqlite_only}     SELECT NEW.namespace, NEW.queue, NEW.state, 0, 1 WHERE changes() = 0;
+{sqlite_only} END;
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_count_delete
+{sqlite_only} AFTER DELETE ON invocations
+{sqlite_only} BEGIN
+{sqlite_only}     UPDATE queue_counts SET n = n - 1
+{sqlite_only}     WHERE namespace = OLD.namespace AND queue = OLD.queue AND state = OLD.state
+{sqlite_only}         AND shard = 0;
+{sqlite_only}     INSERT INTO queue_counts (namespace, queue, state, shard, n)
+{sqlite_only}     SELECT OLD.namespace, OLD.queue, OLD.state, 0, -1 WHERE changes() = 0;
+{sqlite_only} END;
+
+-- Postgres: one function behind the three triggers. A state change writes its two counter rows
+-- in (namespace, queue, state) order, whichever way it goes, so a claim (queued -> running) and
+-- a retry (running -> queued) of one stripe take the two row locks in the same order and never
+-- deadlock each other. `lakeshore.count_stripes` (a session setting, default 8) exists for the
+-- benchmark (bench/depth_counts.py) to compare one stripe with eight; any mix stays exact.
+{postgres_only} CREATE OR REPLACE FUNCTION lakeshore_count_invocations() RETURNS trigger
+{postgres_only} LANGUAGE plpgsql AS $$
+{postgres_only} DECLARE
+{postgres_only}     stripe integer := mod(txid_current(), coalesce(
+{postgres_only}         nullif(current_setting('lakeshore.count_stripes', true), '')::integer, 8));
+{postgres_only}     out_first boolean := TG_OP = 'UPDATE' AND
+{postgres_only}         (OLD.namespace, OLD.queue, OLD.state) < (NEW.namespace, NEW.queue, NEW.state);
+{postgres_only} BEGIN
+{postgres_only}     IF TG_OP <> 'INSERT' AND (TG_OP = 'DELETE' OR out_first) THEN
+{postgres_only}         INSERT INTO queue_counts AS c VALUES (OLD.namespace, OLD.queue, OLD.state, stripe, -1)
+{postgres_only}         ON CONFLICT (namespace, queue, state, shard) DO UPDATE SET n = c.n - 1;
+{postgres_only}     END IF;
+{postgres_only}     IF TG_OP <> 'DELETE' THEN
+{postgres_only}         INSERT INTO queue_counts AS c VALUES (NEW.namespace, NEW.queue, NEW.state, stripe, 1)
+{postgres_only}         ON CONFLICT (namespace, queue, state, shard) DO UPDATE SET n = c.n + 1;
+{postgres_only}     END IF;
+{postgres_only}     IF TG_OP = 'UPDATE' AND NOT out_first THEN
+{postgres_only}         INSERT INTO queue_counts AS c VALUES (OLD.namespace, OLD.queue, OLD.state, stripe, -1)
+{postgres_only}         ON CONFLICT (namespace, queue, state, shard) DO UPDATE SET n = c.n - 1;
+{postgres_only}     END IF;
+{postgres_only}     RETURN NULL;
+{postgres_only} END $$;
+{postgres_only} CREATE TRIGGER invocations_count_insert AFTER INSERT ON invocations
+{postgres_only}     FOR EACH ROW EXECUTE FUNCTION lakeshore_count_invocations();
+{postgres_only} CREATE TRIGGER invocations_count_update AFTER UPDATE OF state, namespace, queue
+{postgres_only}     ON invocations FOR EACH ROW
+{postgres_only}     WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM
+{postgres_only}         NEW.namespace OR OLD.queue IS DISTINCT FROM NEW.queue)
+{postgres_only}     EXECUTE FUNCTION lakeshore_count_invocations();
+{postgres_only} CREATE TRIGGER invocations_count_delete AFTER DELETE ON invocations
+{postgres_only}     FOR EACH ROW EXECUTE FUNCTION lakeshore_count_invocations();
+
+-- The rows already there, counted once (later changes are the triggers').
+INSERT INTO queue_counts (namespace, queue, state, shard, n)
+SELECT namespace, queue, state, 0, count(*) FROM invocations GROUP BY namespace, queue, state;
+
+-- migration: 19
+-- Listings by keyset (issue 17, item 2): `jobs ls`, `GET .../invocations` and the dashboard's
+-- recent rows read newest first, filtered by nothing, a queue, a state or both, a page at a time
+-- below the last id shown (the list_invocations* statements). Each combination has an index of
+-- its equalities then id, so a page walks :limit entries backwards from where it starts however
+-- deep the queue: no sort and no scan over the queue (2.3 s for 20 rows at 1M queued before).
+-- The last one replaces invocations_state (namespace, queue, state), its prefix: it serves every
+-- read that one did, and a submit or state change writes one index fewer.
+CREATE INDEX IF NOT EXISTS invocations_listing ON invocations (namespace, id);
+CREATE INDEX IF NOT EXISTS invocations_listing_queue ON invocations (namespace, queue, id);
+CREATE INDEX IF NOT EXISTS invocations_listing_state ON invocations (namespace, state, id);
+CREATE INDEX IF NOT EXISTS invocations_listing_queue_state
+    ON invocations (namespace, queue, state, id);
+DROP INDEX IF EXISTS invocations_state;
+
+-- migration: 20
+-- A post's own id (issue 20): the client mints one per frame, and the same post sent again
+-- after its answer was lost (a restart, a dropped connection, a replica gone) finds the frame it
+-- made instead of writing a second one. NULL for frames written before, and for the plane's own.
+ALTER TABLE frames ADD COLUMN post_id TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS frames_post_id ON frames (channel, post_id)
+    WHERE post_id IS NOT NULL;

@@ -84,9 +84,17 @@ class StoreBase:
         tx.all("insert_event", ns=ns, queue=queue, now=now, kind=kind, detail=json.dumps(detail))
 
     def _append(
-        self, tx: Transaction, channel: str, kind: str, value: bytes | None, now: float
+        self,
+        tx: Transaction,
+        channel: str,
+        kind: str,
+        value: bytes | None,
+        now: float,
+        post_id: str | None = None,
     ) -> int:
         """Append a frame inside `tx` (a settle writes its ERROR frame in its own commit)."""
-        row = tx.one("append_frame", channel=channel, kind=kind, value=value, now=now)
+        row = tx.one(
+            "append_frame", channel=channel, kind=kind, value=value, now=now, post_id=post_id
+        )
         assert row is not None
         return int(row["seq"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from ...errors import Conflict, InvalidArgument, LeaseLost, NotFound
@@ -13,13 +14,29 @@ class FrameStore(StoreBase):
     """The journal: frames of invocations and topics, fenced by the lease."""
 
     def post(
-        self, channel: str, kind: str, value: bytes | None, *, lease: str | None = None
+        self,
+        channel: str,
+        kind: str,
+        value: bytes | None,
+        *,
+        lease: str | None = None,
+        post_id: str | None = None,
     ) -> int:
-        """Append a frame. Invocation journals need the attempt's lease; topics are open."""
+        """Append a frame. Invocation journals need the attempt's lease; topics are open.
+
+        `post_id`, minted by the client, makes the post safe to send again: a second post with
+        the same id on the same channel returns the seq of the frame the first one made.
+        """
         if kind not in ("VALUE", "ERROR", "END"):
             raise InvalidArgument(f"unknown frame kind '{kind}'; use VALUE|ERROR|END")
+        if post_id is not None:
+            check_post_id(post_id)
         now = time.time()
         with self.connector.transaction() as tx:
+            if post_id is not None:
+                made = tx.one("frame_by_post_id", channel=channel, post_id=post_id)
+                if made is not None:
+                    return int(made["seq"])  # the same post again: its answer was lost
             if not channel.startswith("topic:"):
                 held = tx.one("lease_of", id=channel)
                 if held is None:
@@ -31,7 +48,7 @@ class FrameStore(StoreBase):
             last = tx.one("last_frame", channel=channel)
             if last is not None and last["kind"] in ("END", "ERROR"):
                 raise Conflict(f"the journal of '{channel}' is closed (it ended at {last['seq']})")
-            seq = self._append(tx, channel, kind, value, now)
+            seq = self._append(tx, channel, kind, value, now, post_id)
         self.waker.notify(work=())
         return seq
 
@@ -39,3 +56,14 @@ class FrameStore(StoreBase):
         with self.connector.transaction(write=False) as tx:
             rows = tx.all("frames_since", channel=channel, since=since, limit=limit)
         return [Frame(seq=r["seq"], kind=r["kind"], value=r["value"]) for r in rows]
+
+
+#: A post id is a client's token for "this post": short printable ASCII (a ULID, a uuid).
+_POST_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+
+
+def check_post_id(value: object) -> None:
+    if not isinstance(value, str) or not _POST_ID.fullmatch(value):
+        raise InvalidArgument(
+            f"a post id is 1-64 letters, digits, '-' or '_' (a ULID, say), got {value!r}"
+        )

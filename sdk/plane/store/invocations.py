@@ -430,7 +430,9 @@ class InvocationStore(QueueStore):
     ) -> list[Invocation]:
         """Newest first, filtered; rows carry no result bytes (read one by id for its result).
 
-        `before` pages: pass the last id of a page to get the next, older one.
+        `before` pages: pass the last id of a page to get the next, older one. Each filter
+        combination has its own statement and index (queries.sql, list_invocations), so a page
+        costs the same at any depth.
         """
         if queue is not None:
             check_name(queue)
@@ -440,10 +442,10 @@ class InvocationStore(QueueStore):
             raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
         if before is not None and not (before.isascii() and before.isalnum() and len(before) <= 64):
             raise InvalidArgument(f"before must be an invocation id, got {before!r}")
+        params = {"ns": ns, "queue": queue, "state": state, "before": before, "limit": limit}
+        params = {k: v for k, v in params.items() if v is not None}
         with self.connector.transaction(write=False) as tx:
-            rows = tx.all(
-                "list_invocations", ns=ns, queue=queue, state=state, before=before, limit=limit
-            )
+            rows = tx.all(listing_statement(queue, state, before), **params)
         return [invocation_of(r) for r in rows]
 
     def retry(self, ns: str, inv_id: str) -> Invocation:
@@ -480,6 +482,17 @@ class InvocationStore(QueueStore):
         self.waker.notify()
         assert row is not None
         return invocation_of(row)
+
+
+def listing_statement(queue: str | None, state: str | None, before: str | None) -> str:
+    """The list_invocations statement for these filters: one per combination, so that each
+    seeks on its own index instead of testing optional filters row by row (queries.sql)."""
+    return (
+        "list_invocations"
+        + ("_queue" if queue is not None else "")
+        + ("_state" if state is not None else "")
+        + ("_before" if before is not None else "")
+    )
 
 
 def _blob(value: bytes | memoryview | None) -> bytes | None:

@@ -29,6 +29,16 @@ class ViewStore(StoreBase):
             out.setdefault(r["queue"], {})[r["state"]] = int(r["n"])
         return out
 
+    def recount_check(self) -> list[Row]:
+        """Where the depth counters disagree with a recount of the rows: [] when exact.
+
+        The counters (migration 18) are what every count reads; this is how a test, or an
+        operator after a crash, proves them right. It reads every invocation, so it is a check,
+        never a read on a request's path. Each row: namespace, queue, state, kept, found.
+        """
+        with self.connector.transaction(write=False) as tx:
+            return tx.all("count_drift")
+
     def finished_since(self, ns: str, since: float, *, limit: int = 20000) -> list[Row]:
         """Completions since `since` (queue, state and the three timestamps), newest first."""
         with self.connector.transaction(write=False) as tx:
