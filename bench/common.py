@@ -126,6 +126,22 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """This process's environment with `values` set, restored afterwards (a job that plays
+    another host, or a peer whose app reads its settings at import)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def bin_path(name: str) -> str:
     """A console script of this interpreter's environment (celery, rq, dramatiq, ...)."""
     return str(Path(sys.executable).parent / name)

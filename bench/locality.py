@@ -38,7 +38,7 @@ import numpy as np
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.locality import DEFAULT_WAIT_S
 
-from .common import Measurement, Settings, clean_env, log_dir, process, say, wait_for
+from .common import Measurement, Settings, clean_env, environ, log_dir, process, say, wait_for
 from .lakeshore_runs import FULL, server
 
 JOBS, MIB = 40, 16
@@ -79,18 +79,10 @@ def _tiers() -> Iterator[dict[str, Path]]:
 @contextlib.contextmanager
 def _as_host(host: str, tier: Path, cap: int) -> Iterator[None]:
     """This process puts its objects as `host` would: its host id and its host tier."""
-    env = {"LAKESHORE_HOST_ID": host, "LAKESHORE_OBJECTS": str(tier)}
-    env["LAKESHORE_OBJECTS_CAP"] = str(cap)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(
+        LAKESHORE_HOST_ID=host, LAKESHORE_OBJECTS=str(tier), LAKESHORE_OBJECTS_CAP=str(cap)
+    ):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager

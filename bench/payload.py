@@ -41,7 +41,17 @@ import numpy as np
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore import spill
 
-from .common import REDIS_URL, Measurement, Settings, bin_path, clean_env, log_dir, pct, process
+from .common import (
+    REDIS_URL,
+    Measurement,
+    Settings,
+    bin_path,
+    clean_env,
+    environ,
+    log_dir,
+    pct,
+    process,
+)
 from .lakeshore_runs import FULL, daemons, server
 from .peers.runs import ray_child
 
@@ -115,16 +125,10 @@ def _host_tier(cap: int) -> Iterator[dict[str, str]]:
     root = Path("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())
     folder = Path(tempfile.mkdtemp(prefix="lakeshore-bench-objects-", dir=root))
     env = {"LAKESHORE_OBJECTS": str(folder), "LAKESHORE_OBJECTS_CAP": str(cap)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
-        yield env
+        with environ(**env):
+            yield env
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         close_arena(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -297,17 +301,8 @@ def _host_a(root: Path) -> Iterator[None]:
     """This process as host A: its own host id, host tier and home; no storage, no plane."""
     home = root / "host-a"
     home.mkdir()
-    with _host_tier(ARENA_CAP):
-        saved = {k: os.environ.get(k) for k in ("LAKESHORE_HOST_ID", "LAKESHORE_HOME")}
-        os.environ.update(LAKESHORE_HOST_ID="host-a", LAKESHORE_HOME=str(home))
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    with _host_tier(ARENA_CAP), environ(LAKESHORE_HOST_ID="host-a", LAKESHORE_HOME=str(home)):
+        yield
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from ..common import (
     Settings,
     bin_path,
     clean_env,
+    environ,
     idle_cost,
     log_dir,
     process,
@@ -132,21 +133,13 @@ def celery(s: Settings, broker: str) -> list[Measurement]:
         env = _env(BENCH_BROKER_URL=AMQP_URL, BENCH_BACKEND_URL="rpc://", BENCH_QUEUE=queue)
         system, durability = "celery (rabbitmq, rpc:// results)", RABBIT_DURABILITY
     _flush()
-    import os
-
-    saved = {k: os.environ.get(k) for k in env if k.startswith("BENCH_")}
-    os.environ.update({k: v for k, v in env.items() if k.startswith("BENCH_")})
     try:
-        sys.modules.pop("bench.peers.celery_tasks", None)
-        from . import celery_tasks
+        with environ(**{k: v for k, v in env.items() if k.startswith("BENCH_")}):
+            sys.modules.pop("bench.peers.celery_tasks", None)
+            from . import celery_tasks
 
-        return _celery_run(s, celery_tasks, env, system, durability, broker, queue)
+            return _celery_run(s, celery_tasks, env, system, durability, broker, queue)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         sys.modules.pop("bench.peers.celery_tasks", None)
 
 
