@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from . import codec
-from .errors import DispatchError, Unavailable
+from .errors import DispatchError
 from .plane.base import Plane
 from .plane.store.base import new_id
+from .plane.waiting import through_outages
 from .types import Frame, check_name
-
-T = TypeVar("T")
 
 TOPIC_TIMEOUT_S = 5.0
 
@@ -42,14 +41,14 @@ def iter_frames(
     cursor = since
     is_topic = channel.startswith("topic:")
     while True:
-        frames = _through_outages(
+        frames = through_outages(
             functools.partial(plane.frames, channel, since=cursor, wait_s=timeout), timeout
         )
         if not frames and not is_topic:
-            inv = _through_outages(functools.partial(plane.invocation, channel), timeout)
+            inv = through_outages(functools.partial(plane.invocation, channel), timeout)
             if inv.terminal:
                 # Frames posted just before the row ended are still ours: read once more.
-                frames = _through_outages(
+                frames = through_outages(
                     functools.partial(plane.frames, channel, since=cursor), timeout
                 )
                 if not frames:
@@ -70,23 +69,6 @@ def iter_frames(
 
 
 _END = object()
-#: The first pause before asking an unreachable plane again; it doubles up to the last.
-_RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
-
-
-def _through_outages(read: Callable[[], T], timeout: float) -> T:
-    """`read()`, asked again while the plane is unreachable, for up to `timeout`; then the
-    outage's own error. Reads are safe to repeat: the cursor says where to start."""
-    deadline = time.monotonic() + timeout
-    pause = _RETRY_FIRST_S
-    while True:
-        try:
-            return read()
-        except Unavailable:
-            if time.monotonic() + pause > deadline:
-                raise
-            time.sleep(pause)  # a backoff between attempts, not a wait for an event
-            pause = min(pause * 2, _RETRY_MAX_S)
 
 
 def _value(frame: Frame, allow_pickle: bool = False) -> Any:

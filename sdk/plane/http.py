@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -51,7 +52,7 @@ from . import http11
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .tls import Verify, tls_context, untrusted_message
-from .waiting import Deadline, room_wait
+from .waiting import Deadline, room_wait, through_outages
 
 if TYPE_CHECKING:
     from ..objects.plane import PlaneTier
@@ -65,8 +66,6 @@ WAIT_MARGIN_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 #: How long to wait before sending again a request a busy server refused without a hint.
 BUSY_RETRY_S = 1.0
-#: The first pause before a submit whose answer was lost is sent again (it doubles to 1 s).
-LOST_ANSWER_RETRY_S = 0.05
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -515,25 +514,26 @@ class HttpDispatch:
         items = [_submit_item(r if r.id else replace(r, id=_mint_id())) for r in requests]
         path = f"/queues/{_segment(queue)}/invocations"
         deadline = Deadline(block_s)
-        outage = Deadline(self._timeout_s)
-        pause = LOST_ANSWER_RETRY_S
         while True:
             wait = min(deadline.remaining(), SERVER_WAIT_CAP_S)
             params: dict[str, Any] = {"wait": wait} if wait > 0 else {}
             if result_wait > 0:
                 params["result_wait"] = result_wait
             try:
-                data: dict[str, Any] = self._request(
-                    "POST", path, {"items": items}, params=params or None, wait_s=wait + result_wait
+                data: dict[str, Any] = through_outages(
+                    partial(
+                        self._request,
+                        "POST",
+                        path,
+                        {"items": items},
+                        params=params or None,
+                        wait_s=wait + result_wait,
+                    ),
+                    self._timeout_s,
                 )
                 return data
             except QueueFullError as full:
                 room_wait(full, deadline)  # raises unless the queue blocks and time is left
-            except Unavailable:
-                if pause > outage.remaining():
-                    raise
-                time.sleep(pause)  # a backoff between attempts: no wake-up crosses an outage
-                pause = min(pause * 2, 1.0)
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def once(wait: float) -> Invocation:

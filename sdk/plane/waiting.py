@@ -3,16 +3,24 @@
 The embedded plane waits on its waker in this thread, the server on the same waker in its event
 loop, and the HTTP client in requests the server holds; the loops differ only in how they sleep.
 What they share, and what must agree across planes, is decided here: when a wait is over, and
-how long a submit refused by a full `on_full: block` queue waits before it tries again.
+how long a submit refused by a full `on_full: block` queue waits before it tries again; and,
+for calls safe to repeat, how long a client rides out an unreachable plane.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
-from ..errors import QueueFullError
+from ..errors import QueueFullError, Unavailable
 from .wakeup import SAFETY_POLL_S
+
+T = TypeVar("T")
+
+#: The first pause before a request that met an outage is sent again; it doubles up to the last.
+OUTAGE_RETRY_FIRST_S, OUTAGE_RETRY_MAX_S = 0.05, 1.0
 
 
 class Deadline:
@@ -43,3 +51,19 @@ def room_wait(full: QueueFullError, deadline: Deadline) -> float:
     if not full.block or deadline.passed:
         raise full
     return deadline.nap(full.retry_after_s or None)
+
+
+def through_outages(call: Callable[[], T], timeout_s: float) -> T:
+    """`call()`, made again while the plane is unreachable, for up to `timeout_s`; then the
+    outage's own error. Only for calls that are safe to repeat: a read from a cursor, a submit
+    or a post whose ids the client minted."""
+    deadline = time.monotonic() + timeout_s
+    pause = OUTAGE_RETRY_FIRST_S
+    while True:
+        try:
+            return call()
+        except Unavailable:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # a backoff between attempts: no wake-up crosses an outage
+            pause = min(pause * 2, OUTAGE_RETRY_MAX_S)
