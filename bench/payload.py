@@ -10,6 +10,8 @@ Lakeshore over HTTP (a `lakeshore server` on SQLite, one `lakeshore-daemon`), in
 - `q.call(a)`, spilled, durable (the default): the payload is written through and fsynced
   before submit returns.
 - `q.call(a)` inline (1 MiB only; the inline limit raised above the array).
+- a chain: 64 MiB put once, then 5 jobs one after the other, each reading it by its Ref and
+  handing the same Ref on, beside a chain of one (the bytes move once).
 Two hosts (the plane tier): 64 MiB put on host A and read on host B through the control plane,
 beside a raw HTTP PUT+GET of the same bytes through the same server (`plane_tier`).
 Peers with their default serializers: RQ (pickle through Redis) and Ray (its object store).
@@ -199,6 +201,8 @@ def _lakeshore_refs(s: Settings) -> list[Measurement]:
         ):
             for durable in (False, True) if cap == ARENA_CAP else (False,):
                 out += _by_ref(s, q, sizes, durable)
+            if cap == ARENA_CAP:
+                out += _chain(s, q)
             if cap == HUGE_ARENA_CAP:
                 out += _zero_copy(q)
     return out
@@ -218,6 +222,34 @@ def _by_ref(
     out: list[Measurement] = []
     for label, size in sizes.items():
         reps = [_timed(call, array(size), _calls(s, label)) for _ in range(s.reps)]
+        out += _rows(f"lakeshore http (sqlite), {mode}", label, reps, FULL, "one daemon")
+    return out
+
+
+#: Jobs in the chain: each reads the array by its Ref and hands the same Ref to the next.
+CHAIN = 5
+
+
+def _chain(s: Settings, q: dls.SyncQueue) -> list[Measurement]:
+    """A 64 MiB array put once, then passed along a chain of jobs by its Ref, beside the same
+    with one job: the bytes move once however long the chain (each job maps and checks them)."""
+    from .tasks import pass_on
+
+    label = "64 MiB"
+
+    def along(links: int) -> Callable[[np.ndarray], Any]:
+        def call(a: np.ndarray) -> Any:
+            ref = dls.put(a, durable=False)
+            for _ in range(links):
+                ref = q.call(dls.thunk(pass_on, ref), timeout=120)
+            return dls.get(ref)
+
+        return call
+
+    out: list[Measurement] = []
+    for links in (1, CHAIN):
+        reps = [_timed(along(links), array(SIZES[label]), _calls(s, label)) for _ in range(s.reps)]
+        mode = f"by Ref, host tier, a chain of {links} job{'s' if links > 1 else ''}"
         out += _rows(f"lakeshore http (sqlite), {mode}", label, reps, FULL, "one daemon")
     return out
 

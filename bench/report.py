@@ -143,6 +143,23 @@ def _plane_tier_rows(ms: list[Any]) -> list[list[str]]:
     ]
 
 
+def _chain_rows(ms: list[Any]) -> list[list[str]]:
+    """Issue 15: a chain of 5 jobs passing a 64 MiB Ref along within 1.2x of one hop."""
+    system = "lakeshore http (sqlite), by Ref, host tier, a chain of {}"
+    one = _find(ms, "payload", "p50, 64 MiB", system.format("1 job"))
+    five = _find(ms, "payload", "p50, 64 MiB", system.format("5 jobs"))
+    if one is None or five is None:
+        return []
+    r = five.median / one.median
+    return [
+        [
+            "a chain of 5 jobs passing a 64 MiB Ref within 1.2x of one hop (issue 15)",
+            f"{r:.2f}x one hop ({_fmt(five.median)} vs {_fmt(one.median)} ms)",
+            "met" if r <= 1.2 else "MISSED",
+        ]
+    ]
+
+
 def targets(ms: list[Any]) -> list[list[str]]:
     """The targets of DESIGN.md and issue 10, each computed from this run's figures."""
     full, normal = "synchronous=FULL", "synchronous=NORMAL"
@@ -212,6 +229,7 @@ def targets(ms: list[Any]) -> list[list[str]]:
             ]
         )
     rows += _plane_tier_rows(ms)
+    rows += _chain_rows(ms)
     fan = _find(ms, "fanout", "complete", "lakeshore http (sqlite)", full)
     ratio_row(
         "HTTP fan-out, 2 daemons >= 5x RQ (SimpleWorker)",

@@ -17,6 +17,15 @@ def echo_ref(ref: object, durable: bool = False) -> object:
     return dls.put(dls.get(ref)[:], durable=durable)
 
 
+def pass_on(ref: object) -> object:
+    """One link of the payload suite's chain: read the array (a view, its hash checked) and hand
+    the same object on to the next job; the bytes stay where the first put wrote them."""
+    import dreamlake.lakeshore as dls
+
+    assert isinstance(ref, dls.Ref)
+    return dls.put(dls.get(ref), durable=ref.durable)
+
+
 def anon_growth_reading(ref: object) -> int:
     """Bytes of anonymous memory this worker gained reading the array `ref` holds and summing it
     (a copy would show as the array's size)."""

@@ -21,7 +21,7 @@ from .types import HOST_PATTERN
 #: The codec's ext type for a Ref (beside 48, a StorageRef).
 EXT_OBJECT_REF: Final = 49
 
-KINDS: Final = ("ndarray", "value")
+KINDS: Final = ("ndarray", "tensor", "value")
 _ID = re.compile(r"[0-9a-z]{26}")
 _HOST = HOST_PATTERN
 _DIGEST = re.compile(r"[0-9a-f]{32}")
@@ -43,6 +43,10 @@ class Ref:
     #: Stands in for a payload, result or frame too big to ride inline (spill.py): readers get
     #: the value, not the Ref, and retention deletes the object with what carried it.
     spilled: bool = False
+    #: When the object's durable copies go (epoch seconds; None: never by time). An object `put`
+    #: by hand is owned by no invocation, so it expires (`dls.put(..., ttl_s=)`); a spilled one
+    #: lives as long as what carries it.
+    expires: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.fullmatch(self.id):
@@ -61,6 +65,12 @@ class Ref:
             raise InvalidArgument("a ref's storage is a non-empty URL")
         if not isinstance(self.spilled, bool):
             raise InvalidArgument(f"a ref's spilled flag is a bool, got {self.spilled!r}")
+        if self.expires is not None and (
+            isinstance(self.expires, bool)
+            or not isinstance(self.expires, int | float)
+            or not 0 <= self.expires < 1e11
+        ):
+            raise InvalidArgument(f"a ref's expiry is epoch seconds, got {self.expires!r}")
 
     @property
     def durable(self) -> bool:
@@ -77,6 +87,8 @@ class Ref:
             fields["storage"] = self.storage
         if self.spilled:
             fields["spilled"] = True
+        if self.expires is not None:
+            fields["expires"] = self.expires
         data: bytes = msgpack.packb(fields, use_bin_type=True)
         return data
 
@@ -104,4 +116,5 @@ class Ref:
             host=fields.get("host"),
             storage=fields.get("storage"),
             spilled=fields.get("spilled", False),
+            expires=fields.get("expires"),
         )

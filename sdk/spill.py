@@ -3,10 +3,10 @@
 Why: the invocation row (and every HTTP hop, and Postgres's TOAST) should carry small values. A
 value whose encoding exceeds the inline limit (256 KiB by default; `LAKESHORE_INLINE_LIMIT`, or
 `configure(inline_limit=...)`) is put in the object store (objects/) and the wire carries only
-its encoded `Ref`, flagged `spilled`: a few hundred bytes. A numpy array is put as its raw
-buffer without being encoded at all, and a worker on the same box reads it as a view over the
-host tier's memory. The control plane stores and forwards the Ref like any payload; it never
-sees the data.
+its encoded `Ref`, flagged `spilled`: a few hundred bytes. A numpy array or torch tensor is put
+as its raw buffer without being encoded at all, and a worker on the same box reads it as a view
+over the host tier's memory. The control plane stores and forwards the Ref like any payload; it
+never sees the data.
 
 Both directions are transparent: `SyncQueue.submit` and `ack`, the worker loop and the daemon's
 children spill on the way out (`dumps`); `result()`, `claim()` and `run_body` resolve on the way
@@ -187,12 +187,16 @@ def _dumps(value: Any, cap: int, storage: str | Storage | None, made: list[Ref])
 
 
 def _big_array(value: Any, cap: int) -> bool:
+    """A numpy array or torch tensor over the inline limit, of a kind the store lays out raw."""
     np = sys.modules.get("numpy")
+    if np is not None and type(value) is np.ndarray:
+        return value.nbytes > cap and objects.layout.raw_dtype(value.dtype)
+    torch = sys.modules.get("torch")
     return (
-        np is not None
-        and type(value) is np.ndarray
-        and value.nbytes > cap
-        and objects.layout.raw_dtype(value.dtype)
+        torch is not None
+        and isinstance(value, torch.Tensor)
+        and value.numel() * value.element_size() > cap
+        and objects.layout.raw_tensor(value, torch)
     )
 
 
@@ -280,7 +284,9 @@ def delete_refs(refs: list[StorageRef]) -> list[str]:
         if not is_spilled(ref):
             continue
         if objects.plane.is_plane_url(ref.url):
-            problems.append(f"{ref.url}/{ref.key}: kept (retention of plane-tier copies: not yet)")
+            # The server that holds it deletes a plane-tier copy when it trims the row's
+            # namespace; one still named here belongs to another plane, out of reach.
+            problems.append(f"{ref.url}/{ref.key}: kept (a plane-tier copy of another plane)")
             continue
         try:
             ref.delete()

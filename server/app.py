@@ -151,7 +151,7 @@ def create_app(
         sweeper = asyncio.create_task(_sweeper(store, sweep_interval_s))
         # Retention (None: off): trims ended invocations' frames, then rows, on a timer.
         retainer = routes_retention.start(
-            store, retain_frames_s, retain_invocations_s, retention_interval_s
+            store, objects, retain_frames_s, retain_invocations_s, retention_interval_s
         )
         try:
             yield

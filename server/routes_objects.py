@@ -36,8 +36,9 @@ from starlette.types import Scope
 
 from ..errors import Conflict, InvalidArgument, NotFound, PayloadTooLarge
 from ..objects.layout import ALIGN, MAGIC, PREFIX, ObjectCorrupt
+from ..objects.plane import is_plane_url, split
 from ..plane.auth import READ, SUBMIT_DATA, WORK
-from ..storage import OBJECTS_PREFIX, Storage
+from ..storage import OBJECTS_PREFIX, Storage, StorageRef
 from .blocking import run_blocking
 from .body_budget import ClientGone
 from .endpoint import Api, Call
@@ -102,6 +103,43 @@ def _object_id(call: Call) -> str:
             f"an object id is 26 lowercase letters and digits (a Ref's id), got {ref_id[:64]!r}"
         )
     return ref_id
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+
+def delete_owned(
+    tier: ObjectTier, ns: str, refs: list[StorageRef]
+) -> tuple[list[StorageRef], int, list[str]]:
+    """Delete the plane-tier copies among `refs`, the spilled objects of rows that retention
+    removed from namespace `ns`; returns the refs left for the caller (other tiers), how many
+    copies went, and a line per copy that could not be deleted.
+
+    Only copies under `ns` itself are touched, whatever namespace a Ref's URL names: a row of
+    one namespace can carry a Ref naming another's object (copied, or forged), and retention
+    of the one must never delete the other's. Such a Ref is dropped without deleting anything.
+    """
+    left: list[StorageRef] = []
+    deleted = 0
+    problems: list[str] = []
+    for ref in refs:
+        if not is_plane_url(ref.url):
+            left.append(ref)
+            continue
+        ref_id = ref.key.rpartition("/")[2]
+        try:
+            named = split(ref.url)[1]
+        except InvalidArgument:
+            named = None
+        if named != ns or not _ID.fullmatch(ref_id):
+            problems.append(f"{ref.url}/{ref.key}: kept (not an object of namespace {ns})")
+            continue
+        try:
+            tier.storage.delete(tier.key(ns, ref_id))  # idempotent: a second trim finds none
+            deleted += 1
+        except Exception as exc:
+            problems.append(f"{ref.url}/{ref.key}: {exc}")
+    return left, deleted, problems
 
 
 # -- PUT ------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Retention over HTTP: `POST /retention/trim`, and the server's periodic retention task.
 
-The route trims the path's namespace and answers the counts plus the spilled refs of the rows it
-deleted, so that the client (which holds the storage credentials) deletes those objects. The
+The route trims the path's namespace, deletes the plane-tier copies (this server's own
+`--storage`) of the spilled objects of the rows it deleted and of the namespace's objects whose
+time to live ran out (`objects/expiry.py`), and answers the counts plus the other
+spilled refs, so that the client (which holds the storage credentials) deletes those objects. The
 periodic task (`lakeshore server --retain-frames-s/--retain-invocations-s`) trims every
 namespace and deletes the refs itself, best effort: a server that cannot reach a storage logs it
 and leaves the object (an orphan costs bytes, never correctness). See `plane/retention.py`.
@@ -14,12 +16,14 @@ import contextlib
 import logging
 from typing import Any
 
+from ..objects import expiry
 from ..plane.auth import MANAGE
 from ..plane.store import SqlStore
 from ..spill import delete_refs
 from .blocking import run_blocking
 from .endpoint import Api, Call
 from .openapi import INT, NUM, SCHEMAS, STR, _nullable, _obj
+from .routes_objects import ObjectTier, delete_owned
 
 log = logging.getLogger("lakeshore.server")
 
@@ -40,7 +44,8 @@ SCHEMAS.setdefault(
             "refs": {
                 "type": "array",
                 "items": _obj({"url": STR, "key": STR, "size": INT}),
-                "description": "spilled objects of the deleted rows, for the caller to delete",
+                "description": "spilled objects of the deleted rows, for the caller to delete "
+                "(those in this server's plane tier it deleted itself)",
             },
         }
     ),
@@ -59,6 +64,11 @@ async def trim(call: Call) -> dict[str, Any]:
         invocations_older_than_s=rows,
         ns=call.ns,
     )
+    tier = call.request.app.state.lakeshore_objects
+    trimmed.refs, _, problems = await call.run(delete_owned, tier, call.ns, trimmed.refs)
+    for line in problems:
+        log.warning("retention could not delete a plane-tier object: %s", line)
+    await call.run(expiry.sweep, tier.storage, tier.key(call.ns, ""))
     return trimmed.public()
 
 
@@ -75,29 +85,48 @@ ROUTES = [
 ]
 
 
-def trim_once(store: SqlStore, frames_s: float | None, invocations_s: float | None) -> None:
-    """One pass over every namespace; the spilled objects of deleted rows are deleted too."""
-    trimmed = store.trim_retention(
-        frames_older_than_s=frames_s, invocations_older_than_s=invocations_s
-    )
-    problems = delete_refs(trimmed.refs)
-    if trimmed.frames or trimmed.invocations:
+def trim_once(
+    store: SqlStore, tier: ObjectTier, frames_s: float | None, invocations_s: float | None
+) -> None:
+    """One pass over every namespace; the spilled objects of deleted rows are deleted too, each
+    namespace's plane-tier copies by the namespace's own trim (`delete_owned`)."""
+    frames = invocations = deleted = 0
+    problems: list[str] = []
+    for row in store.list_namespaces():
+        ns = str(row["name"])
+        trimmed = store.trim_retention(
+            frames_older_than_s=frames_s, invocations_older_than_s=invocations_s, ns=ns
+        )
+        left, _, lost = delete_owned(tier, ns, trimmed.refs)
+        lost += delete_refs(left)
+        frames += trimmed.frames
+        invocations += trimmed.invocations
+        deleted += len(trimmed.refs) - len(lost)
+        problems += lost
+    expired = expiry.sweep(tier.storage)
+    if expired:
+        log.info("retention deleted %d objects whose time to live ran out", expired)
+    if frames or invocations:
         log.info(
             "retention trimmed %d frames, %d invocations, %d spilled objects",
-            trimmed.frames,
-            trimmed.invocations,
-            len(trimmed.refs) - len(problems),
+            frames,
+            invocations,
+            deleted,
         )
     for line in problems:
         log.warning("retention could not delete a spilled object: %s", line)
 
 
 async def _loop(
-    store: SqlStore, frames_s: float | None, invocations_s: float | None, interval_s: float
+    store: SqlStore,
+    tier: ObjectTier,
+    frames_s: float | None,
+    invocations_s: float | None,
+    interval_s: float,
 ) -> None:
     while True:
         try:
-            await run_blocking(trim_once, store, frames_s, invocations_s)
+            await run_blocking(trim_once, store, tier, frames_s, invocations_s)
         except Exception:  # retried next tick; never kill the loop
             log.exception("retention trim failed")
         await asyncio.sleep(interval_s)
@@ -105,6 +134,7 @@ async def _loop(
 
 def start(
     store: SqlStore,
+    tier: ObjectTier,
     frames_s: float | None,
     invocations_s: float | None,
     interval_s: float = RETENTION_INTERVAL_S,
@@ -112,7 +142,7 @@ def start(
     """The retention task, started in the app's lifespan; None when both ages are off."""
     if frames_s is None and invocations_s is None:
         return None
-    return asyncio.create_task(_loop(store, frames_s, invocations_s, interval_s))
+    return asyncio.create_task(_loop(store, tier, frames_s, invocations_s, interval_s))
 
 
 async def stop(task: asyncio.Task[None] | None) -> None:

@@ -26,13 +26,14 @@ corrupt copy is `ObjectCorrupt`, never a wrong array. An array comes back as a r
 over the host tier's memory; putting that same view again returns its Ref without a copy, so a
 job that hands its input on moves no bytes.
 
-Not yet (issue 15): torch tensors laid out raw (they go through the codec), retention of
-objects `put` by hand, and of plane-tier copies.
+A torch CPU tensor is laid out raw like an array and comes back as a tensor over the same memory
+(torch has no read-only tensors: `.clone()` one before writing to it in place).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import mmap
 import os
 import re
@@ -72,6 +73,32 @@ __all__ = [
 STORAGE_PREFIX: Final = OBJECTS_PREFIX
 #: How long an object kept as a file (not in the arena) lives unread, by default.
 DEFAULT_TTL_S: Final = 86400.0
+#: How long the durable copies of an object `put` by hand live, by default: a week.
+DEFAULT_PUT_TTL_S: Final = 7 * 86400.0
+
+
+class _Default(enum.Enum):
+    TTL = "LAKESHORE_PUT_TTL_S, else a week"
+
+
+def put_ttl_s() -> float:
+    """`LAKESHORE_PUT_TTL_S`, else a week: how long a hand-put object's durable copies live."""
+    text = os.environ.get("LAKESHORE_PUT_TTL_S")
+    if not text:
+        return DEFAULT_PUT_TTL_S
+    return _check_ttl(text, "LAKESHORE_PUT_TTL_S")
+
+
+def _check_ttl(value: object, name: str) -> float:
+    try:
+        ttl = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        ttl = -1.0
+    if isinstance(value, bool) or not 0 < ttl < 1e10:
+        raise InvalidArgument(f"{name} is a number of seconds > 0 (or None: never), got {value!r}")
+    return ttl
+
+
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -140,25 +167,39 @@ def put(
     value: Any,
     *,
     durable: bool = True,
+    ttl_s: float | _Default | None = _Default.TTL,
     storage: str | Storage | PlaneTier | None = None,
     via: Any = None,
     spilled: bool = False,
 ) -> Ref:
     """Store `value` and return its Ref; durable (storage tier, fsynced) unless `durable=False`.
 
+    No invocation owns an object put by hand, so it expires: `ttl_s` after the put (by default
+    `LAKESHORE_PUT_TTL_S`, else a week; None: never) readers get `NotFound` saying so, and the
+    retention sweeps delete its durable copies. A spilled object has no expiry: it lives as long
+    as the invocation that carries it.
+
     `via` (an `HttpDispatch`) sends the durable copy up through that control plane (the plane
     tier), for readers on hosts that share nothing else with this one; without `storage` or
     `via`, an HTTP deployment with no storage configured does so too (plane.py's rule).
 
-    A numpy array is stored as its raw buffer (one copy only if it is not C-contiguous); any
-    other value as its codec encoding (`dls.encode`'s rules: what it cannot carry, put refuses).
+    A numpy array or torch CPU tensor is stored as its raw buffer (one copy only if it is not
+    C-contiguous); any other value as its codec encoding (`dls.encode`'s rules: what it cannot
+    carry, put refuses).
     `spilled` marks a Ref that stands in for a payload or result too big to ride inline (spill.py):
     readers resolve it to its value, and retention deletes it with its invocation.
     """
+    if spilled:
+        expires = None
+    else:
+        ttl = put_ttl_s() if isinstance(ttl_s, _Default) else ttl_s
+        expires = None if ttl is None else time.time() + _check_ttl(ttl, "ttl_s")
     known = _handed_out(value)
     if known is not None and (known.durable or not durable) and known.spilled == spilled:
         return known
     header, body = body_of(value)
+    if expires is not None:
+        header["expires"] = expires
     return _store(header, body, durable=durable, storage=storage, via=via, spilled=spilled)
 
 
@@ -169,10 +210,12 @@ def put_encoded(
     storage: str | Storage | PlaneTier | None = None,
     spilled: bool,
 ) -> Ref:
-    """`put` of a value already encoded by the codec (spill: no second encoding)."""
-    return _store(
-        {"kind": "value"}, memoryview(data), durable=durable, storage=storage, spilled=spilled
-    )
+    """`put` of a value already encoded by the codec (spill: no second encoding); an object
+    that is not spilled gets the default time to live, as `put`'s."""
+    header: dict[str, Any] = {"kind": "value"}
+    if not spilled:
+        header["expires"] = time.time() + put_ttl_s()
+    return _store(header, memoryview(data), durable=durable, storage=storage, spilled=spilled)
 
 
 def _store(
@@ -185,18 +228,18 @@ def _store(
     via: Any = None,
 ) -> Ref:
     tier = durable_target(storage, via) if durable else None  # a bad target: nothing written
-    digest = digest_of(body)
     ref_id = str(ULID()).lower()
     prefix = prefix_of(header)
     arena = host_arena()
     off = arena.reserve(ref_id, len(prefix) + body.nbytes, durable=durable)
     if off is None:
+        digest = digest_of(body)
         root = file_root()
         _expire_files(root)
         _write_file(root / ref_id, prefix, body)
     else:
         try:
-            arena.write(off, prefix, body)
+            digest = arena.write_hashing(off, prefix, body)
         except BaseException:
             arena.discard(ref_id)
             raise
@@ -220,6 +263,7 @@ def _store(
         host=host_id(),
         storage=where,
         spilled=spilled,
+        expires=header.get("expires"),
     )
 
 
@@ -262,6 +306,13 @@ def get(ref: Ref, *, allow_pickle: bool = False, via: Any = None) -> Any:
     """
     if not isinstance(ref, Ref):
         raise TypeError(f"dls.get takes a Ref (from dls.put), got {type(ref).__name__}")
+    if ref.expires is not None and ref.expires <= time.time():
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ref.expires))
+        raise NotFound(
+            f"object {ref.id} expired at {when}: it was put with a time to live "
+            "(dls.put(..., ttl_s=SECONDS), LAKESHORE_PUT_TTL_S); put it again, with ttl_s=None "
+            "to keep it until deleted"
+        )
     arena = host_arena()
     value = _from_arena(arena, ref, allow_pickle)
     if value is not _ABSENT:
@@ -323,6 +374,8 @@ def _fetch(arena: Arena, ref: Ref, via: Any = None) -> None:
     header: dict[str, Any] = {"kind": ref.kind}
     if ref.dtype is not None:
         header |= {"dtype": ref.dtype, "shape": list(ref.shape or ())}
+    if ref.expires is not None:
+        header["expires"] = ref.expires
     size = len(prefix_of(header)) + ref.size
     source = _open_durable(ref, via)
     off = arena.reserve(ref.id, size, durable=True)
@@ -395,7 +448,7 @@ _handed_lock = threading.Lock()
 
 
 def _remember(value: Any, ref: Ref) -> None:
-    if ref.kind != "ndarray":
+    if ref.kind == "value":
         return
     key = id(value)
     with _handed_lock:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
+from .layout import copy_hashing
+
 __all__ = ["Arena", "arena_at", "default_capacity"]
 
 #: How many dropped objects the index remembers, to say "evicted" rather than "not found".
@@ -142,12 +144,12 @@ class Arena:
                 return None
         return off
 
-    def write(self, off: int, *parts: memoryview | bytes) -> None:
-        """Copy `parts` in, one after the other, from `off`: the one copy a put makes."""
-        for part in parts:
-            n = len(part) if isinstance(part, bytes) else part.nbytes
-            self._memory[off : off + n] = part if isinstance(part, bytes) else part.cast("B")
-            off += n
+    def write_hashing(self, off: int, prefix: bytes, body: memoryview) -> str:
+        """Copy an object in (the one copy a put makes), returning its body's digest, hashed as it
+        is copied."""
+        self._memory[off : off + len(prefix)] = prefix
+        start = off + len(prefix)
+        return copy_hashing(self._memory[start : start + body.nbytes], body.cast("B"))
 
     def window(self, off: int, size: int) -> memoryview:
         """A writable view of a reserved extent (a fetch streams into it)."""

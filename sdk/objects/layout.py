@@ -4,7 +4,8 @@
 
 Why this shape: an array's body is its raw C-ordered buffer, so a reader that maps the bytes
 gets a numpy view without decoding or copying, and the body starts aligned for any dtype and for
-SIMD loads. Any other value's body is its codec encoding. The header says which; the Ref says
+SIMD loads. A torch CPU tensor is laid out the same way (its dtype by torch's name, bfloat16
+included). Any other value's body is its codec encoding. The header says which; the Ref says
 the body's size and xxh3-128 hash, which every read checks, so a truncated or altered copy is
 `ObjectCorrupt`, never a wrong array.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
@@ -45,7 +47,41 @@ def body_of(value: Any) -> tuple[dict[str, Any], memoryview]:
         flat = arr.reshape(-1).view(np.uint8)
         header = {"kind": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
         return header, memoryview(flat)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor) and raw_tensor(value, torch):
+        return _tensor_body(value, torch)
     return {"kind": "value"}, memoryview(codec.encode(value))
+
+
+def raw_tensor(t: Any, torch: Any) -> bool:
+    """A dense, unquantized tensor with data is laid out raw; the codec refuses or explains the
+    rest (sparse, quantized, meta)."""
+    return bool(t.layout == torch.strided and not t.is_quantized and t.device.type != "meta")
+
+
+def _tensor_body(t: Any, torch: Any) -> tuple[dict[str, Any], memoryview]:
+    """A tensor's raw bytes, read in place when it is a contiguous CPU tensor (else one copy).
+
+    The bytes are read through ctypes rather than `Tensor.numpy()`, which refuses bfloat16; the
+    buffer keeps the tensor alive while anything still reads it.
+    """
+    import ctypes
+
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.resolve_conj().resolve_neg().contiguous()
+    header = {
+        "kind": "tensor",
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+    }
+    nbytes = t.numel() * t.element_size()
+    if not nbytes:
+        return header, memoryview(b"")
+    raw: Any = (ctypes.c_char * nbytes).from_address(t.data_ptr())
+    raw.tensor = t  # the memory `raw` points at is the tensor's: keep it alive with `raw`
+    return header, memoryview(raw).cast("B")
 
 
 def raw_dtype(dtype: Any) -> bool:
@@ -63,6 +99,29 @@ def prefix_of(header: dict[str, Any]) -> bytes:
 
 def digest_of(body: memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(body)
+
+
+#: Copy and hash this much at a time: small enough that the hash reads what the copy just wrote
+#: from the CPU's cache, large enough that the loop's own cost stays negligible.
+_COPY_CHUNK: Final = 256 << 10
+
+
+def copy_hashing(dst: memoryview, src: memoryview) -> str:
+    """Copy `src` into `dst` and return its digest, in one pass over memory instead of two.
+
+    The hash reads each chunk just after the copy wrote it, while it is still in cache: a put of
+    a 64 MiB array costs its copy plus a fraction of a hash, not a copy and a whole second read.
+    """
+    n = src.nbytes
+    if n <= _COPY_CHUNK:
+        dst[:n] = src
+        return digest_of(dst[:n])
+    hasher = xxhash.xxh3_128()
+    for start in range(0, n, _COPY_CHUNK):
+        end = min(start + _COPY_CHUNK, n)
+        dst[start:end] = src[start:end]
+        hasher.update(dst[start:end])
+    return hasher.hexdigest()
 
 
 def checked_body(view: memoryview, ref: Ref, where: str) -> tuple[dict[str, Any], memoryview]:
@@ -110,6 +169,8 @@ def value_of(
             # Every view numpy derives from `flat` keeps `flat` alive: its end is the last use.
             weakref.finalize(flat, on_release)
         return flat.reshape(header["shape"])
+    if header.get("kind") == "tensor":
+        return _tensor_of(header, body, on_release)
     if on_release is None:
         return codec.decode(body, allow_pickle=allow_pickle)
     try:
@@ -117,3 +178,37 @@ def value_of(
     finally:
         on_release()
     return codec.decode(private, allow_pickle=allow_pickle)
+
+
+def _tensor_of(
+    header: dict[str, Any], body: memoryview, on_release: Callable[[], None] | None
+) -> Any:
+    """A tensor over `body`, no copy: torch has no read-only tensors, so this one shares the
+    object's memory, and writing to it in place would alter the object for this process (any
+    other reader's hash check would then refuse it). Callers that write `.clone()` first.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise DecodeError(
+            "this object holds a torch tensor and torch is not installed here: pip install torch"
+        ) from None
+    name = header.get("dtype")
+    dtype = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if not isinstance(dtype, torch.dtype):
+        raise DecodeError(f"object header: unknown torch dtype {name!r}")
+    shape: list[int] = header["shape"]
+    if not body.nbytes:
+        if on_release is not None:
+            on_release()
+        return torch.empty(shape, dtype=dtype)
+    import numpy as np
+
+    # The array is what torch holds on to (its storage keeps the buffer): its end is the last
+    # view's, whatever views torch derives.
+    flat = np.frombuffer(body.toreadonly(), dtype=np.uint8)
+    if on_release is not None:
+        weakref.finalize(flat, on_release)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        return torch.frombuffer(flat, dtype=dtype).reshape(shape)

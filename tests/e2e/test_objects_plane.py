@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ import pytest
 from daemon_harness import DaemonProcess, wait_until
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore import codec, objects
+from dreamlake.lakeshore import codec, objects, retention
 from dreamlake.lakeshore.errors import Conflict, PayloadTooLarge
 from dreamlake.lakeshore.objects import layout
 from dreamlake.lakeshore.objects.arena import close_arena
@@ -103,7 +104,7 @@ def read_on(
 import json, sys
 import numpy as np
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore import codec, objects
+from dreamlake.lakeshore import codec, objects, retention
 ref = codec.decode(bytes.fromhex(sys.argv[1]))
 got = dls.get(ref)
 want = np.random.default_rng({seed}).standard_normal(ref.size // 4, dtype=np.float32)
@@ -491,3 +492,28 @@ def test_server_memory_stays_bounded_during_8_concurrent_64_mib_transfers(tmp_pa
         grew = (peak[0] - base) / MIB
         print(f"server RSS: {base / MIB:.0f} MiB before, peak growth {grew:.0f} MiB")
         assert grew < 256, grew
+
+
+def test_retention_deletes_the_plane_tier_copies_of_the_rows_it_trims(
+    server: Any, tenant: Any, host_a: Host, http_plane: Callable[..., HttpDispatch]
+) -> None:
+    """Given a job whose payload was spilled to the plane tier, one whose result was, and two
+    objects put by hand beside them, when the namespace is trimmed, then the server deletes the
+    jobs' two copies and the hand-put object whose time to live ran out, and keeps the other."""
+    ns = tenant.namespace
+    plane = http_plane(namespace=ns, token=tenant.token)
+    q = dls.SyncQueue("trim-q", dispatch=plane)
+    kept = dls.put(array(MIB, seed=1), via=plane)
+    expired = dls.put(array(MIB, seed=2), via=plane, ttl_s=0.001)
+    big_in = q.submit(dls.thunk(len, bytes(2 * MIB)))
+    big_out = q.submit(dls.thunk(bytes, 2 * MIB))
+    assert dls.run_worker(q, once=True) + dls.run_worker(q, once=True) == 2
+    assert q.result(big_in, timeout=30) == 2 * MIB
+    assert q.result(big_out, timeout=30) == bytes(2 * MIB)
+    assert len(stored_files(server.home, ns)) == 4
+    assert expired.expires is not None and expired.expires < time.time()
+
+    trimmed = retention.trim(plane, invocations_older_than_s=0)
+
+    assert (trimmed.invocations, trimmed.problems) == (2, [])
+    assert stored_files(server.home, ns) == [kept.id]

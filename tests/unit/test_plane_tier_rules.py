@@ -16,6 +16,7 @@ from dreamlake.lakeshore import codec, spill
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.objects import plane as tiers
 from dreamlake.lakeshore.plane import HttpDispatch
+from dreamlake.lakeshore.server.routes_objects import ObjectTier, delete_owned
 from dreamlake.lakeshore.storage import LocalStorage, StorageRef, reset_storage_cache, sniff_ref
 
 URL = "http://control.example:8765"
@@ -84,7 +85,8 @@ def test_a_spill_inside_a_job_with_its_own_storage_keeps_it(
 
 def test_a_plane_tier_ref_is_an_ordinary_ref_on_the_wire() -> None:
     """Same fields as before (the URL says the tier), so old and new SDKs decode each other;
-    spilled, it is found and reported by retention like any spilled object."""
+    spilled, it is found by retention like any spilled object, and a client's trim leaves it to
+    the server that holds it."""
     ref = dls.Ref(id="0" * 26, size=8, digest="0" * 32, host="host-a", storage=PLANE_URL)
     old = msgpack.packb({"id": "1" * 26, "size": 3, "digest": "f" * 32}, use_bin_type=True)
 
@@ -93,8 +95,33 @@ def test_a_plane_tier_ref_is_an_ordinary_ref_on_the_wire() -> None:
     spilled = sniff_ref(codec.encode(dataclasses.replace(ref, spilled=True)))
     assert spilled == StorageRef(PLANE_URL, f"_objects/{ref.id}", 8)
     assert spill.delete_refs([spilled]) == [
-        f"{PLANE_URL}/_objects/{ref.id}: kept (retention of plane-tier copies: not yet)"
+        f"{PLANE_URL}/_objects/{ref.id}: kept (a plane-tier copy of another plane)"
     ]
+
+
+def test_retention_deletes_only_the_trimmed_namespaces_plane_copies(box: Path) -> None:
+    """A row of team-a can carry a Ref naming team-b's object (copied or forged): trimming team-a
+    deletes team-a's copies, keeps team-b's, and hands other tiers' refs back to the caller."""
+    storage = LocalStorage(box / "server-storage")
+    tier = ObjectTier(storage)
+    ours, theirs = "1" * 26, "2" * 26
+    storage.write(tier.key("team-a", ours), b"a")
+    storage.write(tier.key("team-b", theirs), b"b")
+    elsewhere = StorageRef("file:///data", f"_objects/{'3' * 26}", 1)
+    refs = [
+        StorageRef(PLANE_URL, f"_objects/{ours}", 1),
+        StorageRef(PLANE_URL.replace("team-a", "team-b"), f"_objects/{theirs}", 1),
+        StorageRef(PLANE_URL, "_objects/not-an-object-id", 1),
+        elsewhere,
+    ]
+
+    left, deleted, problems = delete_owned(tier, "team-a", refs)
+
+    assert (left, deleted) == ([elsewhere], 1)
+    assert not storage.exists(tier.key("team-a", ours))
+    assert storage.exists(tier.key("team-b", theirs))
+    assert len(problems) == 2 and all("not an object of namespace team-a" in p for p in problems)
+    assert delete_owned(tier, "team-a", refs[:1]) == ([], 1, [])  # a second trim: still fine
 
 
 @pytest.mark.parametrize(
