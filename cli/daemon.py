@@ -11,18 +11,35 @@ import time
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import WorkerInfo
-from .output import emit_json, hidden_alias, json_option
+from .output import emit_json, hidden_alias, json_option, plain_table
 from .params import seconds
 
 
-@click.group("daemon")
+class _DaemonGroup(click.Group):
+    """`daemon launch` and `daemon stop` live with the provider configs they start daemons from
+    (cli/providers.py, which imports rich and the provider registry): loaded when one of them,
+    or the list of subcommands, is asked for, so `daemon ls` starts without them."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            _load_provider_verbs()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _load_provider_verbs()
+        return super().list_commands(ctx)
+
+
+def _load_provider_verbs() -> None:
+    from . import providers as _providers  # noqa: F401  (registers launch and stop on `daemon`)
+
+
+@click.group("daemon", cls=_DaemonGroup)
 def daemon() -> None:
     """Worker daemons: ls, show, change membership, drain."""
 
@@ -84,19 +101,22 @@ def ls(url: str | None, token: str | None, namespace: str | None, as_json: bool)
     if as_json:
         emit_json([worker_json(r) for r in rows])
         return
-    table = Table("name", "state", "queues", "host", "slots", "gpus", "heartbeat")
-    for r in rows:
-        busy, total = _slots(r)
-        table.add_row(
-            r.name,
-            r.state,
-            _queues(r),
-            f"{r.host or '?'}:{r.pid or '?'}",
-            f"{busy}/{total}",
-            str(len(r.info.get("gpus", []))),
-            _age(r.heartbeat_at),
-        )
-    Console().print(table)
+    # Plain aligned columns, without rich's ~50 ms import (issue 17, item 5): see `plain_table`.
+    plain_table(
+        ("name", "state", "queues", "host", "slots", "gpus", "heartbeat"),
+        (
+            (
+                r.name,
+                r.state,
+                _queues(r),
+                f"{r.host or '?'}:{r.pid or '?'}",
+                "{}/{}".format(*_slots(r)),
+                str(len(r.info.get("gpus", []))),
+                _age(r.heartbeat_at),
+            )
+            for r in rows
+        ),
+    )
 
 
 hidden_alias(daemon, "ls", "list")
@@ -140,6 +160,9 @@ def show(
     click.echo("\n".join(lines))
     slots = load.get("slots") or []
     if slots:
+        from rich.console import Console  # only here: `daemon ls` and the rest start without it
+        from rich.table import Table
+
         table = Table("slot", "state", "invocation", "queue", "attempt", "running", "gpus", "pid")
         for s in slots:
             since = s.get("since")
@@ -247,8 +270,3 @@ def drain(
         plane.close()
     if as_json:
         emit_json({"daemon": row.name, "id": row.id, "state_before": before, "state": state})
-
-
-# `daemon launch` and `daemon stop` live with the provider configs they start daemons from;
-# importing them here registers them whenever the group is loaded (main.py loads verbs lazily).
-from . import providers as _providers  # noqa: E402, F401

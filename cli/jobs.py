@@ -31,13 +31,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.panel import Panel
-from rich.table import Table
 
 from .. import codec
 from ..errors import DispatchError
@@ -46,8 +42,11 @@ from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import STATES, TERMINAL_STATES, Frame, Invocation
 from . import output
-from .output import hidden_alias
+from .output import hidden_alias, plain_table
 from .params import count
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: Exit status of a command that waited for a job, by the job's final state.
 EXIT_CODES: dict[str, int] = {
@@ -153,7 +152,12 @@ def timings(inv: Invocation, now: float | None = None) -> dict[str, float | None
 
 
 def console() -> Console:
-    """A terminal's own width; a pipe or a file gets wide lines rather than wrapped ids."""
+    """A terminal's own width; a pipe or a file gets wide lines rather than wrapped ids.
+
+    rich is imported here, by the verbs that draw with it (`jobs show`), not with the module:
+    its ~50 ms import would be most of `jobs ls`'s start-up (issue 17, item 5)."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
@@ -206,23 +210,23 @@ def ls(
         emit_json([invocation_json(r) for r in rows])
         return
     now = time.time()
-    table = Table()
-    table.add_column("id", no_wrap=True, min_width=26)  # whole: people copy it
-    for name in ("queue", "state", "attempt", "worker", "submitted", "took", "error"):
-        table.add_column(name, no_wrap=name != "error")
-    for r in rows:
-        t = timings(r, now)
-        table.add_row(
-            r.id,
-            r.queue,
-            styled_state(r.state),
-            f"{r.attempt}/{r.max_attempts}",
-            r.worker or "",
-            when(r.created_at, short=True),
-            span(t["total_s"]),
-            escape(first_line(r.error, 40)) if r.state != "succeeded" else "",
-        )
-    console().print(table)
+    # Plain aligned columns, not rich (see `plain_table`): a list read at a glance or piped on.
+    plain_table(
+        ("id", "queue", "state", "attempt", "worker", "submitted", "took", "error"),
+        (
+            (
+                r.id,
+                r.queue,
+                r.state,
+                f"{r.attempt}/{r.max_attempts}",
+                r.worker or "",
+                when(r.created_at, short=True),
+                span(timings(r, now)["total_s"]),
+                first_line(r.error, 40) if r.state != "succeeded" else "",
+            )
+            for r in rows
+        ),
+    )
     if len(rows) == limit:
         click.echo(f"(more: --before {rows[-1].id})", err=True)
 
@@ -244,6 +248,10 @@ def show(
     if as_json:
         emit_json({**invocation_json(inv), **t})
         return
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     table.add_row("id", inv.id)
     table.add_row("queue", f"{inv.queue} ({inv.namespace})")

@@ -31,6 +31,11 @@ DEFAULT_RETAIN_FRAMES_S: Final = 7 * 86400.0
 DEFAULT_RETAIN_INVOCATIONS_S: Final = 30 * 86400.0
 #: Rows per transaction.
 BATCH: Final = 1000
+#: The dashboard's completion rollup (migration 21) is kept this long: its longest window (a
+#: day) and a margin. Its rows are counts, not history: nothing else reads them.
+ROLLUP_KEEP_S: Final = 25 * 3600.0
+#: Seconds of rollup rows one retention transaction deletes.
+ROLLUP_TRIM_SPAN_S: Final = 60
 
 
 @dataclass

@@ -125,6 +125,9 @@ class SqliteConnector:
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if not self.memory:
+                # Retention gives freed pages back (`reclaim_space`); this takes effect on a
+                # new file only (before its first table), an existing one keeps its mode.
+                self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             self._migrate()
@@ -183,6 +186,21 @@ class SqliteConnector:
                 for statement in split_statements(sql):
                     self._conn.execute(statement)
                 self._conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+
+    def reclaim_space(self, pages: int = 4096) -> None:
+        """Hand up to `pages` free pages back to the filesystem (retention calls this after
+        each batch it deletes). Only a file made with auto_vacuum = INCREMENTAL (every file
+        since `_open` sets it) keeps the bookkeeping; on an older one this does nothing until
+        a one-off offline `VACUUM`. Run as a script, its own short write transaction: the
+        pragma frees one page per step, and a plain execute steps once."""
+        if self.memory:
+            return
+        with self._lock:
+            try:
+                self._conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise  # else: another writer past the busy timeout; the next batch frees
 
     def damaged(self, exc: sqlite3.DatabaseError) -> StoreDamaged:
         """The error for a damaged file, remembered for /readyz (see `problem`)."""

@@ -107,3 +107,21 @@ def test_an_unknown_verb_is_still_a_usage_error() -> None:
     result = CliRunner().invoke(cli_main.cli, ["nosuch"])
 
     assert result.exit_code == 2 and "No such command 'nosuch'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "header"),
+    [
+        (["jobs", "ls"], ["id", "queue", "state", "attempt", "worker", "submitted", "took"]),
+        (["daemon", "ls"], ["name", "state", "queues", "host", "slots", "gpus", "heartbeat"]),
+    ],
+    ids=["jobs-ls", "daemon-ls"],
+)
+def test_listings_draw_their_table_without_rich(
+    tmp_path: Path, args: list[str], header: list[str]
+) -> None:
+    # given an empty plane, when a listing runs, then it prints its header without rich
+    loaded, shown = modules_after(args, tmp_path)
+
+    assert "rich" not in loaded, "rich is imported by the verbs that draw with it, at their call"
+    assert shown.split()[: len(header)] == header

@@ -554,3 +554,18 @@ DELETE FROM leader_leases WHERE name = :name AND holder = :holder;
 -- wakes then instead of at its safety poll. Index invocations_locality: hinted queued rows only.
 SELECT MIN(locality_until) AS at FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now;
+
+-- name: rollup_since
+-- The completion rollup (migration 21) of :ns from second :since on, stripes summed: what the
+-- dashboard's throughput and latency figures are made of. Walks the primary key's
+-- (namespace, at) prefix: rows of the window only, however deep the queues or long the history.
+SELECT queue, at, kind, bin, CAST(SUM(n) AS BIGINT) AS n FROM queue_rollup
+WHERE namespace = :ns AND at >= :since
+GROUP BY queue, at, kind, bin;
+
+-- name: retention_rollup_oldest
+SELECT MIN(at) AS at FROM queue_rollup WHERE namespace = :ns;
+
+-- name: retention_trim_rollup
+-- Rollup rows of :ns from seconds before :upto (retention: at most a minute's rows a batch).
+DELETE FROM queue_rollup WHERE namespace = :ns AND at < :upto;

@@ -44,6 +44,13 @@ class ViewStore(StoreBase):
         with self.connector.transaction(write=False) as tx:
             return tx.all("finished_since", ns=ns, since=since, limit=limit)
 
+    def rollup_since(self, ns: str, since: int) -> list[Row]:
+        """The completion rollup (migration 21) from second `since` on: queue, at, kind, bin,
+        n. The dashboard's throughput and latency figures; `finished_since` is the scan it
+        replaced, kept to check it against."""
+        with self.connector.transaction(write=False) as tx:
+            return tx.all("rollup_since", ns=ns, since=since)
+
     def running_by_worker(self, ns: str) -> dict[str, int]:
         with self.connector.transaction(write=False) as tx:
             rows = tx.all("running_by_worker", ns=ns)
