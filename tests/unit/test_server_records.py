@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ulid import ULID
 
-from dreamlake.lakeshore.server.metrics import submitted_at
+from dreamlake.lakeshore.ids import ulid_time as submitted_at
 from dreamlake.lakeshore.server.wire import to_wire
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import InvalidArgument
+from ...ids import ulid_time
 from ...types import (
     Claim,
     Invocation,
@@ -29,7 +30,6 @@ from .base import ELASTICITY_KINDS, ON_FULL
 #: orders the queue among equal priorities, so an old one must not jump the line.
 CLIENT_ID_SKEW_S = 600.0
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 def check_client_id(value: object, now: float) -> None:
@@ -38,12 +38,11 @@ def check_client_id(value: object, now: float) -> None:
         raise InvalidArgument(
             f"id must be a ULID (26 characters of Crockford base32, upper case), got {value!r}"
         )
-    minted_ms = 0
-    for char in value[:10]:
-        minted_ms = minted_ms * 32 + _CROCKFORD.index(char)
-    if abs(minted_ms / 1000 - now) > CLIENT_ID_SKEW_S:
+    minted = ulid_time(value)
+    assert minted is not None  # matched the pattern
+    if abs(minted - now) > CLIENT_ID_SKEW_S:
         raise InvalidArgument(
-            f"id {value} was minted at {minted_ms / 1000:.0f} (unix time), more than "
+            f"id {value} was minted at {minted:.0f} (unix time), more than "
             f"{CLIENT_ID_SKEW_S:.0f} s from now: mint a new one for each submit (a retry "
             "repeats it within seconds)"
         )
