@@ -6,13 +6,12 @@ routes; without, they open the store directly (cli/admin_target.py).
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.console import Console
 from rich.table import Table
 
 from .admin_target import admin_options, admin_target
+from .output import emit_json, json_option
 
 
 @click.group("namespaces")
@@ -23,17 +22,28 @@ def namespaces() -> None:
 @namespaces.command("add")
 @click.argument("name")
 @click.option("--org", default=None, help="Org to put the namespace in.")
+@json_option
 @admin_options
-def add(name: str, org: str | None, url: str | None, token: str | None, store: str | None) -> None:
-    """Create NAME (idempotent); with --org, move it into that org."""
+def add(
+    name: str, org: str | None, as_json: bool, url: str | None, token: str | None, store: str | None
+) -> None:
+    """Create NAME (idempotent); with --org, move it into that org.
+
+    With --json: the namespace's row as `namespaces ls --json` lists it, read back after the
+    add (so an add without --org shows the org it already had).
+    """
 
     with admin_target(url, token, store) as target:
         target.add_namespace(name, org)
+        rows = [r for r in target.list_namespaces() if r["name"] == name] if as_json else []
+    if as_json:
+        emit_json(rows[0] if rows else {"name": name, "org": org})
+        return
     click.echo(f"namespace {name}" + (f" (org {org})" if org else ""))
 
 
 @namespaces.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+@json_option
 @admin_options
 def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
     """List namespaces and their orgs."""
@@ -41,7 +51,7 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
     with admin_target(url, token, store) as target:
         rows = target.list_namespaces()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        emit_json(rows)  # created_at as ISO 8601, as every listing
         return
     table = Table("name", "org", "created_at")
     for r in rows:
@@ -50,7 +60,7 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
 
 
 @namespaces.command("orgs")
-@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+@json_option
 @admin_options
 def orgs(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
     """List orgs and their namespaces (an org exists while a namespace names it)."""
@@ -58,7 +68,7 @@ def orgs(as_json: bool, url: str | None, token: str | None, store: str | None) -
     with admin_target(url, token, store) as target:
         rows = target.list_orgs()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        emit_json(rows)
         return
     table = Table("org", "namespaces")
     for r in rows:

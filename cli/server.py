@@ -175,7 +175,7 @@ def server(
     try:
         import uvicorn
 
-        from ..server.app import create_app
+        from ..server.app import configure_logging, create_app
         from ..server.client_timeouts import timed_protocol
     except ModuleNotFoundError as exc:
         raise click.ClickException(
@@ -229,11 +229,13 @@ def server(
     )
     scheme = "https" if ssl_certfile else "http"
     click.echo(f"lakeshore server on {scheme}://{host}:{port}", err=True)
+    configure_logging(log_level)  # uvicorn's logs too, in the daemon's format (sdk/logs.py)
     uvicorn.run(
         app,
         host=host,
         port=port,
         log_level=log_level,
+        log_config=None,
         timeout_graceful_shutdown=3,
         http=timed_protocol(header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s),
         access_log=log_level in ("info", "debug"),

@@ -12,16 +12,16 @@ data (not code) is `--scope submit-data --scope read`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from ..errors import DispatchError
-from ..plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes
+from ..plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes, hash_token
 from ..prune import parse_duration
 from .admin_target import admin_options, admin_target
+from .output import emit_json, json_option
 
 
 def lifetime(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -77,6 +77,7 @@ def tokens() -> None:
     help="Lifetime: seconds or 90m, 12h, 30d, 2w. Afterwards the token gets 401 saying it "
     "expired. Default: never.",
 )
+@json_option
 @admin_options
 def create(
     namespace: str,
@@ -85,11 +86,16 @@ def create(
     scopes: tuple[str, ...],
     admin: bool,
     expires_in: float | None,
+    as_json: bool,
     url: str | None,
     token: str | None,
     store: str | None,
 ) -> None:
-    """Create a token for NAMESPACE (created if missing) and print it once."""
+    """Create a token for NAMESPACE (created if missing) and print it once.
+
+    With --json: the secret beside its row as `tokens ls --json` lists it (digest, scopes,
+    created_at, expires_at), read back after the create, so a script keeps both in one step.
+    """
 
     with admin_target(url, token, store) as target:
         secret = target.create_token(
@@ -100,11 +106,18 @@ def create(
             scopes=scopes or None,
             expires_in_s=expires_in,
         )
-    click.echo(secret)
+        if not as_json:
+            click.echo(secret)
+            return
+        digest = hash_token(secret)[:12]
+        rows = [r for r in target.list_tokens() if r["hash"] == digest]
+    # The row is missing only when another admin revoked it in between: say what is known.
+    row = rows[0] if rows else {"hash": digest, "namespace": namespace, "label": label}
+    emit_json({"token": secret, **row})
 
 
 @tokens.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
+@json_option
 @admin_options
 def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
     """List tokens (digest prefix, namespace, label, scopes, expiry); the secrets are not stored."""
@@ -112,7 +125,7 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
     with admin_target(url, token, store) as target:
         rows = target.list_tokens()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        emit_json(rows)  # created_at / expires_at as ISO 8601, as every listing
         return
     table = Table("digest", "namespace", "label", "scopes", "created", "expires")
     for r in rows:
@@ -131,8 +144,11 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
 
 @tokens.command("revoke")
 @click.argument("digest")
+@json_option
 @admin_options
-def revoke(digest: str, url: str | None, token: str | None, store: str | None) -> None:
+def revoke(
+    digest: str, as_json: bool, url: str | None, token: str | None, store: str | None
+) -> None:
     """Revoke the token whose digest starts with DIGEST (the prefix `tokens ls` shows).
 
     A running server stops accepting it within a few seconds (its grant cache's lifetime).
@@ -142,4 +158,7 @@ def revoke(digest: str, url: str | None, token: str | None, store: str | None) -
             row = target.revoke_token(digest)
         except DispatchError as exc:
             raise click.ClickException(str(exc)) from None
+    if as_json:
+        emit_json({**row, "revoked": True})
+        return
     click.echo(f"revoked {row['hash']} ({row['namespace']}, {row['label'] or 'no label'})")

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from ..logs import EventLog
 from ..plane.leader import Leader
 from ..plane.providers import ProviderInfo
 from ..plane.store import WORKER_STALE_S
@@ -37,9 +37,10 @@ from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
 
-log = logging.getLogger("lakeshore.controller")
+log = EventLog("lakeshore.controller")
 
 ProviderFactory = Callable[[ProviderInfo], Provider]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,50 @@ def build_provider(info: ProviderInfo) -> Provider:
     return registry.build(info.kind, info.name, info.config)
 
 
+class Observer(Protocol):
+    """Who hears of ticks, leadership and provider calls: the metrics (controller/metrics.py),
+    kept behind this protocol so that the loop imports no metrics library."""
+
+    def tick_ended(
+        self, decisions: Sequence[Decision], seconds: float, error: BaseException | None
+    ) -> None: ...
+
+    def leading(self, leading: bool) -> None: ...
+
+    def provider_call(
+        self, info: ProviderInfo, call: str, seconds: float, error: BaseException | None
+    ) -> None: ...
+
+
+class ObservedProvider:
+    """A provider whose every call is timed and its failures counted by an `Observer`."""
+
+    def __init__(self, inner: Provider, info: ProviderInfo, observer: Observer) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._info = info
+        self._observer = observer
+
+    def launch(self, spec: LaunchSpec, count: int) -> list[Instance]:
+        return self._timed("launch", lambda: self.inner.launch(spec, count))
+
+    def terminate(self, ids: Sequence[str]) -> None:
+        self._timed("terminate", lambda: self.inner.terminate(ids))
+
+    def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        return self._timed("list", lambda: self.inner.list(tags))
+
+    def _timed(self, call: str, run: Callable[[], T]) -> T:
+        began = time.monotonic()
+        try:
+            value = run()
+        except BaseException as exc:
+            self._observer.provider_call(self._info, call, time.monotonic() - began, exc)
+            raise
+        self._observer.provider_call(self._info, call, time.monotonic() - began, None)
+        return value
+
+
 class Controller:
     def __init__(
         self,
@@ -97,10 +142,12 @@ class Controller:
         *,
         provider_factory: ProviderFactory = build_provider,
         clock: Callable[[], float] = time.time,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or Settings()
         self._factory = provider_factory
+        self._observer = observer
         self._clock = clock
         self._providers: dict[tuple[str, str, str], Provider] = {}
         self._mem = _Memory()
@@ -109,6 +156,22 @@ class Controller:
     # -- one tick -----------------------------------------------------------------------------
 
     def tick(self) -> list[Decision]:
+        """One pass: observe, decide, act; the decisions (the observer hears of it, failed too)."""
+        began = time.monotonic()
+        try:
+            decisions = self._tick()
+        except BaseException as exc:
+            if self._observer is not None:
+                self._observer.tick_ended([], time.monotonic() - began, exc)
+            raise
+        for d in decisions:
+            if d.launch or d.drain or d.terminate:
+                log.info("controller.decision", **dataclasses.asdict(d))
+        if self._observer is not None:
+            self._observer.tick_ended(decisions, time.monotonic() - began, None)
+        return decisions
+
+    def _tick(self) -> list[Decision]:
         now = self._clock()
         snap = observe(self.store, now)
         found = targets(snap)
@@ -306,7 +369,13 @@ class Controller:
                 )
                 launched += [i.daemon for i in provider.launch(spec, n)]
         except Exception as exc:
-            log.warning("launch through %s failed: %s", info.name, exc)
+            log.warning(
+                "provider.call_failed",
+                namespace=t.namespace,
+                provider=info.name,
+                call="launch",
+                error=str(exc),
+            )
             self._maybe_error(events, t, {**detail, "error": f"launch failed: {exc}"})
         if launched:
             self._event(events, t, "scaled", {**detail, "direction": "up", "launch": launched})
@@ -353,6 +422,13 @@ class Controller:
             try:
                 self._provider(info).terminate([i.id for i, _ in items])
             except Exception as exc:
+                log.warning(
+                    "provider.call_failed",
+                    namespace=t.namespace,
+                    provider=name,
+                    call="terminate",
+                    error=str(exc),
+                )
                 self._maybe_error(events, t, {**detail, "error": f"terminate failed: {exc}"})
                 continue
             for inst, why in items:
@@ -371,7 +447,10 @@ class Controller:
     def _provider(self, info: ProviderInfo) -> Provider:
         key = (info.namespace, info.name, info.kind + json.dumps(info.config, sort_keys=True))
         if key not in self._providers:
-            self._providers[key] = self._factory(info)
+            provider = self._factory(info)
+            if self._observer is not None:
+                provider = ObservedProvider(provider, info, self._observer)
+            self._providers[key] = provider
         return self._providers[key]
 
     def _list_instances(
@@ -388,7 +467,9 @@ class Controller:
             try:
                 found_here = self._provider(info).list({TAG_NAMESPACE: ns, TAG_OWNER: "controller"})
             except Exception as exc:
-                log.warning("listing provider %s/%s failed: %s", ns, name, exc)
+                log.warning(
+                    "provider.call_failed", namespace=ns, provider=name, call="list", error=str(exc)
+                )
                 broken.add((ns, name))
                 continue
             out += found_here
@@ -447,16 +528,22 @@ class Controller:
         while not stop.is_set():
             if self._lead(leader):
                 if not leading:
-                    log.info("controller leading")
+                    log.info("controller.leading")
                     leading = True
+                    self._tell_leading(True)
                 try:
                     self.tick()
                 except Exception:  # a failed tick is retried next interval
-                    log.exception("controller tick failed")
+                    log.exception("controller.tick_failed")
             elif leading:
-                log.warning("controller lost the leadership; standing by")
+                log.warning("controller.standby", reason="lost the leadership")
                 leading = False
+                self._tell_leading(False)
             stop.wait(self.settings.interval_s)
+
+    def _tell_leading(self, leading: bool) -> None:
+        if self._observer is not None:
+            self._observer.leading(leading)
 
     @staticmethod
     def _lead(leader: Leader | None) -> bool:
@@ -466,7 +553,7 @@ class Controller:
         try:
             return leader.try_acquire()
         except Exception:
-            log.exception("controller could not renew its leadership; standing by")
+            log.exception("controller.leader_error", reason="could not renew the leadership")
             return False
 
 

@@ -5,37 +5,60 @@
 Several may run: each contends for the plane's leader lock (a Postgres advisory lock, or a file
 lock beside the SQLite database) before every tick, and a loser waits as a hot standby that
 takes over within one interval of the leader's exit. SIGTERM / SIGINT finish the current tick.
+
+Every option can also come from the environment as LAKESHORE_CONTROLLER_<OPTION>
+(LAKESHORE_CONTROLLER_INTERVAL_S=10), as the daemon's options come from LAKESHORE_DAEMON_<OPTION>;
+the older names LAKESHORE_STORE, LAKESHORE_URL (for --plane-url) and LAKESHORE_TOKEN (for
+--plane-token) are still read after the new ones.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import __version__
 from ..cli.errors import OneLineCommand
 from ..cli.params import count, seconds
+from ..extras import needs_extra
 from ..home import home
 from ..plane.dispatch import open_store
 from ..plane.http import HttpFleet
 from ..plane.leader import Leader, LeaseLeader, leader_for
 from ..plane.store import SqlStore
-from .loop import Controller, Settings
+
+if TYPE_CHECKING:
+    from .metrics import ControllerMetrics
 
 LEADER_KEY = "controller"
+#: Accepted by --log-level (sdk/logs.py's, repeated here: structlog loads only once it runs).
+LEVELS = ("debug", "info", "warning", "error", "critical")
+ENV_PREFIX = "LAKESHORE_CONTROLLER"
+
+
+def _env(option: str, *older: str) -> list[str]:
+    """LAKESHORE_CONTROLLER_<OPTION> first, then the names this option was read from before."""
+    return [f"{ENV_PREFIX}_{option}", *older]
 
 
 @click.command(
     cls=OneLineCommand,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "max_content_width": 100,
+        # also under `lakeshore controller`, which calls this command's main() itself
+        "auto_envvar_prefix": ENV_PREFIX,
+        "show_default": True,
+    },
 )
 @click.option(
     "--store",
-    envvar="LAKESHORE_STORE",
+    envvar=_env("STORE", "LAKESHORE_STORE"),
+    show_envvar=True,
     default=None,
     metavar="URL",
     help="The plane's database: a SQLite path or postgresql:// URL "
@@ -50,7 +73,8 @@ LEADER_KEY = "controller"
 )
 @click.option(
     "--token",
-    envvar="LAKESHORE_CONTROLLER_TOKEN",
+    envvar=_env("TOKEN"),
+    show_envvar=True,
     default=None,
     help="Admin token for --url (lakeshore tokens create --admin).",
 )
@@ -72,20 +96,32 @@ LEADER_KEY = "controller"
 @click.option("--drain-timeout-s", type=seconds(0), default=1800.0, show_default=True)
 @click.option(
     "--plane-url",
-    envvar="LAKESHORE_URL",
+    envvar=_env("PLANE_URL", "LAKESHORE_URL"),
+    show_envvar=True,
     default=None,
     help="Where launched daemons reach the plane (default: the --store SQLite file).",
 )
 @click.option(
-    "--plane-token", envvar="LAKESHORE_TOKEN", default=None, help="Token for launched daemons."
+    "--plane-token",
+    envvar=_env("PLANE_TOKEN", "LAKESHORE_TOKEN"),
+    show_envvar=True,
+    default=None,
+    help="Token for launched daemons.",
 )
 @click.option("--once", is_flag=True, help="Run one tick (if leading) and exit.")
+@click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default="info")
 @click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False),
-    default="info",
-    show_default=True,
+    "--log-json/--log-console",
+    default=None,
+    help="Log format (default: JSON unless stderr is a terminal).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Serve Prometheus metrics on this port (0: off). docs/observability.md lists them.",
+)
+@click.option("--metrics-addr", default="0.0.0.0", help="The address --metrics-port listens on.")
 @click.version_option(__version__, prog_name="lakeshore-controller")
 def controller_command(
     store: str | None,
@@ -100,11 +136,16 @@ def controller_command(
     plane_token: str | None,
     once: bool,
     log_level: str,
+    log_json: bool | None,
+    metrics_port: int,
+    metrics_addr: str,
 ) -> None:
     """Scale worker daemons to each queue's elasticity policy, through provider plugins."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    with needs_extra("lakeshore-controller", "controller"):
+        from .. import logs
+        from .loop import Controller, Settings
+
+    logs.configure(json=log_json, level=log_level)
     if url and store:
         raise click.UsageError("give --store (the database) or --url (a server), not both")
     target = url or store or str(home() / "lakeshore.db")
@@ -133,9 +174,12 @@ def controller_command(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        controller = Controller(plane_store, settings)
+        metrics = _metrics(metrics_port, metrics_addr)
+        controller = Controller(plane_store, settings, observer=metrics)
         if once:
             if leader.try_acquire():
+                if metrics is not None:
+                    metrics.leading(True)
                 for d in controller.tick():
                     click.echo(f"{d.namespace} {d.target}: {d.current} -> {d.desired} ({d.reason})")
             else:
@@ -147,6 +191,27 @@ def controller_command(
             signal.signal(s, handler)
         leader.close()
         plane_store.close()
+
+
+def _metrics(port: int, addr: str) -> ControllerMetrics | None:
+    """Start the /metrics listener before the first tick, so no tick goes uncounted."""
+    if not port:
+        return None
+    with needs_extra("lakeshore-controller --metrics-port", "controller"):
+        from .metrics import ControllerMetrics
+
+    metrics = ControllerMetrics()
+    try:
+        bound = metrics.serve(port, addr)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot listen on {addr}:{port} ({exc.strerror or exc}): pick a free port",
+            param_hint="'--metrics-port'",
+        ) from None
+    from ..logs import EventLog
+
+    EventLog("lakeshore.controller").info("controller.metrics_serving", addr=addr, port=bound)
+    return metrics
 
 
 def main() -> None:

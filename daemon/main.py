@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,7 @@ from .. import __version__, signing
 from ..cli.errors import OneLineCommand
 from ..cli.params import seconds
 from ..errors import DispatchError
+from ..extras import needs_extra
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..storage import open_storage
@@ -25,6 +27,9 @@ from ..worker import default_name
 from . import log
 from .systemd import Notifier
 from .worker import EXIT_CONFIG, Daemon, DaemonConfig
+
+if TYPE_CHECKING:
+    from .metrics import DaemonMetrics
 
 
 def _labels(values: tuple[str, ...]) -> dict[str, str]:
@@ -130,6 +135,19 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="Log format (default: JSON unless stderr is a terminal).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Serve Prometheus metrics on this port (0: off). docs/observability.md lists them.",
+)
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0",
+    show_default=True,
+    help="The address --metrics-port listens on.",
+)
 @click.version_option(__version__, prog_name="lakeshore-daemon")
 def daemon_command(
     queues: tuple[str, ...],
@@ -150,6 +168,8 @@ def daemon_command(
     signing_key_file: str | None,
     log_level: str,
     log_json: bool | None,
+    metrics_port: int,
+    metrics_addr: str,
 ) -> None:
     """Run jobs from Lakeshore queues on this box, one child process per slot."""
     log.configure(json=log_json, level=log_level)
@@ -182,10 +202,33 @@ def daemon_command(
         log.get_logger().error("daemon.plane_error", error=str(exc))
         raise PlaneRefused(f"{type(exc).__name__}: {exc}") from None
     try:
-        code = Daemon(plane, config, notifier=Notifier.from_env()).run()
+        metrics = _metrics(metrics_port, metrics_addr)
+        daemon = Daemon(plane, config, notifier=Notifier.from_env(), metrics=metrics)
+        if metrics is not None:
+            metrics.watch(lambda: daemon.slots, lambda: daemon.draining)
+        code = daemon.run()
     finally:
         plane.close()
     sys.exit(code)
+
+
+def _metrics(port: int, addr: str) -> DaemonMetrics | None:
+    """Start the /metrics listener before the first claim, so no job goes uncounted."""
+    if not port:
+        return None
+    with needs_extra("lakeshore-daemon --metrics-port", "daemon"):
+        from .metrics import DaemonMetrics
+
+    metrics = DaemonMetrics()
+    try:
+        bound = metrics.serve(port, addr)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot listen on {addr}:{port} ({exc.strerror or exc}): pick a free port",
+            param_hint="'--metrics-port'",
+        ) from None
+    log.get_logger().info("daemon.metrics_serving", addr=addr, port=bound)
+    return metrics
 
 
 class PlaneRefused(click.ClickException):

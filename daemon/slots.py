@@ -272,8 +272,11 @@ class ProcessSlot(SlotBase):
         gpus: Sequence[Gpu] = (),
         env: Mapping[str, str] | None = None,
         kill_grace_s: float = 10.0,
+        on_end: Callable[[Claim, Outcome, float], None] | None = None,
     ) -> None:
+        """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics)."""
         super().__init__(index, kill_grace_s=kill_grace_s)
+        self._on_end = on_end
         self.gpus = list(gpus)
         self._ctx = ctx
         self._sink = sink
@@ -318,7 +321,10 @@ class ProcessSlot(SlotBase):
                 claim = self._inbox.get()
                 if claim is None:
                     return
+                began = time.monotonic()
                 outcome = self._run_safely(claim)
+                if self._on_end is not None:
+                    self._on_end(claim, outcome, time.monotonic() - began)
                 # Free the slot before settling: the daemon's next claim for it then travels
                 # while this settle does, instead of after it (one round trip less per job).
                 # The next job waits in the inbox until this thread has settled this one.

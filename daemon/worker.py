@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..errors import DispatchError
 from ..objects.plane import child_environment
 from ..plane.base import Plane
+from ..types import Claim
 from ..work.core import (
     EXIT_CONFIG,
     EXIT_CRASHED,
@@ -22,12 +24,16 @@ from ..work.core import (
     WorkerConfig,
     WorkerCore,
 )
-from ..work.slot import JobSink, SlotFactory
+from ..work.retry import Retrier, is_transient
+from ..work.slot import JobSink, Outcome, SlotFactory
 from .inventory import Gpu, LoadMeter, check_gpu_plan, detect_gpus, host_facts, slot_gpus
 from .log import get_logger
 from .signals import stop_signals
 from .slots import ChildFailed, ProcessSlot, spawn_context
 from .systemd import Notifier
+
+if TYPE_CHECKING:  # prometheus_client is imported only when --metrics-port asks for it
+    from .metrics import DaemonMetrics
 
 __all__ = [
     "EXIT_CONFIG",
@@ -58,12 +64,16 @@ class Daemon(WorkerCore):
         *,
         notifier: Notifier | None = None,
         gpus: Sequence[Gpu] | None = None,
+        metrics: DaemonMetrics | None = None,
     ) -> None:
         super().__init__(
             plane, config, notifier=notifier or Notifier(None), log=get_logger(worker=config.name)
         )
         self._gpus = None if gpus is None else list(gpus)
         self._meter: LoadMeter | None = None
+        self._metrics = metrics
+        if metrics is not None:
+            self._retry = _CountingRetrier(self._log, metrics)
 
     def run(self, *, install_signals: bool = True) -> int:
         """Serve until drained or stopped; SIGTERM/SIGINT handlers live only inside this call."""
@@ -106,6 +116,7 @@ class Daemon(WorkerCore):
                 gpus=slot_gpus(gpus, index, config.gpus_per_job),
                 env=env,
                 kill_grace_s=config.kill_grace_s,
+                on_end=self._job_ended,
             )
 
         return slot
@@ -131,3 +142,50 @@ class Daemon(WorkerCore):
         if self.fatal is not None and not isinstance(self.fatal, ChildFailed):
             self.fatal = ChildFailed(str(self.fatal))
         return started
+
+    # -- what the metrics see (daemon/metrics.py); nothing here when they are off -------------
+
+    def _job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
+        if self._metrics is not None:
+            self._metrics.job_ended(claim.queue, outcome, run_s)
+
+    def _claim(self, queues: Sequence[str], room: int, wait_s: float) -> list[Claim]:
+        if self._metrics is None:
+            return super()._claim(queues, room, wait_s)
+        try:
+            claims = super()._claim(queues, room, wait_s)
+        except DispatchError as exc:
+            if not is_transient(exc):  # the transient ones are counted by the retrier
+                self._metrics.plane_error("claim", "refused")
+            raise
+        self._metrics.claim_returned(len(claims))
+        return claims
+
+    def _renew(self) -> None:
+        retry = self._retry
+        if self._metrics is None or not isinstance(retry, _CountingRetrier):
+            super()._renew()
+            return
+        with self._free:
+            held = sum(1 for s in self.slots if s.claim is not None) + len(self._buffer)
+        failed = retry.failures("renew")
+        super()._renew()
+        if held and retry.failures("renew") == failed:
+            self._metrics.renewals.inc(held)
+
+
+class _CountingRetrier(Retrier):
+    """The core's retrier, counting every failed try (it logs only the first of an outage)."""
+
+    def __init__(self, log: Any, metrics: DaemonMetrics) -> None:
+        super().__init__(log)
+        self._metrics = metrics
+        self._failures: dict[str, int] = {}
+
+    def failures(self, what: str) -> int:
+        return self._failures.get(what, 0)
+
+    def unreachable(self, what: str, exc: BaseException) -> None:
+        self._failures[what] = self._failures.get(what, 0) + 1
+        self._metrics.plane_error(what, "unreachable")
+        super().unreachable(what, exc)

@@ -20,7 +20,7 @@ code  Python type       ext payload
 17    numpy scalar      blob: header [dtype, [], false] + the raw bytes (decodes to a scalar)
 18    torch.Tensor      blob: header [dtype name, shape] + the raw bytes (bfloat16 included)
 19    PIL.Image.Image   blob: header [mode, [width, height], [palette mode, palette] | nil] + raw
-32    Thunk             cloudpickle bytes (protocol `PICKLE_PROTOCOL`)
+32    Thunk             cloudpickle bytes (protocol: see `pickle_protocol`, default 5)
 33    Envelope          msgpack map (see below)
 48    StorageRef        msgpack map {url, key, size}: bytes kept in storage (see `storage.py`)
 49    Ref               msgpack map {id, size, digest, kind, ...}: an object store handle (`ref.py`)
@@ -39,9 +39,12 @@ dropped) and decode as a writable tensor (one copy). An image keeps mode, size a
 ``info`` and EXIF do not ride.
 
 The Envelope map always has ``kind`` (``"thunk"``, ``"udf"``, ``"exec"``, ``"raw"``) and, when
-set, ``name``, ``command``, ``cwd``, ``env``, ``value``, ``timeout_s`` and ``run`` (the producer's
-run id, see `dls.context`). A thunk or udf adds
-``pickle``: the cloudpickle bytes of ``(fn, args, kwargs)``. An exec or raw envelope is therefore
+set, ``name``, ``command``, ``cwd``, ``env``, ``value``, ``timeout_s``, ``run`` (the producer's
+run id, see `dls.context`) and ``trace`` (its OpenTelemetry trace context, a map of W3C
+``traceparent`` / ``tracestate`` headers, see sdk/tracing.py). A thunk or udf adds
+``pickle``: the cloudpickle bytes of ``(fn, args, kwargs)``, and ``pickled_by``: who wrote them
+(``{python, implementation, protocol, cloudpickle}``, see `protocols.py`), so a worker that
+cannot load them names both sides' versions. An exec or raw envelope is therefore
 plain msgpack that any language can build, and a reader can see a udf's ``kind`` and ``name``
 without unpickling anything.
 
@@ -58,11 +61,13 @@ import math
 import struct
 import sys
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar, Token
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 import msgpack  # ships no type information
 
+from . import protocols
 from .envelope import Envelope, Thunk
 from .errors import DecodeError, InvalidArgument
 from .ref import EXT_OBJECT_REF as _EXT_OBJECT_REF
@@ -79,12 +84,14 @@ __all__ = [
     "PICKLE_PROTOCOL",
     "decode",
     "encode",
+    "pickle_protocol",
 ]
 
 #: Advertised by `GET /v1/hello`; bumped when an ext payload changes shape.
 CODEC_VERSION: Final = 1
-#: Pinned so that a worker on any supported Python can unpickle what any producer wrote.
-PICKLE_PROTOCOL: Final = 5
+#: What thunks are pickled with unless the caller says otherwise (`pickle_protocol`): a worker
+#: on any supported Python can unpickle it. The submit path negotiates with the queue's workers.
+PICKLE_PROTOCOL: Final = protocols.DEFAULT_PROTOCOL
 
 EXT_TUPLE: Final = 1
 EXT_SET: Final = 2
@@ -237,7 +244,9 @@ def _encode_int(obj: int) -> Any:
 
 
 def _encode_thunk(obj: Thunk[Any]) -> msgpack.ExtType:
-    return _ExtType(EXT_THUNK, _pickle(obj, "thunk"))
+    # No room for a header in ext 32 (it has always been bare pickle bytes): a worker that cannot
+    # load one reads its protocol from the bytes. A submitted thunk rides as an envelope.
+    return _ExtType(EXT_THUNK, _pickle(obj, "thunk", _chosen_protocol()))
 
 
 def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
@@ -247,18 +256,69 @@ def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
         if value is not None:
             wire[key] = value
     if obj.kind in ("thunk", "udf"):
-        wire["pickle"] = _pickle((obj.fn, obj.args, obj.kwargs), f"{obj.kind} envelope")
+        protocol = _chosen_protocol()
+        wire["pickle"] = _pickle((obj.fn, obj.args, obj.kwargs), f"{obj.kind} envelope", protocol)
+        wire["pickled_by"] = protocols.pickled_by(protocol)
     return _ExtType(EXT_ENVELOPE, _packb(wire))
 
 
-def _pickle(obj: Any, what: str) -> bytes:
+def _pickle(obj: Any, what: str, protocol: int) -> bytes:
     import cloudpickle
 
     try:
-        data: bytes = cloudpickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+        data: bytes = cloudpickle.dumps(obj, protocol=protocol)
     except Exception as e:
         raise InvalidArgument(f"cannot pickle {what}: {type(e).__name__}: {e}") from e
     return data
+
+
+#: The protocol thunks are pickled with in this context, or a function that picks it (asked only
+#: when something is pickled, so a plain-data submit never pays for the choice).
+_PROTOCOL: ContextVar[int | Callable[[], int]] = ContextVar(
+    "lakeshore_pickle_protocol", default=PICKLE_PROTOCOL
+)
+
+
+class pickle_protocol:  # lower case: it reads as a function, `with codec.pickle_protocol(4):`
+    """Pickle the thunks encoded inside this block with protocol `choose`, or with what
+    `choose()` returns at the first pickle (the submit path passes its queue's negotiation).
+
+    The codec never asks the plane itself: whoever knows the target queue decides. A class
+    rather than a generator: it sits on every submit, and costs a fifth as much.
+    """
+
+    __slots__ = ("_choose", "_token")
+    _token: Token[int | Callable[[], int]]
+
+    def __init__(self, choose: int | Callable[[], int]) -> None:
+        if not callable(choose):
+            _check_protocol(choose)
+        self._choose = choose
+
+    def __enter__(self) -> None:
+        self._token = _PROTOCOL.set(self._choose)
+
+    def __exit__(self, *exc: object) -> None:
+        _PROTOCOL.reset(self._token)
+
+
+def _chosen_protocol() -> int:
+    choose = _PROTOCOL.get()
+    return _check_protocol(choose() if callable(choose) else choose)
+
+
+def _check_protocol(protocol: object) -> int:
+    highest = protocols.highest_protocol()
+    if (
+        isinstance(protocol, bool)
+        or not isinstance(protocol, int)
+        or not protocols.MIN_PROTOCOL <= protocol <= highest
+    ):
+        raise InvalidArgument(
+            f"pickle protocol must be an int from {protocols.MIN_PROTOCOL} to {highest} "
+            f"(this Python's highest), got {protocol!r}"
+        )
+    return protocol
 
 
 def _encode_numpy(obj: Any, np: ModuleType) -> msgpack.ExtType:
@@ -493,18 +553,23 @@ def _decode_bigint(data: bytes, allow_pickle: bool) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
-def _unpickle(data: bytes, allow_pickle: bool, what: str) -> Any:
+def _unpickle(
+    data: bytes, allow_pickle: bool, what: str, producer: Mapping[str, Any] | None = None
+) -> Any:
+    """`pickle.loads`, failing as `protocols.ThunkLoadError` naming the producer's Python,
+    protocol and cloudpickle (`producer`: the envelope's ``pickled_by``) and this worker's."""
     if not allow_pickle:
         raise DecodeError(
             f"refusing to unpickle a {what}: this reader decodes plain values only (a pickle "
             "runs its writer's code; pass allow_pickle=True for a writer you trust)"
         )
+    protocols.check_loadable(what, producer, data)
     import pickle
 
     try:
         return pickle.loads(data)
     except Exception as e:
-        raise DecodeError(f"could not unpickle {what}: {type(e).__name__}: {e}") from e
+        raise protocols.load_failure(what, producer, data, e) from e
 
 
 def _decode_thunk(data: bytes, allow_pickle: bool) -> Thunk[Any]:
@@ -514,7 +579,7 @@ def _decode_thunk(data: bytes, allow_pickle: bool) -> Thunk[Any]:
     return value
 
 
-_ENVELOPE_KEYS: Final = ("name", "command", "cwd", "env", "value", "timeout_s", "run")
+_ENVELOPE_KEYS: Final = ("name", "command", "cwd", "env", "value", "timeout_s", "run", "trace")
 
 
 def _decode_envelope(data: bytes, allow_pickle: bool) -> Envelope:
@@ -527,7 +592,13 @@ def _decode_envelope(data: bytes, allow_pickle: bool) -> Envelope:
         pickled = wire.get("pickle")
         if not isinstance(pickled, bytes):
             raise DecodeError(f"{kind} envelope has no 'pickle' bytes")
-        call = _unpickle(pickled, allow_pickle, f"{kind} envelope")
+        producer = wire.get("pickled_by")
+        call = _unpickle(
+            pickled,
+            allow_pickle,
+            f"{kind} envelope",
+            producer if isinstance(producer, dict) else None,
+        )
         if not isinstance(call, tuple) or len(call) != 3:
             raise DecodeError(f"{kind} envelope 'pickle' must hold (fn, args, kwargs)")
         fields.update(fn=call[0], args=call[1], kwargs=call[2])

@@ -7,6 +7,10 @@ the four body kinds a worker runs. Keeping the kind explicit lets the daemon pic
 job (call it, shell out, hand the raw value to a `--handler`) before it unpickles anything, and
 lets the codec write `exec` and `raw` envelopes as plain msgpack that a non-Python producer can
 build by hand.
+
+The constructors (`Envelope.for_udf`, `for_thunk`, ...) are what `submit` calls, so they also
+take the producer's OpenTelemetry trace context when a span is current (sdk/tracing.py): the
+envelope is the one thing that travels with the job from producer to worker.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Generic, Literal, ParamSpec, TypeVar, get_args
 
 from .context import check_run_id
 from .errors import InvalidArgument
+from .tracing import check_carrier, current_carrier
 
 __all__ = ["Envelope", "EnvelopeKind", "Thunk", "thunk"]
 
@@ -81,6 +86,10 @@ class Envelope:
     #: The run (`dls.context.run`) the producer was in; the worker restores it around the body,
     #: so what the body submits inherits it.
     run: str | None = None
+    #: The producer's trace context (W3C `traceparent` / `tracestate`), taken when the envelope
+    #: is built if an OpenTelemetry span is current; the worker's span for the job is its child
+    #: (sdk/tracing.py, docs/tracing.md).
+    trace: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         # Checked here, not only in the constructors, because decode builds envelopes from bytes
@@ -107,6 +116,8 @@ class Envelope:
             _check_timeout(self.timeout_s)
         if self.run is not None:
             check_run_id(self.run)
+        if self.trace is not None:
+            check_carrier(self.trace)
 
     @classmethod
     def for_thunk(cls, t: Thunk[Any], *, timeout_s: float | None = None) -> Envelope:
@@ -115,7 +126,14 @@ class Envelope:
             raise InvalidArgument(
                 f"Envelope.for_thunk needs a Thunk (from dls.thunk), got {type(t).__name__}"
             )
-        return cls(kind="thunk", fn=t.fn, args=t.args, kwargs=dict(t.kwargs), timeout_s=timeout_s)
+        return cls(
+            kind="thunk",
+            fn=t.fn,
+            args=t.args,
+            kwargs=dict(t.kwargs),
+            timeout_s=timeout_s,
+            trace=current_carrier(),
+        )
 
     @classmethod
     def for_udf(
@@ -137,6 +155,7 @@ class Envelope:
             kwargs=dict(kwargs or {}),
             name=name,
             timeout_s=timeout_s,
+            trace=current_carrier(),
         )
 
     @classmethod
@@ -155,12 +174,13 @@ class Envelope:
             cwd=cwd,
             env=dict(env) if env is not None else None,
             timeout_s=timeout_s,
+            trace=current_carrier(),
         )
 
     @classmethod
     def for_raw(cls, value: Any, *, timeout_s: float | None = None) -> Envelope:
         """Wrap a data payload for a worker started with `--handler`."""
-        return cls(kind="raw", value=value, timeout_s=timeout_s)
+        return cls(kind="raw", value=value, timeout_s=timeout_s, trace=current_carrier())
 
 
 def qualified_name(fn: Callable[..., Any]) -> str:

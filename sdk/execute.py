@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from . import context, spill
+from . import context, spill, tracing
 from . import run as jobrun
 from .envelope import Envelope, Thunk
 from .errors import DispatchError
@@ -47,12 +47,16 @@ def run_body(
     inherits its parent's run; a payload without one runs outside any run. Given `inv_id`, it
     also runs inside `dls.run`'s job context (id, attempt, `storage`, `emit` as `dls.run.post`).
     A spilled payload (or a spilled argument of a call) arrives as its Ref and is read back
-    here, in the worker.
+    here, in the worker. A job (`inv_id` given) runs in its OpenTelemetry span when this
+    process has loaded OpenTelemetry, a child of the producer's span when the envelope carries
+    its context (sdk/tracing.py).
     """
     payload = spill.resolve(payload)
+    envelope = payload if isinstance(payload, Envelope) else None
     with (
         _job(inv_id, attempt, emit, storage, queue),
-        context.run(payload.run if isinstance(payload, Envelope) else None),
+        context.run(envelope.run if envelope else None),
+        _span(envelope, inv_id, attempt, queue),
     ):
         if isinstance(payload, Thunk):
             payload = Envelope.for_thunk(payload)
@@ -77,6 +81,20 @@ def _job(
     if inv_id is None:
         return contextlib.nullcontext()
     return jobrun.job(inv_id, attempt, post=emit, storage=storage, queue=queue)
+
+
+def _span(
+    envelope: Envelope | None, inv_id: str | None, attempt: int, queue: str | None
+) -> contextlib.AbstractContextManager[Any]:
+    if inv_id is None or not tracing.active():
+        return contextlib.nullcontext()  # no OpenTelemetry here: not even a generator's cost
+    return tracing.job_span(
+        envelope.trace if envelope else None,
+        inv_id=inv_id,
+        attempt=attempt,
+        queue=queue,
+        name=envelope.name if envelope else None,
+    )
 
 
 def _call_handler(handler: Handler | None, value: Any, emit: Emit) -> Any:
@@ -121,17 +139,18 @@ def run_command(envelope: Envelope, emit: Emit) -> int:
         envelope.command,
         shell=True,
         cwd=envelope.cwd,
-        env=None if envelope.env is None else {**_base_env(), **envelope.env},
+        env=_command_env(envelope.env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
     )
     assert proc.stdout is not None
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        tail.append(line)
-        emit(line)
+    with proc.stdout:  # closed also when emit raises (the job was ended while it ran)
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            emit(line)
     code = proc.wait()
     if code != 0:
         raise CommandFailed(code, list(tail))
@@ -146,7 +165,17 @@ class CommandFailed(DispatchError):
         super().__init__(f"command exited with {exit_code}; last output:\n" + "\n".join(tail))
 
 
-def _base_env() -> dict[str, str]:
+def _command_env(extra: dict[str, str] | None) -> dict[str, str] | None:
+    """The command's environment: the worker's, plus the envelope's `env`, plus the job span's
+    context as TRACEPARENT / TRACESTATE (OpenTelemetry's environment carrier), so a traced
+    program the command starts continues the job's trace. None (inherit) when nothing is added.
+    """
+    carrier = tracing.current_carrier()
+    if extra is None and carrier is None:
+        return None
     import os
 
-    return dict(os.environ)
+    env = dict(os.environ)
+    env.update((key.upper(), value) for key, value in (carrier or {}).items())
+    env.update(extra or {})
+    return env

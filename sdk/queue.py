@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
-from . import codec
+from . import codec, protocols
 from .anneal import Anneal, AnnealState, check_temperature
 from .context import current_run, run_queue_name
 from .envelope import Envelope, Thunk
@@ -89,7 +89,10 @@ def encode_submit(
     max_attempts: int,
     timeout_s: float | None,
     run: str | None = None,
+    protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
 ) -> SubmitRequest:
+    """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
+    written in, or the function that picks it, asked only if something is pickled."""
     from . import spill
 
     if envelope is not None and payload is not None:
@@ -102,7 +105,8 @@ def encode_submit(
         body = replace(body, run=run)  # the job carries its run to the worker
     # Above the inline limit: a ref to a spilled copy. `host`: where the payload's objects
     # live, so a worker there claims it first (docs/objects.md, locality).
-    data, host = spill.dumps_located(body)
+    with codec.pickle_protocol(protocol):
+        data, host = spill.dumps_located(body)
     return SubmitRequest(
         payload=data,
         key=key,
@@ -470,7 +474,22 @@ class SyncQueue:
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
-        return encode_submit(payload, envelope, key, priority, max_attempts, timeout_s, self.run_id)
+        return encode_submit(
+            payload,
+            envelope,
+            key,
+            priority,
+            max_attempts,
+            timeout_s,
+            self.run_id,
+            self._protocol(),
+        )
+
+    def _protocol(self) -> Callable[[], int]:
+        """The pickle protocol this queue's live workers all load (`protocols.protocol_for`):
+        read from their rows at most once per plane every few seconds, and only when a submit
+        pickles something."""
+        return functools.partial(protocols.protocol_for, self.dispatch, self.name)
 
     @_through_plane
     def submit_many(
@@ -478,9 +497,17 @@ class SyncQueue:
     ) -> list[str]:
         """Enqueue many in one transaction (one round trip over HTTP)."""
         self._first_use(submitting=True)
+        protocol = self._protocol()
         reqs = [
             encode_submit(
-                p, None, None, self.priority_of(p, priority), max_attempts, None, self.run_id
+                p,
+                None,
+                None,
+                self.priority_of(p, priority),
+                max_attempts,
+                None,
+                self.run_id,
+                protocol,
             )
             for p in payloads
         ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import __version__, codec
+from .. import __version__, codec, logs, protocols
 from ..errors import DispatchError, NotFound
+from ..logs import EventLog
 from ..plane.store import SqlStore
 from ..storage import Storage
 from ..storage import storage as open_storage
@@ -55,10 +55,18 @@ from .wire import (
     wants_json,
 )
 
-log = logging.getLogger("lakeshore.server")
+log = EventLog("lakeshore.server")
 
 #: How often expired leases are swept when nothing else triggers a sweep.
 SWEEP_INTERVAL_S = 1.0
+
+
+def configure_logging(level: str, *, json: bool | None = None) -> None:
+    """The server's own lines and uvicorn's access and error logs, in the one format of the
+    daemon and the controller (sdk/logs.py: JSON unless stderr is a TTY). An access line is
+    `http.request` with the invocation its path names. Call before `uvicorn.run(...,
+    log_config=None)`, which then leaves the handlers alone and only sets uvicorn's levels."""
+    logs.configure(json=json, level=level)
 
 
 async def hello(call: Call) -> dict[str, Any]:
@@ -68,7 +76,12 @@ async def hello(call: Call) -> dict[str, Any]:
         "version": __version__,
         "api": "v1",
         "codec_version": codec.CODEC_VERSION,
+        # What a producer writes when it knows none of its queue's workers; with workers, it
+        # writes the highest protocol they all load (their rows' info.runtime).
         "pickle_protocol": codec.PICKLE_PROTOCOL,
+        # This server's own Python, for operators: it never unpickles a payload, so it is not
+        # what a thunk must load on (docs/sdk.md, pickle protocols).
+        "runtime": {**protocols.runtime(), "role": "server; thunks load on workers"},
         "max_body_bytes": state.max_body,
         "max_object_bytes": call.request.app.state.lakeshore_objects.max_bytes,
         "max_wait_s": MAX_WAIT_S,
@@ -106,7 +119,7 @@ async def _sweeper(store: SqlStore, interval_s: float) -> None:
         try:
             await run_blocking(store.sweep)
         except Exception:  # a failed sweep is retried next tick; never kill the loop
-            log.exception("lease sweep failed")
+            log.exception("server.sweep_failed")
         await asyncio.sleep(interval_s)
 
 
@@ -153,9 +166,11 @@ def create_app(
         retainer = routes_retention.start(
             store, objects, retain_frames_s, retain_invocations_s, retention_interval_s
         )
+        log.info("server.ready", version=__version__)
         try:
             yield
         finally:
+            log.info("server.stopping")
             await routes_retention.stop(retainer)
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

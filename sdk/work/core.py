@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from .. import signing
+from .. import protocols, signing
 from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
 from ..types import Ack, Claim, WorkerInfo
@@ -267,6 +267,8 @@ class WorkerCore(JobSink):
         self.host = host_id()
         info = self._worker_info()
         info["lease_s"] = self.config.lease_s
+        # What this worker can unpickle: producers pick the pickle protocol from it (protocols.py).
+        info[protocols.RUNTIME_KEY] = protocols.runtime()
         if self.config.storage:
             info["storage"] = self.config.storage
         try:

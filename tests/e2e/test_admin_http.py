@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import uuid
+from datetime import datetime
 
 import pytest
 
@@ -194,7 +195,8 @@ def test_the_cli_over_url(server):
     rows = [r for r in json.loads(_cli(server, "tokens", "ls", "--json", *url).stdout)]
     (row,) = [r for r in rows if r["namespace"] == ns]
     assert row["scopes"] == ["read"] and row["label"] == "ci"
-    assert 29.9 * 86400 < row["expires_at"] - row["created_at"] <= 30 * 86400
+    lifetime = datetime.fromisoformat(row["expires_at"]) - datetime.fromisoformat(row["created_at"])
+    assert 29.9 * 86400 < lifetime.total_seconds() <= 30 * 86400  # --json times are ISO 8601
     table = _cli(server, "tokens", "ls", *url).stdout
     assert row["hash"] in table and "never" in table  # the admin token never expires
 
@@ -203,6 +205,45 @@ def test_the_cli_over_url(server):
     again = _cli(server, "tokens", "revoke", row["hash"], *url)
     assert again.returncode == 1 and "no token's digest starts with" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_the_cli_mutations_print_what_changed_as_json(server):
+    """`namespaces add`, `tokens create` and `tokens revoke` take --json, as `queues rm` does:
+    the row as the listings show it (ISO 8601 times), the secret once, the revoked digest."""
+    url = ["--url", server.url, "--token", server.token]
+    ns, org = _name("json"), _name("corp")
+
+    added = _cli(server, "namespaces", "add", ns, "--org", org, "--json", *url)
+    assert added.returncode == 0, added.stderr
+    row = json.loads(added.stdout)
+    assert (row["name"], row["org"]) == (ns, org)
+    datetime.fromisoformat(row["created_at"])
+
+    made = _cli(
+        server, "tokens", "create", "-n", ns, "--label", "ci", "--scope", "read",
+        "--expires-in", "1d", "--json", *url,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    token = json.loads(made.stdout)
+    assert token["token"].startswith("lks_")
+    assert (token["namespace"], token["label"], token["scopes"]) == (ns, "ci", ["read"])
+    assert token["admin"] is False
+    lifetime = datetime.fromisoformat(token["expires_at"]) - datetime.fromisoformat(
+        token["created_at"]
+    )
+    assert abs(lifetime.total_seconds() - 86400) < 0.01  # ISO times carry milliseconds
+    listed = json.loads(_cli(server, "tokens", "ls", "--json", *url).stdout)
+    assert [r for r in listed if r["hash"] == token["hash"]] == [
+        {k: v for k, v in token.items() if k != "token"}
+    ]
+
+    revoked = _cli(server, "tokens", "revoke", token["hash"], "--json", *url)
+    assert revoked.returncode == 0, revoked.stderr
+    assert json.loads(revoked.stdout) == {
+        "hash": token["hash"], "namespace": ns, "label": "ci", "revoked": True
+    }  # fmt: skip
+    listed = json.loads(_cli(server, "tokens", "ls", "--json", *url).stdout)
+    assert token["hash"] not in [r["hash"] for r in listed]
 
 
 def test_the_cli_refuses_clearly(server, tenant):

@@ -155,9 +155,15 @@ def test_tokens_and_namespaces_commands(server, cli_env):
     listed = json.loads(lakeshore("tokens", "ls", "--json", *store, env=env).stdout)
     assert all(token not in json.dumps(r) for r in listed)
     assert not any(r["admin"] for r in listed if r["namespace"] == "cli-bob")
-    lakeshore("tokens", "create", "--namespace", "cli-ops", "--admin", *store, env=env)
+    made = lakeshore(
+        "tokens", "create", "--namespace", "cli-ops", "--admin", "--json", *store, env=env
+    )  # fmt: skip
+    ops = json.loads(made.stdout)
+    assert ops["token"].startswith("lks_") and ops["admin"] is True and "admin" in ops["scopes"]
     listed = json.loads(lakeshore("tokens", "ls", "--json", *store, env=env).stdout)
     assert [r["admin"] for r in listed if r["namespace"] == "cli-ops"] == [True]
+    assert [r["created_at"] for r in listed if r["hash"] == ops["hash"]] == [ops["created_at"]]
+    assert ops["created_at"].endswith("+00:00")  # ISO 8601 in UTC, not epoch seconds
     # bob's token reaches its org sibling alice through the server
     env.update(LAKESHORE_TOKEN=token, LAKESHORE_NAMESPACE="cli-alice")
     rows = json.loads(lakeshore("queues", "ls", "--json", env=env).stdout)

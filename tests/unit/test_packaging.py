@@ -118,5 +118,8 @@ def test_no_extra_requires_a_package_nothing_imports() -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     flat = {req.split(">")[0].split("[")[0] for name in extras for req in extras[name]}
     assert "anyio" not in flat  # starlette brings its own; nothing of ours imports it
-    assert not [r for r in extras["controller"] if "structlog" in r]
+    # every process logs through sdk/logs.py and serves /metrics (docs/observability.md)
+    for process in ("server", "daemon", "controller"):
+        assert any(r.startswith("structlog") for r in extras[process]), process
+        assert any(r.startswith("prometheus_client") for r in extras[process]), process
     assert any(r.startswith("nvidia-ml-py") for r in extras["gpu"])
