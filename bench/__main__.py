@@ -46,6 +46,9 @@ def jobs() -> list[Job]:
         for normal in modes:
             label = f"lakeshore {plane}{' NORMAL' if normal else ''}"
             out.append(("rpc", label, lambda s, p=plane, n=normal: ls.rpc(s, p, n)))
+    from . import durable_floor
+
+    out.append(("rpc", "floor: durable commits, sqlite and postgres", durable_floor.measure))
     for plane, modes in (
         ("http-sqlite", (False, True)),
         ("embedded-xproc", (False, True)),
@@ -91,8 +94,20 @@ def jobs() -> list[Job]:
     out.append(("locality", "lakeshore http, hosts A and B", locality.measure))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
+    from . import depth
+
+    out.append(("depth", "lakeshore sqlite, 0 vs N queued", depth.measure_sqlite))
+    out.append(("depth", "lakeshore postgres, 0 vs N queued (scaled down)", depth.measure_postgres))
     out.append(("scale", "idle long-polls", scale.measure))
     out.append(("scale", "idle long-polls, 2 postgres replicas", scale.measure_replicas))
+    from . import concurrency as conc
+
+    out += [
+        ("concurrency", "lakeshore http-sqlite", lambda s: conc.lakeshore(s, "http-sqlite")),
+        ("concurrency", "lakeshore http-postgres", lambda s: conc.lakeshore(s, "http-postgres")),
+        ("concurrency", "celery redis", conc.celery),
+        ("concurrency", "ray", conc.ray),
+    ]
     return out
 
 

@@ -50,6 +50,7 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "postgres": ("procrastinate", "pgqueuer"),
     "payload": ("rq (SimpleWorker)", "ray (local tasks)"),
     "locality": ("lakeshore http, locality off (wait 0)",),
+    "concurrency": ("ray (local tasks)", "celery (redis)"),
 }
 SUITE_TITLES = {
     "rpc": "1. RPC: q.call of a no-op, one producer, one worker (latency; lower is better)",
@@ -60,6 +61,9 @@ SUITE_TITLES = {
     "idle": "4c. Idle cost: a worker with nothing to do",
     "scale": "5. Scale: idle long-polls held by one server (SQLite) and by 2 replicas (Postgres)",
     "locality": "6. Locality: jobs reading a Ref held on host A, one worker on A and one on B",
+    "depth": "7. Depth: every verb at depth 0 and N queued (note: ratio to depth 0, target)",
+    "concurrency": "8. Concurrency: 16 producer processes calling a no-op in a loop, 2 workers"
+    " (calls/s higher is better; p50/p99 lower)",
 }
 
 
@@ -160,6 +164,65 @@ def _chain_rows(ms: list[Any]) -> list[list[str]]:
     ]
 
 
+def _dispatch_rows(ms: list[Any]) -> list[list[str]]:
+    """Issue 16: the call path against every peer, and as a multiple of its durable floor."""
+    full, normal = "synchronous=FULL", "synchronous=NORMAL"
+    rows: list[list[str]] = []
+    peers = [m for m in ms if m.suite == "peers" and m.metric in ("p50", "p99")]
+    for metric in ("p50", "p99"):
+        http = _find(ms, "rpc", metric, "lakeshore http (sqlite)", full)
+        rivals = [m for m in peers if m.metric == metric]
+        if http is None or not rivals:
+            continue
+        best = min(rivals, key=lambda m: m.median)
+        rows.append(
+            [
+                f"HTTP on SQLite, FULL: q.call {metric} below every peer's (issue 16)",
+                f"{_fmt(http.median)} ms vs {best.system} {_fmt(best.median)} ms",
+                "met" if http.median < best.median else "MISSED",
+            ]
+        )
+    http_normal = _find(ms, "rpc", "p50", "lakeshore http (sqlite)", normal)
+    if http_normal is not None:
+        rows.append(
+            [
+                "HTTP on SQLite, NORMAL: q.call p50 < 1 ms (issue 16)",
+                f"{_fmt(http_normal.median)} ms",
+                "met" if http_normal.median < 1.0 else "MISSED",
+            ]
+        )
+    http = _find(ms, "rpc", "p50", "lakeshore http (sqlite)", full)
+    pg = _find(ms, "rpc", "p50", "lakeshore http (postgres)")
+    if http is not None and pg is not None:
+        r = pg.median / http.median
+        rows.append(
+            [
+                "HTTP on Postgres: q.call p50 within 1.5x of HTTP on SQLite (issue 16)",
+                f"{r:.2f}x ({_fmt(pg.median)} vs {_fmt(http.median)} ms)",
+                "met" if r <= 1.5 else "MISSED",
+            ]
+        )
+    for system, floor_name in (
+        ("lakeshore http (sqlite)", "floor: 2 durable sqlite commits"),
+        ("lakeshore embedded 2-proc", "floor: 2 durable sqlite commits"),
+        ("lakeshore http (postgres)", "floor: 2 durable postgres commits"),
+    ):
+        call = _find(ms, "rpc", "p50", system, full if "sqlite" in floor_name else "")
+        if call is None and "postgres" in system:
+            call = _find(ms, "rpc", "p50", system)
+        floor = _find(ms, "rpc", "p50", floor_name)
+        if call is not None and floor is not None:
+            rows.append(
+                [
+                    f"{system} q.call p50 as a multiple of its durable floor (not a target)",
+                    f"{call.median / floor.median:.2f}x ({_fmt(call.median)} vs "
+                    f"{_fmt(floor.median)} ms)",
+                    "",
+                ]
+            )
+    return rows
+
+
 def targets(ms: list[Any]) -> list[list[str]]:
     """The targets of DESIGN.md and issue 10, each computed from this run's figures."""
     full, normal = "synchronous=FULL", "synchronous=NORMAL"
@@ -193,6 +256,7 @@ def targets(ms: list[Any]) -> list[list[str]]:
         1.0,
         True,
     )
+    rows += _dispatch_rows(ms)
     for dur in (full, normal):
         abs_row(
             f"embedded 2-proc q.call p50 < 1 ms, {dur}",
