@@ -106,7 +106,7 @@ def encode_submit(
     # Above the inline limit: a ref to a spilled copy. `host`: where the payload's objects
     # live, so a worker there claims it first (docs/objects.md, locality).
     with codec.pickle_protocol(protocol):
-        data, host = spill.dumps_located(body)
+        data, host, owned = spill.dumps_located(body)
     return SubmitRequest(
         payload=data,
         key=key,
@@ -114,6 +114,7 @@ def encode_submit(
         max_attempts=max_attempts,
         timeout_s=timeout_s if timeout_s is not None else getattr(body, "timeout_s", None),
         host=host,
+        objects=owned,
     )
 
 

@@ -160,14 +160,25 @@ def dumps(value: Any, *, limit: int | None = None, storage: str | Storage | None
 
 def dumps_located(
     value: Any, *, limit: int | None = None, storage: str | Storage | None = None
-) -> tuple[bytes, str | None]:
-    """`dumps(value)`, and the host a job carrying it should run on: the one whose tier holds
-    the most bytes of the objects it refers to, its spills included (`locality.host_of`), or
-    None when those are no more than the inline limit (a submit's locality hint)."""
+) -> tuple[bytes, str | None, tuple[StorageRef, ...]]:
+    """`dumps(value)`, the host a job carrying it should run on, and the objects it owns.
+
+    The host is the one whose tier holds the most bytes of the objects it refers to, its spills
+    included (`locality.host_of`), or None when those are no more than the inline limit (a
+    submit's locality hint). The objects are the durable copies of the spills `data` names only
+    from inside a pickle (a thunk's big arguments), which retention could not find in it: the
+    submit lists them for retention to delete with its row.
+    """
     cap = inline_limit() if limit is None else _check_limit(limit)
     made: list[Ref] = []
     data = _dumps(value, cap, storage, made)
-    return data, locality.host_of([*made, *locality.refs_in(value)], least=cap)
+    itself = sniff_ref(data)
+    owned = tuple(
+        StorageRef(ref.storage, f"{objects.STORAGE_PREFIX}/{ref.id}", ref.size)
+        for ref in made
+        if ref.storage is not None and (itself is None or not itself.key.endswith(ref.id))
+    )
+    return data, locality.host_of([*made, *locality.refs_in(value)], least=cap), owned
 
 
 def _dumps(value: Any, cap: int, storage: str | Storage | None, made: list[Ref]) -> bytes:

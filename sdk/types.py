@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from .storage import StorageRef
 
 State = Literal["queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout"]
 LIVE_STATES: tuple[State, ...] = ("queued", "running")
@@ -132,6 +135,9 @@ class SubmitRequest:
     #: after its answer was lost names the job it made, never a second one. None: the plane
     #: mints it.
     id: str | None = None
+    #: Objects the submit made that the payload names only inside a pickle (a thunk's spilled
+    #: array arguments): retention deletes them with the row, which it cannot find otherwise.
+    objects: tuple[StorageRef, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from ..errors import Forbidden, InvalidArgument
 from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import READERS, work_key
+from ..storage import StorageRef
 from ..types import (
     DEFAULT_QUEUE,
     Ack,
@@ -31,7 +32,17 @@ from .longpoll import admit, hung_up, wait_until
 from .payload_kinds import code_in
 from .wire import Fields
 
-ITEM_FIELDS = ("payload", "json", "key", "priority", "max_attempts", "timeout_s", "host", "id")
+ITEM_FIELDS = (
+    "payload",
+    "json",
+    "key",
+    "priority",
+    "max_attempts",
+    "timeout_s",
+    "host",
+    "id",
+    "objects",
+)
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
@@ -58,6 +69,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 timeout_s=item.number("timeout_s"),
                 host=_host(item),
                 id=item.text("id"),
+                objects=_objects(item),
             )
         )
     wait_s = call.query.number("wait", 0.0)
@@ -100,6 +112,22 @@ async def submit(call: Call) -> dict[str, Any]:
 def _host(fields: Fields) -> str | None:
     """A locality hint or a claimer's host: a host id, checked here to name the field."""
     return check_host(fields.text("host"), f"field '{fields.where('host')}'")
+
+
+def _objects(item: Fields) -> tuple[StorageRef, ...]:
+    """The objects a submit made that its payload names only inside a pickle (its thunk's
+    spilled arguments): `[{url, key, size}]`, for retention to delete with the row."""
+    if "objects" not in item.data:
+        return ()
+    out = []
+    for entry in item.items("objects"):
+        entry.only("url", "key", "size")
+        url, key, size = entry.req_text("url"), entry.req_text("key"), entry.integer("size", 0)
+        try:
+            out.append(StorageRef(url, key, size))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"field '{entry.where('key')}': {exc}") from None
+    return tuple(out)
 
 
 def _payload(item: Fields) -> bytes:

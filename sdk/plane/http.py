@@ -89,6 +89,8 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["host"] = r.host
     if r.id is not None:
         item["id"] = r.id
+    if r.objects:  # likewise: a server before objects refuses the field
+        item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
     return item
 
 

@@ -497,9 +497,9 @@ def test_server_memory_stays_bounded_during_8_concurrent_64_mib_transfers(tmp_pa
 def test_retention_deletes_the_plane_tier_copies_of_the_rows_it_trims(
     server: Any, tenant: Any, host_a: Host, http_plane: Callable[..., HttpDispatch]
 ) -> None:
-    """Given a job whose payload was spilled to the plane tier, one whose result was, and two
-    objects put by hand beside them, when the namespace is trimmed, then the server deletes the
-    jobs' two copies and the hand-put object whose time to live ran out, and keeps the other."""
+    """Given jobs whose payload, result and thunk argument were spilled to the plane tier, and
+    two objects put by hand beside them, when the namespace is trimmed, then the server deletes
+    the jobs' copies and the hand-put object whose time to live ran out, and keeps the other."""
     ns = tenant.namespace
     plane = http_plane(namespace=ns, token=tenant.token)
     q = dls.SyncQueue("trim-q", dispatch=plane)
@@ -507,13 +507,37 @@ def test_retention_deletes_the_plane_tier_copies_of_the_rows_it_trims(
     expired = dls.put(array(MIB, seed=2), via=plane, ttl_s=0.001)
     big_in = q.submit(dls.thunk(len, bytes(2 * MIB)))
     big_out = q.submit(dls.thunk(bytes, 2 * MIB))
-    assert dls.run_worker(q, once=True) + dls.run_worker(q, once=True) == 2
+    big_arg = q.submit(dls.thunk(jobs.square, array(MIB)))  # the argument, spilled alone
+    assert sum(dls.run_worker(q, once=True) for _ in range(3)) == 3
     assert q.result(big_in, timeout=30) == 2 * MIB
     assert q.result(big_out, timeout=30) == bytes(2 * MIB)
-    assert len(stored_files(server.home, ns)) == 4
+    assert np.array_equal(q.result(big_arg, timeout=30), array(MIB) ** 2)
+    assert len(stored_files(server.home, ns)) == 6
     assert expired.expires is not None and expired.expires < time.time()
 
     trimmed = retention.trim(plane, invocations_older_than_s=0)
 
-    assert (trimmed.invocations, trimmed.problems) == (2, [])
+    assert (trimmed.invocations, trimmed.problems) == (3, [])
     assert stored_files(server.home, ns) == [kept.id]
+
+
+@pytest.mark.parametrize(
+    ("objects", "message"),
+    [
+        ([{"url": "file:///data", "key": "models/weights.bin"}], "keyed _objects/<object id>"),
+        ([{"url": "file:///data", "key": "../etc/passwd"}], "items[0].objects[0].key"),
+        ([{"url": "file:///data", "key": "_objects/" + "0" * 26, "mode": "x"}], "mode"),
+        ("_objects/x", "must be a list"),
+    ],
+    ids=["not-an-object-key", "traversal", "unknown-field", "not-a-list"],
+)
+def test_a_submits_objects_are_checked_and_a_bad_list_changes_nothing(
+    api: Api, ns: Callable[[str], str], objects: object, message: str
+) -> None:
+    item = {"payload": codec.encode(1), "objects": objects}
+
+    status, body = api.call("POST", ns("/queues/owned/invocations"), {"items": [item]})
+
+    assert status == 400 and message in body["error"]["message"]
+    status, body = api.call("GET", ns("/invocations?queue=owned"))
+    assert status == 200 and body["invocations"] == []

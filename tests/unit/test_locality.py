@@ -74,23 +74,23 @@ def test_the_hint_is_the_host_holding_most_bytes_above_the_least() -> None:
 
 
 def test_a_small_payload_has_no_hint(home: Path) -> None:
-    data, host = spill.dumps_located({"lr": 0.1, "steps": 10})
+    data, host, _ = spill.dumps_located({"lr": 0.1, "steps": 10})
     assert host is None and dls.decode(data) == {"lr": 0.1, "steps": 10}
 
 
 def test_a_spilled_array_or_argument_hints_at_this_box(home: Path) -> None:
-    _, host = spill.dumps_located(np.ones(MiB, dtype=np.float32))
+    _, host, _ = spill.dumps_located(np.ones(MiB, dtype=np.float32))
     assert host == objects.host_id()
 
-    _, host = spill.dumps_located(dls.thunk(scale, np.ones(MiB, dtype=np.float32), by=2.0))
+    _, host, _ = spill.dumps_located(dls.thunk(scale, np.ones(MiB, dtype=np.float32), by=2.0))
     assert host == objects.host_id()
 
 
 def test_user_refs_hint_at_the_box_that_holds_most(home: Path) -> None:
     local = np.ones(MiB // 4, dtype=np.float32)  # 1 MiB, spilled here
-    _, host = spill.dumps_located(dls.thunk(scale, local, by=far_ref("box-b", 8 * MiB)))
+    _, host, _ = spill.dumps_located(dls.thunk(scale, local, by=far_ref("box-b", 8 * MiB)))
     assert host == "box-b"
-    _, host = spill.dumps_located(dls.thunk(scale, local, by=far_ref("box-b", 1000)))
+    _, host, _ = spill.dumps_located(dls.thunk(scale, local, by=far_ref("box-b", 1000)))
     assert host == objects.host_id()
 
 

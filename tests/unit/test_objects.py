@@ -17,7 +17,8 @@ from dreamlake.lakeshore import codec, objects, retention, spill
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
 from dreamlake.lakeshore.objects import ObjectCorrupt, expiry
 from dreamlake.lakeshore.objects.arena import Arena, arena_at
-from dreamlake.lakeshore.storage import LocalStorage
+from dreamlake.lakeshore.storage import LocalStorage, StorageRef
+from dreamlake.lakeshore.types import SubmitRequest
 
 
 @pytest.fixture(autouse=True)
@@ -575,3 +576,40 @@ def test_a_bad_time_to_live_is_refused_and_nothing_is_stored(box: Path, ttl: obj
     with pytest.raises(InvalidArgument, match=r"ttl_s is a number of seconds > 0"):
         dls.put([1], storage=f"file://{box / 'store'}", ttl_s=ttl)  # type: ignore[arg-type]
     assert not (box / "store").exists()
+
+
+def test_retention_deletes_a_thunks_spilled_arguments_with_its_row(
+    d: dls.Dispatch, spills: Path
+) -> None:
+    """A big argument is spilled inside a pickle the plane never opens: the submit lists it as
+    the row's own object, and retention deletes it with the row (and the result with it)."""
+    q = dls.SyncQueue("owned", dispatch=d)
+    kept = dls.put(np.arange(100_000, dtype=np.float32), storage=f"file://{spills}")
+    inv = q.submit(dls.thunk(negated, np.arange(100_000, dtype=np.float32)))
+    dls.run_worker(q, once=True)
+    assert q.status(inv).state == "succeeded"
+    assert len(list((spills / "_objects").iterdir())) == 3  # argument, result, the kept put
+
+    trimmed = retention.trim(d, invocations_older_than_s=0)
+
+    assert (trimmed.invocations, trimmed.refs_deleted, trimmed.problems) == (1, 2, [])
+    assert [p.name for p in (spills / "_objects").iterdir()] == [kept.id]
+
+
+@pytest.mark.parametrize(
+    ("objects", "message"),
+    [
+        ([StorageRef("file:///data", "models/weights.bin")], "keyed _objects/<object id>"),
+        ([StorageRef("file:///data", "_objects/" + "0" * 26)] * 257, "at most 256 objects"),
+    ],
+    ids=["not-an-object-key", "too-many"],
+)
+def test_a_submit_may_list_only_durable_copies_of_its_objects(
+    d: dls.Dispatch, objects: list[StorageRef], message: str
+) -> None:
+    """Retention deletes what a row lists: a producer cannot point it at any other key."""
+    request = SubmitRequest(payload=codec.encode(1), objects=tuple(objects))
+
+    with pytest.raises(InvalidArgument, match=message):
+        d.store.submit(d.namespace, "owned", [request])
+    assert d.store.count(d.namespace, "owned") == 0

@@ -500,7 +500,8 @@ RETURNING seq, CASE WHEN length(value) <= :ref_bytes THEN value END AS value;
 -- store can find the spilled objects to delete without reading (or decoding) real payloads.
 SELECT id,
     CASE WHEN length(payload) <= :ref_bytes THEN payload END AS payload,
-    CASE WHEN length(result) <= :ref_bytes THEN result END AS result
+    CASE WHEN length(result) <= :ref_bytes THEN result END AS result,
+    objects
 FROM invocations
 WHERE namespace = :ns AND finished_at IS NOT NULL AND finished_at < :cutoff
   AND state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
@@ -517,13 +518,13 @@ WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', '
 RETURNING id;
 
 -- name: insert_invocation_signed
--- Insert a queued invocation with its payload's signature (NULL when the plane has no key)
--- and its locality hint; a key already used inserts nothing, and the store reads the
--- existing id.
+-- Insert a queued invocation with its payload's signature (NULL when the plane has no key),
+-- its locality hint and the objects it owns; a key already used inserts nothing, and the store
+-- reads the existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
-    timeout_s, created_at, deadline_at, signature, locality_host, locality_until)
+    timeout_s, created_at, deadline_at, signature, locality_host, locality_until, objects)
 VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at, :signature, :locality_host, :locality_until)
+    :deadline_at, :signature, :locality_host, :locality_until, :objects)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 

@@ -467,3 +467,10 @@ CREATE TABLE IF NOT EXISTS queue_rollup (
 {postgres_only}     WHERE finished_at >= extract(epoch FROM now()) - 86400 AND started_at IS NOT NULL
 {postgres_only}         AND state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
 {postgres_only} ) AS endings GROUP BY namespace, at, queue, kind, bin;
+
+-- migration: 22
+-- The objects a submit made that its payload names only from inside a pickle (issue 15): a
+-- thunk's big array arguments, spilled one by one. The plane never unpickles a payload, so it
+-- cannot find them there; the producer lists them here (JSON: [{url, key, size}]) and
+-- retention deletes them with the row. NULL when there are none.
+ALTER TABLE invocations ADD COLUMN objects TEXT;

@@ -43,6 +43,7 @@ from .records import (
     check_submit,
     claim_of,
     invocation_of,
+    owned_objects,
     queue_info_of,
 )
 
@@ -87,6 +88,7 @@ class InvocationStore(QueueStore):
                     else None,
                     locality_host=req.host,
                     locality_until=locality.window_end(info, req.host, now),
+                    objects=owned_objects(req.objects),
                 )
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import InvalidArgument
 from ...ids import ulid_time
+from ...storage import StorageRef
 from ...types import (
     Claim,
     Invocation,
@@ -214,3 +215,36 @@ def worker_info_of(row: Row) -> WorkerInfo:
         created_at=row["created_at"],
         heartbeat_at=row["heartbeat_at"],
     )
+
+
+#: The most objects one submit may list as its own (a thunk's spilled arguments).
+MAX_OWNED_OBJECTS = 256
+_OWNED_KEY = re.compile(r"_objects/[0-9a-z]{26}")
+
+
+def owned_objects(refs: Sequence[StorageRef]) -> str | None:
+    """The `objects` column for a submit's own objects (JSON), None when it has none.
+
+    Only durable copies of objects (`_objects/<id>`) may be listed: retention deletes what a
+    row lists, so a producer must not be able to point it at any other key of a storage.
+    """
+    if not refs:
+        return None
+    if len(refs) > MAX_OWNED_OBJECTS:
+        raise InvalidArgument(
+            f"a submit lists at most {MAX_OWNED_OBJECTS} objects of its own, got {len(refs)}"
+        )
+    for ref in refs:
+        if not isinstance(ref, StorageRef) or not _OWNED_KEY.fullmatch(ref.key):
+            raise InvalidArgument(
+                "a submit's objects are the durable copies it made, keyed _objects/<object id>,"
+                f" got {ref!r}"
+            )
+    return json.dumps([{"url": r.url, "key": r.key, "size": r.size} for r in refs])
+
+
+def listed_objects(text: str | None) -> list[StorageRef]:
+    """The objects a row lists as its own (`owned_objects`), for retention to delete."""
+    if not text:
+        return []
+    return [StorageRef(o["url"], o["key"], int(o.get("size", 0))) for o in json.loads(text)]

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from ...storage import MAX_REF_BYTES, StorageRef, sniff_ref
 from ..retention import BATCH, ROLLUP_KEEP_S, ROLLUP_TRIM_SPAN_S, Trimmed, check_age
 from .base import StoreBase
+from .records import listed_objects
 
 
 class RetentionStore(StoreBase):
@@ -110,6 +111,7 @@ class RetentionStore(StoreBase):
                 done.refs += _spilled(f["value"] for f in frames)
                 done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
                 done.refs += _spilled(b for r in rows for b in (r["payload"], r["result"]))
+                done.refs += [ref for r in rows for ref in listed_objects(r["objects"])]
             self._reclaim()
             if len(rows) < batch:
                 return done
