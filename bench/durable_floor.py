@@ -28,7 +28,7 @@ WARMUP = 1500
 
 
 def _sqlite_commit_pairs(folder: Path, n: int) -> list[float]:
-    db = sqlite3.connect(folder / "floor.db", isolation_level=None)
+    db = sqlite3.connect(folder / f"floor-{time.monotonic_ns()}.db", isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")

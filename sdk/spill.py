@@ -248,16 +248,17 @@ def resolve(value: Any, *, allow_pickle: bool = True) -> Any:
 
 
 def ref_of(data: bytes | None) -> Ref:
-    """A `Ref` to the value `data` encodes, without decoding it: a spilled value's own object
-    (handed out as a plain Ref, which readers do not resolve), else a new object holding `data`."""
+    """A `Ref` to the value `data` encodes, without unpickling it: a spilled value's own object
+    (handed out as a plain Ref, which readers do not resolve), the Ref itself when the value is
+    one, else a new object holding `data`."""
     found = sniff_ref(data)
     if found is not None and found.key.startswith(f"{objects.STORAGE_PREFIX}/"):
         ref = codec.decode(data or b"", allow_pickle=False)
         assert isinstance(ref, Ref)
         return dataclasses.replace(ref, spilled=False)
     if data is not None and found is None:
-        ref = _host_only_spill(data)
-        if ref is not None:
+        ref = _ref_itself(data)
+        if ref is not None:  # a spill with no durable copy, or a result that is a Ref already
             return dataclasses.replace(ref, spilled=False)
     if found is not None and found.key.startswith(SPILL_PREFIX):
         data = found.read()  # a row from before objects: its bytes become an object
@@ -268,15 +269,15 @@ def ref_of(data: bytes | None) -> Ref:
     )
 
 
-def _host_only_spill(data: bytes) -> Ref | None:
-    """The Ref `data` consists of when it is a spilled object with no durable copy."""
+def _ref_itself(data: bytes) -> Ref | None:
+    """The Ref `data` consists of, if it is one (decoded as plain data, never unpickled)."""
     if len(data) > MAX_REF_BYTES:
         return None
     try:
         value = codec.decode(data, allow_pickle=False)
     except Exception:
         return None
-    return value if isinstance(value, Ref) and value.spilled else None
+    return value if isinstance(value, Ref) else None
 
 
 def loads(data: bytes | bytearray | memoryview, *, allow_pickle: bool = True) -> Any:

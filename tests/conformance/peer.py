@@ -209,6 +209,8 @@ class PeerOps:
             return _count_to(payload["n"])
         if op == "gate":
             return _gated(self.q(payload["queue"]).topic(payload["topic"]))
+        if op == "ref_double":  # an object in by its Ref, a new one out by its Ref
+            return dls.put(dls.get(payload["ref"]) * 2, storage=payload["storage"])
         raise ValueError(f"unknown handler op {op!r}")
 
 
