@@ -130,38 +130,38 @@ def _find(ms: list[Any], suite: str, metric: str, system: str, dur: str = "") ->
     return None
 
 
+def _ratio_target(what: str, a: Any, b: Any, limit: float, against: str) -> list[list[str]]:
+    """A target row "a within `limit` times b" (lower is better), or none when either is
+    missing from this run."""
+    if a is None or b is None:
+        return []
+    r = a.median / b.median
+    shown = f"{r:.2f}x {against} ({_fmt(a.median)} vs {_fmt(b.median)} ms)"
+    return [[what, shown, "met" if r <= limit else "MISSED"]]
+
+
 def _plane_tier_rows(ms: list[Any]) -> list[list[str]]:
     """Issue 15: 64 MiB between two hosts through the plane within 2x of raw HTTP through the
     same server (both measured in bench/payload.py's `plane_tier`)."""
-    plane = _find(ms, "payload", "p50, 64 MiB", "lakeshore two hosts, plane tier: A put + B get")
-    floor = _find(ms, "payload", "p50, 64 MiB", "floor: raw HTTP PUT+GET, same server")
-    if plane is None or floor is None:
-        return []
-    r = plane.median / floor.median
-    return [
-        [
-            "two hosts, plane tier: 64 MiB put + get within 2x of raw HTTP (issue 15)",
-            f"{r:.2f}x the floor ({_fmt(plane.median)} vs {_fmt(floor.median)} ms)",
-            "met" if r <= 2.0 else "MISSED",
-        ]
-    ]
+    return _ratio_target(
+        "two hosts, plane tier: 64 MiB put + get within 2x of raw HTTP (issue 15)",
+        _find(ms, "payload", "p50, 64 MiB", "lakeshore two hosts, plane tier: A put + B get"),
+        _find(ms, "payload", "p50, 64 MiB", "floor: raw HTTP PUT+GET, same server"),
+        2.0,
+        "the floor",
+    )
 
 
 def _chain_rows(ms: list[Any]) -> list[list[str]]:
     """Issue 15: a chain of 5 jobs passing a 64 MiB Ref along within 1.2x of one hop."""
     system = "lakeshore http (sqlite), by Ref, host tier, a chain of {}"
-    one = _find(ms, "payload", "p50, 64 MiB", system.format("1 job"))
-    five = _find(ms, "payload", "p50, 64 MiB", system.format("5 jobs"))
-    if one is None or five is None:
-        return []
-    r = five.median / one.median
-    return [
-        [
-            "a chain of 5 jobs passing a 64 MiB Ref within 1.2x of one hop (issue 15)",
-            f"{r:.2f}x one hop ({_fmt(five.median)} vs {_fmt(one.median)} ms)",
-            "met" if r <= 1.2 else "MISSED",
-        ]
-    ]
+    return _ratio_target(
+        "a chain of 5 jobs passing a 64 MiB Ref within 1.2x of one hop (issue 15)",
+        _find(ms, "payload", "p50, 64 MiB", system.format("5 jobs")),
+        _find(ms, "payload", "p50, 64 MiB", system.format("1 job")),
+        1.2,
+        "one hop",
+    )
 
 
 def _dispatch_rows(ms: list[Any]) -> list[list[str]]:

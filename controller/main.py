@@ -23,6 +23,7 @@ import click
 
 from .. import __version__
 from ..cli.errors import OneLineCommand
+from ..cli.exporter import start_exporter
 from ..cli.params import count, seconds
 from ..extras import needs_extra
 from ..home import home
@@ -194,24 +195,18 @@ def controller_command(
 
 
 def _metrics(port: int, addr: str) -> ControllerMetrics | None:
-    """Start the /metrics listener before the first tick, so no tick goes uncounted."""
-    if not port:
-        return None
-    with needs_extra("lakeshore-controller --metrics-port", "controller"):
+    def load() -> ControllerMetrics:
         from .metrics import ControllerMetrics
 
-    metrics = ControllerMetrics()
-    try:
-        bound = metrics.serve(port, addr)
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot listen on {addr}:{port} ({exc.strerror or exc}): pick a free port",
-            param_hint="'--metrics-port'",
-        ) from None
+        return ControllerMetrics()
+
+    started = start_exporter(load, port, addr, script="lakeshore-controller", extra="controller")
+    if started is None:
+        return None
     from ..logs import EventLog
 
-    EventLog("lakeshore.controller").info("controller.metrics_serving", addr=addr, port=bound)
-    return metrics
+    EventLog("lakeshore.controller").info("controller.metrics_serving", addr=addr, port=started[1])
+    return started[0]
 
 
 def main() -> None:

@@ -16,9 +16,9 @@ import click
 
 from .. import __version__, signing
 from ..cli.errors import OneLineCommand
+from ..cli.exporter import start_exporter
 from ..cli.params import seconds
 from ..errors import DispatchError
-from ..extras import needs_extra
 from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..storage import open_storage
@@ -213,22 +213,16 @@ def daemon_command(
 
 
 def _metrics(port: int, addr: str) -> DaemonMetrics | None:
-    """Start the /metrics listener before the first claim, so no job goes uncounted."""
-    if not port:
-        return None
-    with needs_extra("lakeshore-daemon --metrics-port", "daemon"):
+    def load() -> DaemonMetrics:
         from .metrics import DaemonMetrics
 
-    metrics = DaemonMetrics()
-    try:
-        bound = metrics.serve(port, addr)
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot listen on {addr}:{port} ({exc.strerror or exc}): pick a free port",
-            param_hint="'--metrics-port'",
-        ) from None
-    log.get_logger().info("daemon.metrics_serving", addr=addr, port=bound)
-    return metrics
+        return DaemonMetrics()
+
+    started = start_exporter(load, port, addr, script="lakeshore-daemon", extra="daemon")
+    if started is None:
+        return None
+    log.get_logger().info("daemon.metrics_serving", addr=addr, port=started[1])
+    return started[0]
 
 
 class PlaneRefused(click.ClickException):
