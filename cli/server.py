@@ -116,8 +116,8 @@ def open_cli_store(store: str | None) -> SqlStore:
 @click.option(
     "--skip-integrity-check",
     is_flag=True,
-    help="Start without SQLite's quick_check of the database (it reads the whole file: "
-    "minutes on a huge one).",
+    help="Start without SQLite's integrity check of the database (a quick_check of the whole "
+    "file up to 256 MiB, of its header and schema beyond).",
 )
 @click.option(
     "--log-level",

@@ -78,3 +78,28 @@ def test_damage_found_while_serving_is_a_named_error_not_an_internal_one(tmp_pat
         assert str(path) in (store.integrity_problem() or "")  # what /readyz reports
     finally:
         store.close()
+
+
+def test_a_file_past_the_full_check_size_gets_its_header_and_schema_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full quick_check reads every page (minutes at 10M jobs): past the size limit, start-up
+    checks what opening needs, and damage deeper in is found where a statement meets it."""
+    from dreamlake.lakeshore.plane import sqlite
+
+    monkeypatch.setattr(sqlite, "FULL_CHECK_MAX_BYTES", 0)
+    sound = tmp_path / "sound.db"
+    with dls.Dispatch(str(sound)) as plane:
+        dls.SyncQueue("q", dispatch=plane).submit_many(list(range(100)))
+    deep = damaged_copy(tmp_path)  # pages past the schema overwritten
+
+    for path, found in ((sound, False), (deep, False)):
+        store = open_store(path)
+        try:
+            assert (store.integrity_problem(check=True) is not None) == found
+        finally:
+            store.close()
+    header = tmp_path / "header.db"
+    header.write_bytes(b"\0" * 100 + sound.read_bytes()[100:])
+    with pytest.raises(StoreDamaged, match=r"header\.db is damaged"):
+        open_store(header)  # a damaged header or schema is refused on opening
