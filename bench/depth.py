@@ -35,6 +35,7 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.dispatch import Dispatch
 from dreamlake.lakeshore.types import Ack
 
+from . import depth_listing
 from .common import POSTGRES_URL, Measurement, Settings, clean_env, pct, say
 from .lakeshore_runs import server
 
@@ -62,12 +63,7 @@ READS = (
 
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
     fn()  # warm the caches
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return depth_listing.median_ms(fn, repeat)
 
 
 def seed(q: dls.SyncQueue, rows: int) -> tuple[float, str | None]:
