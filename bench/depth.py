@@ -9,7 +9,8 @@ embedded and over HTTP, count, stats, queues ls, jobs ls first page and a page N
 dashboard snapshot, a /metrics scrape, `lakeshore jobs ls` wall time, and claim+ack p99 while
 retention trims ended invocations in another process. Each depth-N figure carries its ratio to
 depth 0 beside the target (1.5x; operator reads also under 50 ms). On Postgres the dead tuples
-of `invocations` (pg_stat_user_tables.n_dead_tup) are sampled during and after the trim.
+of `invocations` (pg_stat_user_tables.n_dead_tup) are sampled during and after the trim, on a
+private server started for the run with autovacuum on (bench/pg_private.py).
 
 Run alone: .venv/bin/python -m bench --only depth [--quick]
        or:  .venv/bin/python -m bench.depth [--rows 10000000] [--pg-rows N] [--quick]
@@ -38,6 +39,7 @@ from dreamlake.lakeshore.types import Ack
 from . import depth_listing
 from .common import POSTGRES_URL, Measurement, Settings, clean_env, pct, say
 from .lakeshore_runs import server
+from .pg_private import bin_dir, private_postgres
 
 QUEUE = "deep"
 BATCH = 1000
@@ -291,10 +293,16 @@ def _sqlite_store(depth: int, home: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _postgres_store(depth: int, home: Path) -> Iterator[str]:
+    """A scratch schema on a private server with autovacuum on, as servers ship (this box's
+    shared one has it off, so its dead tuples would say nothing); the shared server when no
+    private one can start here (BENCH_DEPTH_PG_SHARED=1 asks for it)."""
     from dreamlake.lakeshore.plane.postgres import scratch_schema
 
-    with scratch_schema(POSTGRES_URL, "bench_depth") as scoped:
-        yield scoped
+    with contextlib.ExitStack() as stack:
+        url = POSTGRES_URL
+        if not os.environ.get("BENCH_DEPTH_PG_SHARED") and bin_dir() is not None:
+            url = stack.enter_context(private_postgres())
+        yield stack.enter_context(scratch_schema(url, "bench_depth"))
 
 
 def sqlite_rows(s: Settings) -> int:

@@ -325,12 +325,7 @@ class ProcessSlot(SlotBase):
                 outcome = self._run_safely(claim)
                 if self._on_end is not None:
                     self._on_end(claim, outcome, time.monotonic() - began)
-                # Free the slot before settling: the daemon's next claim for it then travels
-                # while this settle does, instead of after it (one round trip less per job).
-                # The next job waits in the inbox until this thread has settled this one.
-                self._finished()
-                self._sink.slot_free(self)
-                self._sink.settle(claim, outcome)
+                self._end(self._sink, claim, outcome)
                 self._rewarm()
         finally:
             if self._child is not None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DispatchError
 from ..objects.plane import child_environment
 from ..plane.base import Plane
-from ..types import Claim
+from ..types import Ack, Claim
 from ..work.core import (
     EXIT_CONFIG,
     EXIT_CRASHED,
@@ -149,11 +149,17 @@ class Daemon(WorkerCore):
         if self._metrics is not None:
             self._metrics.job_ended(claim.queue, outcome, run_s)
 
-    def _claim(self, queues: Sequence[str], room: int, wait_s: float) -> list[Claim]:
+    def _claim(
+        self,
+        queues: Sequence[str],
+        room: int,
+        wait_s: float,
+        riders: Sequence[tuple[Claim, Ack]] = (),
+    ) -> list[Claim]:
         if self._metrics is None:
-            return super()._claim(queues, room, wait_s)
+            return super()._claim(queues, room, wait_s, riders)
         try:
-            claims = super()._claim(queues, room, wait_s)
+            claims = super()._claim(queues, room, wait_s, riders)
         except DispatchError as exc:
             if not is_transient(exc):  # the transient ones are counted by the retrier
                 self._metrics.plane_error("claim", "refused")

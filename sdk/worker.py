@@ -110,6 +110,7 @@ def inline_worker(
         burst_wait_s=burst_wait_s,
         max_jobs=max_jobs,
         lease_s=lease_s,
+        kind=kind,
         claim_wait_s=CLAIM_WAIT_S,
         storage=storage if isinstance(storage, str) else None,
         signing_key=signing_key if signing_key is not None else signing.load_key(home()),
@@ -119,23 +120,16 @@ def inline_worker(
     def slot(index: int, sink: JobSink) -> InlineSlot:
         return InlineSlot(index, sink, handler=handler, storage=storage, plane=target)
 
+    if own is None:  # the core claims (and lets each finished job's ack ride on the next claim)
+        return WorkerCore(target, config, slot)
+
     def claim(names: Sequence[str], limit: int, wait_s: float) -> list[Claim]:
-        # A queue handle claims for itself, so its temperature and anneal schedule apply. Both
-        # name this box's host, as the row does: jobs whose objects live here come here first.
+        # A queue handle claims for itself, so its temperature and anneal schedule apply. It
+        # names this box's host, as the row does: jobs whose objects live here come here first.
         from .objects import host_id
 
-        if own is not None:
-            one = own.claim_raw(wait=wait_s, lease_s=lease_s, worker=config.name, host=host_id())
-            return [] if one is None else [one]
-        return target.claim_many(
-            names,
-            worker=config.name,
-            limit=limit,
-            lease_s=lease_s,
-            kind=kind,
-            wait_s=wait_s,
-            host=host_id(),
-        )
+        one = own.claim_raw(wait=wait_s, lease_s=lease_s, worker=config.name, host=host_id())
+        return [] if one is None else [one]
 
     return WorkerCore(target, config, slot, claimer=claim)
 

@@ -162,6 +162,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "description": "the claimer's host id: jobs held for other hosts are passed by",
             },
+            "acks": {
+                "type": "array",
+                "description": "successes to settle first, as POST /acks takes them: they "
+                "commit before any wait, and the answer carries ack_errors",
+                "items": _ref("AckItem"),
+            },
         },
         ("worker",),
     ),
@@ -180,28 +186,24 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "ClaimResult": _obj(
-        {"claim": _nullable(_ref("Claim")), "claims": {"type": "array", "items": _ref("Claim")}}
+        {
+            "claim": _nullable(_ref("Claim")),
+            "claims": {"type": "array", "items": _ref("Claim")},
+            "ack_errors": {"type": "array", "items": _nullable(_ref("ErrorItem"))},
+        }
     ),
+    "AckItem": _obj({"id": STR, "lease": STR, "result": _nullable(BYTES)}, ("id", "lease")),
     "Ack": _obj({"lease": STR, "result": _nullable(BYTES)}, ("lease",)),
     "AckBatch": _obj(
-        {
-            "acks": {
-                "type": "array",
-                "items": _obj(
-                    {"id": STR, "lease": STR, "result": _nullable(BYTES)}, ("id", "lease")
-                ),
-            }
-        },
+        {"acks": {"type": "array", "items": _ref("AckItem")}},
         ("acks",),
     ),
     "AckErrors": _obj(
         {
-            "errors": {
-                "type": "array",
-                "items": _nullable(_obj({"code": STR, "message": STR})),
-            }
+            "errors": {"type": "array", "items": _nullable(_ref("ErrorItem"))},
         }
     ),
+    "ErrorItem": _obj({"code": STR, "message": STR}),
     "Nack": _obj({"lease": STR, "error": STR, "retry": BOOL}, ("lease",)),
     "NackResult": _obj({"state": STR}),
     "End": _obj(

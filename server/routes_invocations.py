@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import codec
-from ..errors import Forbidden, InvalidArgument
+from ..errors import DispatchError, Forbidden, InvalidArgument
 from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import READERS, work_key
@@ -28,7 +28,7 @@ from ..types import (
 )
 from .auth import require
 from .endpoint import Api, Call
-from .longpoll import admit, hung_up, wait_until
+from .longpoll import admit, hung_up, run_write, wait_until
 from .payload_kinds import code_in
 from .wire import Fields
 
@@ -202,9 +202,14 @@ async def cancel(call: Call) -> dict[str, bool]:
 
 
 async def claim(call: Call) -> dict[str, Any]:
-    """`{claim}` for one job; with `limit`, `{claims: [...]}`: up to that many in one commit."""
+    """`{claim}` for one job; with `limit`, `{claims: [...]}`: up to that many in one commit.
+
+    `acks` (as `POST /acks` takes them) are settled first, in the claim's transaction when a
+    job is there, and committed before any wait: the answer then carries `ack_errors`, per ack
+    null or its refusal. A worker that just finished a job takes its next one in one request.
+    """
     b = call.body
-    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit", "host")
+    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit", "host", "acks")
     queues = b.str_list("queues")
     worker = b.req_text("worker")
     host = _host(b)
@@ -220,6 +225,7 @@ async def claim(call: Call) -> dict[str, Any]:
     limit = b.integer("limit", 1)
     if not 1 <= limit <= MAX_BATCH:
         raise InvalidArgument(f"field 'limit' must be an integer in [1, {MAX_BATCH}]")
+    acks = _acks(b) if "acks" in b.data else None
 
     def fetch() -> list[Claim]:
         return call.store.claim_many(
@@ -233,23 +239,46 @@ async def claim(call: Call) -> dict[str, Any]:
             host=host,
         )
 
-    work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
-    got = await wait_until(
-        call.store, fetch, bool, wait_s, call.request, work=work, quick_write=True
-    )
+    out: dict[str, Any] = {}
+    got: list[Claim] = []
+    since = None
+    if acks is not None:
+        # The claim inside ack_and_claim saw every submit before this: the wait below need
+        # not look again until one after it lands.
+        since = call.store.waker.generation
+        errors, got = await run_write(
+            call.store,
+            lambda: call.store.ack_and_claim(
+                call.ns,
+                acks,
+                queues,
+                worker=worker,
+                lease_s=lease_s,
+                limit=limit,
+                kind=kind,
+                temperature=temperature,
+                host=host,
+            ),
+        )
+        out["ack_errors"] = [_item_error(e) for e in errors]
+    if not got:
+        work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
+        got = await wait_until(
+            call.store, fetch, bool, wait_s, call.request, work=work, quick_write=True, since=since
+        )
     if got and await hung_up(call.request):
         # Nobody will read these claims: give them back now rather than after the lease runs out.
         await call.run(lambda: [call.store.release(c.id, c.lease) for c in got])
         got = []
     if batch:
-        return {"claims": got}
-    return {"claim": got[0] if got else None}
+        out["claims"] = got
+    else:
+        out["claim"] = got[0] if got else None
+    return out
 
 
-async def ack_many(call: Call) -> dict[str, list[dict[str, str] | None]]:
-    """Settle a batch as succeeded in one commit; per ack, null or the error it met."""
-    b = call.body
-    b.only("acks")
+def _acks(b: Fields) -> list[Ack]:
+    """The `acks` field of `POST /acks` or of a claim: at most MAX_BATCH `{id, lease, result}`."""
     items = b.items("acks")
     if len(items) > MAX_BATCH:
         raise InvalidArgument(f"field 'acks' takes at most {MAX_BATCH} items, not {len(items)}")
@@ -257,8 +286,19 @@ async def ack_many(call: Call) -> dict[str, list[dict[str, str] | None]]:
     for item in items:
         item.only("id", "lease", "result")
         acks.append(Ack(item.req_text("id"), item.req_text("lease"), item.blob("result")))
-    errors = await call.run(call.store.ack_many, acks, ns=call.ns)
-    return {"errors": [None if e is None else {"code": e.code, "message": str(e)} for e in errors]}
+    return acks
+
+
+def _item_error(error: DispatchError | None) -> dict[str, str] | None:
+    return None if error is None else {"code": error.code, "message": str(error)}
+
+
+async def ack_many(call: Call) -> dict[str, list[dict[str, str] | None]]:
+    """Settle a batch as succeeded in one commit; per ack, null or the error it met."""
+    call.body.only("acks")
+    acks = _acks(call.body)
+    errors = await run_write(call.store, lambda: call.store.ack_many(acks, ns=call.ns))
+    return {"errors": [_item_error(e) for e in errors]}
 
 
 def _owned(store: SqlStore, ns: str, inv_id: str) -> None:
@@ -271,7 +311,8 @@ async def ack(call: Call) -> None:
     lease, result = b.req_text("lease"), b.blob("result")
 
     # The namespace is checked inside the settle's own transaction: no read before it.
-    await call.run(call.store.ack, call.param("id"), lease, result, ns=call.ns)
+    inv_id = call.param("id")
+    await run_write(call.store, lambda: call.store.ack(inv_id, lease, result, ns=call.ns))
 
 
 async def nack(call: Call) -> dict[str, str]:

@@ -79,6 +79,23 @@ class Plane(Protocol):
         claimer on no host in particular, to whom every hinted job waits out its window.
         """
 
+    def ack_and_claim(
+        self,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        *,
+        worker: str,
+        limit: int,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+        host: str | None = None,
+    ) -> tuple[list[DispatchError | None], list[Claim]]:
+        """`ack_many(acks)`, then `claim_many(...)`: a worker's one call per job. The acks
+        commit before any wait (with the claim, when a job is there); per ack, the refusal
+        or None, and the claims."""
+
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None: ...
     def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
         """Settle many as succeeded in one durable write; per ack, the refusal or None."""

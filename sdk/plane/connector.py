@@ -32,9 +32,10 @@ class Connector(Protocol):
     #: What is wrong with the database, once it was found damaged (/readyz says it).
     problem: str | None
 
-    def run_if_free(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
-        """Run a quick write on this thread if it need not wait for anyone: (True, its value);
-        else (False, None) at once (always, for a database across a network)."""
+    def run_if_free(self, fn: Callable[[], T], *, durable: bool = False) -> tuple[bool, T | None]:
+        """Run a write on this thread if it need not wait for anyone: (True, its value); else
+        (False, None) at once (always, for a database across a network). `durable`: `fn`
+        commits with an fsync, so it runs here only while the disk answers quickly."""
 
     @property
     def reads_inline(self) -> bool:

@@ -272,6 +272,27 @@ class Dispatch:
 
         return self._wait_for(fetch, bool, wait_s)
 
+    def ack_and_claim(
+        self,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        *,
+        worker: str,
+        limit: int,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+        host: str | None = None,
+    ) -> tuple[list[DispatchError | None], list[Claim]]:
+        claiming: dict[str, Any] = dict(
+            worker=worker, limit=limit, lease_s=lease_s, kind=kind, temperature=temperature
+        )
+        errors, got = self.store.ack_and_claim(self.namespace, acks, queues, host=host, **claiming)
+        if not got and wait_s > 0:
+            got = self.claim_many(queues, wait_s=wait_s, host=host, **claiming)
+        return errors, got
+
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
         self.store.ack(inv_id, lease, result)
 

@@ -639,21 +639,67 @@ class HttpDispatch:
         host: str | None = None,
     ) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
-            body = {
-                "queues": list(queues),
-                "worker": worker,
-                "limit": limit,
-                "lease_s": lease_s,
-                "kind": kind,
-                "temperature": temperature,
-                "wait": wait,
-            }
-            if host is not None:  # only when there is one: a server before locality takes it
-                body["host"] = host
+            body = self._claim_body(queues, worker, limit, lease_s, wait, host)
+            body.update(kind=kind, temperature=temperature)
             data = self._request("POST", "/claims", body, wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
         return self._long_poll(wait_s, once, bool)
+
+    def ack_and_claim(
+        self,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        *,
+        worker: str,
+        limit: int,
+        lease_s: float = 60.0,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        wait_s: float = 0.0,
+        host: str | None = None,
+    ) -> tuple[list[DispatchError | None], list[Claim]]:
+        """One request: the server commits the acks (with the claim when a job is there)
+        before it waits; a wait past its cap goes on as plain claims."""
+        wait = min(wait_s, SERVER_WAIT_CAP_S)
+        body = self._claim_body(queues, worker, limit, lease_s, wait, host)
+        body.update(kind=kind, temperature=temperature)
+        body["acks"] = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
+        data = self._request("POST", "/claims", body, wait_s=wait)
+        errors = [None if e is None else self._item_error(e) for e in data["ack_errors"]]
+        got = [_record(Claim, c) for c in data["claims"]]
+        if not got and wait_s > wait:
+            got = self.claim_many(
+                queues,
+                worker=worker,
+                limit=limit,
+                lease_s=lease_s,
+                kind=kind,
+                temperature=temperature,
+                wait_s=wait_s - wait,
+                host=host,
+            )
+        return errors, got
+
+    @staticmethod
+    def _claim_body(
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        lease_s: float,
+        wait: float,
+        host: str | None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "queues": list(queues),
+            "worker": worker,
+            "limit": limit,
+            "lease_s": lease_s,
+            "wait": wait,
+        }
+        if host is not None:  # only when there is one: a server before locality takes it
+            body["host"] = host
+        return body
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
         self._request(

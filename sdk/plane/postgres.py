@@ -190,7 +190,7 @@ class PostgresConnector:
     #: Every read is a round trip to the server: never on an event loop.
     reads_inline = False
 
-    def run_if_free(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+    def run_if_free(self, fn: Callable[[], T], *, durable: bool = False) -> tuple[bool, T | None]:
         """Never here: every write is a round trip to the server (see SqliteConnector)."""
         return False, None
 

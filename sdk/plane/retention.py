@@ -29,8 +29,17 @@ from ..storage import StorageRef
 #: Defaults for the server's retention task (`lakeshore server --retain-*`).
 DEFAULT_RETAIN_FRAMES_S: Final = 7 * 86400.0
 DEFAULT_RETAIN_INVOCATIONS_S: Final = 30 * 86400.0
-#: Rows per transaction.
+#: Rows per transaction, at most.
 BATCH: Final = 1000
+#: On SQLite (one writer for the whole file) a trim batch holds the write lock about this long:
+#: its row count follows the last batch's time. The trim then waits as long as the batch took,
+#: so a claim or an ack that queued behind it gets the lock in the pause. SQLite's lock is not
+#: fair: batches back to back starved a waiting claim for half a second.
+BATCH_TARGET_S: Final = 0.002
+#: The fewest rows a SQLite batch shrinks to.
+BATCH_MIN: Final = 20
+#: Freed pages go back to the filesystem (SQLite) after the last batch and at most this often.
+RECLAIM_EVERY_S: Final = 0.1
 #: The dashboard's completion rollup (migration 21) is kept this long: its longest window (a
 #: day) and a margin. Its rows are counts, not history: nothing else reads them.
 ROLLUP_KEEP_S: Final = 25 * 3600.0

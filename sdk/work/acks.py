@@ -9,6 +9,12 @@ a single ack that never arrived would.
 
 Only successes batch. Failures, kills and releases stay single calls: they are rare, and each
 writes a journal frame the caller may be streaming.
+
+Riding: while the claim loop is parked waiting for a free slot (`riding(True)`), a success is
+put aside for it instead of for the sending thread. The slot that finished is what frees room,
+so the claim loop wakes next and sends the acks with its claim (`plane.ack_and_claim`): one
+request and, when a job is waiting, one commit per job instead of two. Whatever it does not
+take goes back to the sending thread (`unride`), and `close` sends every rider too.
 """
 
 from __future__ import annotations
@@ -35,13 +41,42 @@ class AckQueue:
 
     def __init__(self) -> None:
         self._items: deque[tuple[Claim, Ack]] = deque()
+        self._riders: list[tuple[Claim, Ack]] = []
+        self._riding = False
         self._cond = threading.Condition()
         self._in_flight = 0
         self._closed = False
 
     def put(self, claim: Claim, result: bytes | None) -> None:
         with self._cond:
-            self._items.append((claim, Ack(claim.id, claim.lease, result)))
+            item = (claim, Ack(claim.id, claim.lease, result))
+            if self._riding and not self._closed and len(self._riders) < MAX_ACKS:
+                self._riders.append(item)
+                return
+            self._items.append(item)
+            self._cond.notify_all()
+
+    def riding(self, on: bool) -> None:
+        """Whether the next successes wait for the claim loop (while it waits for room)."""
+        with self._cond:
+            self._riding = on
+
+    def take_riders(self) -> list[tuple[Claim, Ack]]:
+        """The successes put aside for the claim loop; `done` them once sent, as a batch."""
+        with self._cond:
+            riders, self._riders = self._riders, []
+            self._in_flight += len(riders)
+            return riders
+
+    def unride(self, batch: list[tuple[Claim, Ack]] | None = None) -> None:
+        """Hand `batch` (taken but not sent: its request failed) and every rider still put
+        aside to the sending thread. Sending an ack twice is harmless: the plane answers a
+        repeat of a settle that landed as it answered the first."""
+        with self._cond:
+            self._items.extend(batch or ())
+            self._items.extend(self._riders)
+            self._riders = []
+            self._riding = False
             self._cond.notify_all()
 
     def take(self, busy: Callable[[], bool] = lambda: False) -> list[tuple[Claim, Ack]] | None:
@@ -82,10 +117,14 @@ class AckQueue:
     def wait_idle(self, timeout: float) -> bool:
         """Block until every ack put so far has been sent; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._in_flight, timeout)
+            return self._cond.wait_for(
+                lambda: not self._items and not self._riders and not self._in_flight, timeout
+            )
 
     def close(self) -> None:
         """`take` returns None once the queue is empty: the sending thread exits."""
         with self._cond:
             self._closed = True
+            self._items.extend(self._riders)
+            self._riders = []
             self._cond.notify_all()

@@ -121,6 +121,8 @@ class WorkerConfig:
     #: Stop claiming after this many jobs (`run_worker(once=True)` is 1), then drain.
     max_jobs: int | None = None
     lease_s: float = 60.0
+    #: The order jobs are claimed in; None: each queue's own kind.
+    kind: str | None = None
     drain_timeout_s: float = 60.0
     kill_grace_s: float = 10.0
     claim_wait_s: float = CLAIM_WAIT_S
@@ -332,9 +334,11 @@ class WorkerCore(JobSink):
         while True:
             room = self._room()
             if room is None:
+                self._acks.unride()
                 return
             queues = self._queues()
             if not queues and self._named:
+                self._acks.unride()
                 if self.config.burst:
                     self.drain("burst: no queue left to serve")
                     return
@@ -342,9 +346,11 @@ class WorkerCore(JobSink):
                 continue
             with self._free:
                 buffered = bool(self._buffer)
+            riders = self._acks.take_riders()
             try:
-                claims = self._claim(queues, room, self._claim_wait(buffered))
+                claims = self._claim(queues, room, self._claim_wait(buffered), riders)
             except Exception as exc:
+                self._acks.unride(riders)  # the acks thread sends them on its own
                 if is_transient(exc):
                     self._retry.unreachable("claim", exc)
                 elif isinstance(exc, DispatchError) and not self.config.raise_refusals:
@@ -353,6 +359,8 @@ class WorkerCore(JobSink):
                     raise
                 self._draining.wait(backoff.next())
                 continue
+            finally:
+                self._acks.done(riders)
             self._retry.reachable("claim")
             backoff.reset()
             if not claims:
@@ -372,14 +380,34 @@ class WorkerCore(JobSink):
             return 0.0
         return self.config.burst_wait_s if self.config.burst else self.config.claim_wait_s
 
-    def _claim(self, queues: Sequence[str], room: int, wait_s: float) -> list[Claim]:
+    def _claim(
+        self,
+        queues: Sequence[str],
+        room: int,
+        wait_s: float,
+        riders: Sequence[tuple[Claim, Ack]] = (),
+    ) -> list[Claim]:
         if self._claimer is not None:
             return self._claimer(queues, room, wait_s)
+        if riders:
+            errors, claims = self.plane.ack_and_claim(
+                [ack for _, ack in riders],
+                queues,
+                worker=self.config.name,
+                limit=room,
+                lease_s=self.config.lease_s,
+                kind=self.config.kind,
+                wait_s=wait_s,
+                host=self.host,
+            )
+            self._report_acks(riders, errors)
+            return claims
         return self.plane.claim_many(
             queues,
             worker=self.config.name,
             limit=room,
             lease_s=self.config.lease_s,
+            kind=self.config.kind,
             wait_s=wait_s,
             host=self.host,
         )
@@ -412,13 +440,18 @@ class WorkerCore(JobSink):
             while not self._draining.is_set() and self.fatal is None:
                 left = self._jobs_left()
                 if left == 0:
+                    self._acks.unride()  # no claim is coming to carry them
                     self._wait_for_work()
                     self.drain(f"ran {self.config.max_jobs} job(s) as asked")
                     return None
                 free = sum(1 for s in self.slots if not s.busy)
                 room = min(free + self.config.prefetch - len(self._buffer), left)
                 if room > 0 and (not self._buffer or room >= refill):
+                    self._acks.riding(False)
                     return room
+                # The slot that frees room wakes this loop next, which claims at once (nothing
+                # in hand): that slot's ack rides on the claim instead of a request of its own.
+                self._acks.riding(self._claimer is None and not self._buffer)
                 self._free.wait()
         return None
 
@@ -701,6 +734,11 @@ class WorkerCore(JobSink):
             errors = [GaveUp("ack")] * len(batch)
         except DispatchError as exc:
             errors = [exc] * len(batch)
+        self._report_acks(batch, errors)
+
+    def _report_acks(
+        self, batch: Sequence[tuple[Claim, Ack]], errors: Sequence[BaseException | None]
+    ) -> None:
         for (claim, _), error in zip(batch, errors, strict=True):
             log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
             if error is None:

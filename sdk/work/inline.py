@@ -69,9 +69,7 @@ class InlineSlot(SlotBase):
                 outcome = self._run(claim)
             except Exception as exc:  # around the body, not in it: end the attempt, not the slot
                 outcome = crash_outcome(exc)
-            self._finished()
-            self._sink.slot_free(self)
-            self._sink.settle(claim, outcome)
+            self._end(self._sink, claim, outcome)
 
     def _run(self, claim: Claim) -> Outcome:
         body = _Body(claim, self._sink, self._handler, self._storage, self._changed, self._plane)

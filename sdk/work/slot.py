@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from ..types import Claim
 
@@ -158,6 +158,21 @@ class SlotBase(abc.ABC):
         with self._lock:
             self._claim = None
             self._abort = None
+
+    def _end(self, sink: JobSink, claim: Claim, outcome: Outcome) -> None:
+        """Free the slot and settle `claim`, in the order that sends the next claim soonest.
+
+        A success is only queued for its ack, which takes no time here: queued first, it rides
+        on the claim that freeing the slot sets off (work/acks.py). Any other settle is a
+        request of its own: the slot is freed first, so that the next claim travels while the
+        settle does. Either way the slot's next job waits in its inbox until this returns.
+        """
+        if outcome.kind == "ok":
+            sink.settle(claim, outcome)
+        self._finished()
+        sink.slot_free(cast(Slot, self))  # every kind of slot is one (SlotBase leaves its hooks)
+        if outcome.kind != "ok":
+            sink.settle(claim, outcome)
 
     @abc.abstractmethod
     def _serve(self) -> None:

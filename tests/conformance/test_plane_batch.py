@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
 from planes import PlaneEnv
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost, NotFound
-from dreamlake.lakeshore.types import Ack
+from dreamlake.lakeshore.types import Ack, Claim
 
 
 def test_claim_many_takes_up_to_limit_in_queue_order_each_fenced_on_its_own(
@@ -120,3 +122,83 @@ def test_batches_and_single_claims_share_a_queue_exactly_once(plane: PlaneEnv) -
     assert local + served == 60
     assert q.count("succeeded") == 60
     assert {plane.dispatch.invocation(i).attempt for i in ids} == {1}
+
+
+# -- ack_and_claim: a worker's one call per job ------------------------------------------------
+
+
+def test_ack_and_claim_settles_the_finished_job_and_takes_the_next(plane: PlaneEnv) -> None:
+    q = plane.queue("batch")
+    first, second = q.submit_many(["a", "b"])
+    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+
+    errors, got = plane.dispatch.ack_and_claim(
+        [Ack(job.id, job.lease, dls.encode("A"))], ["batch"], worker="w", limit=1
+    )
+
+    assert errors == [None]
+    assert [c.id for c in got] == [second] and got[0].lease and got[0].attempt == 1
+    assert q.result(first, timeout=1) == "A"
+    assert q.status(second).state == "running"
+
+
+def test_ack_and_claim_refuses_only_the_bad_acks_and_still_claims(plane: PlaneEnv) -> None:
+    q = plane.queue("batch")
+    first, second = q.submit_many(["a", "b"])
+    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    ghost = "01J00000000000000000000000"
+
+    errors, got = plane.dispatch.ack_and_claim(
+        [Ack(job.id, "f" * 32, dls.encode("forged")), Ack(ghost, "f" * 32, None)],
+        ["batch"],
+        worker="w",
+        limit=1,
+    )
+
+    assert isinstance(errors[0], LeaseLost)
+    assert isinstance(errors[1], NotFound) and ghost in str(errors[1])
+    assert [c.id for c in got] == [second]
+    assert q.status(first).state == "running"  # the forged ack changed nothing
+
+
+def test_ack_and_claim_repeated_is_idempotent(plane: PlaneEnv) -> None:
+    q = plane.queue("batch")
+    inv = q.submit(1)
+    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    acks = [Ack(job.id, job.lease, dls.encode("once"))]
+
+    assert plane.dispatch.ack_and_claim(acks, ["batch"], worker="w", limit=1) == ([None], [])
+    assert plane.dispatch.ack_many(acks) == [None]  # its answer lost: sent again on its own
+    assert q.result(inv, timeout=1) == "once"
+
+
+def test_ack_and_claim_commits_the_acks_before_it_waits(plane: PlaneEnv) -> None:
+    q = plane.queue("batch")
+    done = q.submit("done")
+    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    answer: list[tuple[list[Any], list[Claim]]] = []
+    waiting = threading.Thread(
+        target=lambda: answer.append(
+            plane.dispatch.ack_and_claim(
+                [Ack(job.id, job.lease, dls.encode("D"))], ["batch"], worker="w", limit=1, wait_s=30
+            )
+        )
+    )
+    waiting.start()
+    try:
+        # The result is readable while the claim still waits for a job.
+        assert q.result(done, timeout=10) == "D"
+        assert waiting.is_alive()
+        later = q.submit("later")
+    finally:
+        waiting.join(30)
+    assert not waiting.is_alive()
+    ((errors, got),) = answer
+    assert errors == [None] and [c.id for c in got] == [later]
+
+
+def test_ack_and_claim_of_no_acks_is_a_claim(plane: PlaneEnv) -> None:
+    inv = plane.queue("batch").submit(1)
+
+    assert plane.dispatch.ack_and_claim([], ["batch"], worker="w", limit=1)[1][0].id == inv
+    assert plane.dispatch.ack_and_claim([], ["batch"], worker="w", limit=1) == ([], [])

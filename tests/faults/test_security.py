@@ -204,6 +204,10 @@ class ForeignPlane:
         got = self.inner.claim_many(*args, **kw)
         return [dataclasses.replace(c, namespace="someone-else") for c in got]
 
+    def ack_and_claim(self, *args: Any, **kw: Any) -> tuple[list[Any], list[Claim]]:
+        errors, got = self.inner.ack_and_claim(*args, **kw)
+        return errors, [dataclasses.replace(c, namespace="someone-else") for c in got]
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ import pytest
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
+from dreamlake.lakeshore.plane import sqlite as sqlite_module
 from dreamlake.lakeshore.plane.wakeup import SAFETY_POLL_S
 from dreamlake.lakeshore.types import Invocation
 
@@ -188,3 +191,71 @@ def test_a_claim_commits_without_fsync_and_restores_full_after(tmp_path: Path) -
         q.submit(1)
         assert q.claim() is not None
         assert _synchronous(plane) == full
+
+
+def test_a_durable_write_runs_inline_only_while_the_disk_is_quick(tmp_path: Path) -> None:
+    """`run_if_free(durable=True)`: the server's event loop runs a submit or an ack itself
+    only while this file's commits are quick; after slow fsyncs they go to a thread again."""
+    with dls.Dispatch(tmp_path / "db.sqlite") as plane:
+        connector = plane.store.connector
+        q = dls.SyncQueue("gpu", dispatch=plane)
+        q.submit(1)
+        assert connector.commit_s > 0  # the submit's COMMIT was timed
+
+        ran, ids = connector.run_if_free(lambda: q.submit_many([2]), durable=True)
+        assert ran and ids is not None and len(ids) == 1
+
+        connector.commit_s = 10 * sqlite_module.INLINE_COMMIT_MAX_S  # as after slow fsyncs
+        calls: list[int] = []
+        assert connector.run_if_free(lambda: calls.append(1), durable=True) == (False, None)
+        assert calls == []  # not run here: the caller hands it to a thread
+        assert connector.run_if_free(lambda: calls.append(1)) == (True, None)  # a quick write
+        assert q.count() == 2
+
+
+def test_run_if_free_answers_at_once_when_another_thread_holds_the_writer(
+    tmp_path: Path,
+) -> None:
+    with dls.Dispatch(tmp_path / "db.sqlite") as plane:
+        connector = plane.store.connector
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with connector.transaction():
+                holding.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert holding.wait(10)
+            assert connector.run_if_free(lambda: 1, durable=True) == (False, None)
+        finally:
+            release.set()
+            holder.join(10)
+        assert connector.run_if_free(lambda: 1, durable=True) == (True, 1)
+
+
+def test_a_writer_waits_for_another_processs_write_lock_only_as_long_as_it_may(
+    tmp_path: Path,
+) -> None:
+    """BEGIN IMMEDIATE polls while another connection (another process) holds the write lock:
+    it gets in once the lock is free, and gives up as busy past its wait."""
+    path = tmp_path / "db.sqlite"
+    with dls.Dispatch(path) as plane:
+        connector = plane.store.connector
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            connector._wait_s = 0.05  # type: ignore[attr-defined]
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                dls.SyncQueue("gpu", dispatch=plane).submit(1)
+            connector._wait_s = 30.0  # type: ignore[attr-defined]
+            threading.Timer(0.05, other.execute, args=("COMMIT",)).start()
+            inv = dls.SyncQueue("gpu", dispatch=plane).submit(2)  # waits, then gets in
+        finally:
+            with contextlib.suppress(sqlite3.OperationalError):
+                other.execute("COMMIT")
+            other.close()
+        assert plane.invocation(inv).state == "queued"
+        assert dls.SyncQueue("gpu", dispatch=plane).count() == 1  # the refused one wrote nothing

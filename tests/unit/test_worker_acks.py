@@ -1,12 +1,19 @@
-"""The daemon's ack batching: batches bounded by count and bytes, and a flush that waits."""
+"""The daemon's ack batching: batches bounded by count and bytes, a flush that waits, and
+acks that ride on the next claim."""
 
 from __future__ import annotations
 
+import operator
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
-from dreamlake.lakeshore.types import Claim
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore import worker as worker_module
+from dreamlake.lakeshore.errors import DispatchError, Unavailable
+from dreamlake.lakeshore.types import Ack, Claim
 from dreamlake.lakeshore.work import acks as acks_module
 from dreamlake.lakeshore.work.acks import MAX_ACK_BYTES, MAX_ACKS, AckQueue
 
@@ -86,3 +93,118 @@ def test_a_busy_daemon_lets_a_batch_gather_company_and_an_idle_one_does_not(
     acks.put(_claim(2), None)
     idle = acks.take(busy=lambda: False)  # nothing else running: at once
     assert idle is not None and [a.id for _, a in idle] == ["id2"]
+
+
+# -- riding: a success waits for the claim loop, which sends it with its claim -----------------
+
+
+def test_while_riding_a_success_goes_to_the_claim_loop_not_the_sender() -> None:
+    acks = AckQueue()
+    acks.riding(True)
+    acks.put(_claim(0), b"r")
+
+    assert not acks._items  # the sending thread would find nothing
+    riders = acks.take_riders()
+    assert [a.id for _, a in riders] == ["id0"]
+    assert not acks.wait_idle(0.01)  # taken, not yet sent
+    acks.done(riders)
+    assert acks.wait_idle(0.01)
+
+
+def test_riders_not_taken_and_a_failed_claims_riders_go_back_to_the_sender() -> None:
+    acks = AckQueue()
+    acks.riding(True)
+    acks.put(_claim(0), None)
+    taken = acks.take_riders()
+    acks.put(_claim(1), None)
+
+    acks.unride(taken)  # the claim carrying id0 failed; id1 was never taken
+    acks.done(taken)
+    acks.put(_claim(2), None)  # no longer riding
+
+    batch = acks.take()
+    assert batch is not None and [a.id for _, a in batch] == ["id0", "id1", "id2"]
+
+
+def test_close_hands_every_rider_to_the_sender() -> None:
+    acks = AckQueue()
+    acks.riding(True)
+    acks.put(_claim(0), None)
+    acks.close()
+
+    batch = acks.take()
+    assert batch is not None and [a.id for _, a in batch] == ["id0"]
+    acks.done(batch)
+    assert acks.take() is None and acks.wait_idle(0.01)
+
+
+class CountingPlane:
+    """A plane that counts how finished jobs reach it; `ack_and_claim` fails when told to."""
+
+    def __init__(self, inner: dls.Dispatch, fail_rides: int = 0) -> None:
+        self.inner = inner
+        self.namespace = inner.namespace
+        self.ack_many_calls = 0
+        self.rode: list[str] = []
+        self.fail_rides = fail_rides
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
+        self.ack_many_calls += 1
+        return self.inner.ack_many(acks)
+
+    def ack_and_claim(
+        self, acks: Sequence[Ack], *args: Any, **kw: Any
+    ) -> tuple[list[DispatchError | None], list[Claim]]:
+        if self.fail_rides:
+            self.fail_rides -= 1
+            raise Unavailable("the plane is restarting")
+        self.rode += [a.id for a in acks]
+        return self.inner.ack_and_claim(acks, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _serve(plane: CountingPlane, calls: int) -> list[str]:
+    """`calls` jobs one after another through run_worker on `plane`: their ids."""
+    q = dls.SyncQueue("riding", dispatch=plane.inner)
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=dls.run_worker, args=(plane, ["riding"]), kwargs={"stop": stop}
+    )
+    worker.start()
+    try:
+        ids = []
+        for i in range(calls):
+            inv = q.submit(dls.thunk(operator.add, i, 1))
+            assert q.result(inv, timeout=30) == i + 1
+            ids.append(inv)
+    finally:
+        stop.set()
+        worker.join(30)
+    assert not worker.is_alive()
+    return ids
+
+
+def test_a_worker_sends_each_finished_job_with_its_next_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_module, "CLAIM_WAIT_S", 0.05)
+    with dls.Dispatch(":memory:") as inner:
+        plane = CountingPlane(inner)
+        ids = _serve(plane, 20)
+
+    # Every ack but those the stop flushed rode on a claim: one call per job, not two.
+    assert set(plane.rode) <= set(ids) and len(plane.rode) >= 18
+    assert plane.ack_many_calls <= 2
+
+
+def test_acks_whose_claim_failed_are_sent_on_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "CLAIM_WAIT_S", 0.05)
+    with dls.Dispatch(":memory:") as inner:
+        plane = CountingPlane(inner, fail_rides=3)
+        ids = _serve(plane, 6)  # each result arrived: no ack was lost with its claim
+        states = {inner.invocation(i).state for i in ids}
+
+    assert states == {"succeeded"}
+    assert plane.ack_many_calls >= 1 and plane.fail_rides == 0

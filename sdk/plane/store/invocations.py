@@ -184,12 +184,62 @@ class InvocationStore(QueueStore):
         so a batch never reorders a queue. `host` is the claimer's host id: a job held for
         another host is passed by until its locality window ends (plane/locality.py).
         """
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
+        # (the worker's settle is then refused and they run again), and skipping its fsync
+        # takes one of the three disk flushes out of every job's path.
+        with self.connector.transaction(durable=False) as tx:
+            rows, expired = self._claim_in(tx, claiming, kind, temperature, limit)
+        self._claimed(rows, expired)
+        return [claim_of(row) for row in rows]
+
+    def ack_and_claim(
+        self,
+        ns: str,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        *,
+        worker: str,
+        lease_s: float,
+        limit: int,
+        kind: str | None = None,
+        temperature: float = 1.0,
+        host: str | None = None,
+    ) -> tuple[list[DispatchError | None], list[Claim]]:
+        """Settle `acks` as succeeded and claim as `claim_many` does, in one transaction:
+        the worker that just finished a job takes its next one with the commit that records the
+        result. Per ack, the refusal or None, as `ack_many` answers; a refused ack refuses only
+        itself, and the claim still runs."""
+        if len(acks) > MAX_BATCH:
+            raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        with self.connector.transaction() as tx:
+            # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
+            # taken queued, running, ended, the order every other transaction takes them in;
+            # the other way round deadlocked against a plain claim.
+            rows, expired = self._claim_in(tx, claiming, kind, temperature, limit)
+            errors = self._ack_in(tx, acks, ns, claiming["now"])
+        if acks:
+            self.waker.notify(work=())
+        self._claimed(rows, expired)
+        return errors, [claim_of(row) for row in rows]
+
+    def _claiming(
+        self,
+        ns: str,
+        queues: Sequence[str],
+        worker: str,
+        lease_s: float,
+        limit: int,
+        host: str | None,
+    ) -> dict[str, Any]:
+        """A claim's checked parameters, as its statements bind them."""
         names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
         check_host(host)
         now = time.time()
-        params: dict[str, Any] = {
+        return {
             "ns": ns,
             "queues": names,
             "now": now,
@@ -197,23 +247,32 @@ class InvocationStore(QueueStore):
             "worker": worker,
             "host": host,
         }
-        # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
-        # (the worker's settle is then refused and they run again), and skipping its fsync
-        # takes one of the three disk flushes out of every job's path.
-        with self.connector.transaction(durable=False) as tx:
-            expired = 0
-            if now - self._swept_at >= SWEEP_EVERY_S:
-                self._swept_at = now
-                expired = self._sweep(tx, now)
-            resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
-            rows = self._claim_rows(tx, resolved, temperature, params, limit)
-            if not rows:
-                locality.wake_at_next_window(tx, self.waker, ns, names, now)
+
+    def _claim_in(
+        self,
+        tx: Transaction,
+        params: dict[str, Any],
+        kind: str | None,
+        temperature: float,
+        limit: int,
+    ) -> tuple[list[Row], int]:
+        """(the claimed rows, how many expired leases a sweep on the way moved)."""
+        ns, names, now = params["ns"], params["queues"], params["now"]
+        expired = 0
+        if now - self._swept_at >= SWEEP_EVERY_S:
+            self._swept_at = now
+            expired = self._sweep(tx, now)
+        resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
+        rows = self._claim_rows(tx, resolved, temperature, params, limit)
+        if not rows:
+            locality.wake_at_next_window(tx, self.waker, ns, names, now)
+        return rows, expired
+
+    def _claimed(self, rows: list[Row], expired: int) -> None:
         if expired:  # the sweep may have requeued or ended anything
             self.waker.notify()
         elif rows:  # room that a blocked submit may wait for; nothing ended, nothing to read
             self.waker.notify(work=(), reads=False)
-        return [claim_of(row) for row in rows]
 
     def _claim_rows(
         self,
@@ -291,29 +350,34 @@ class InvocationStore(QueueStore):
         """
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
-        out: list[DispatchError | None] = []
-        now = time.time()
         with self.connector.transaction() as tx:
-            owned = None
-            if ns is not None and acks:
-                rows = tx.all("ids_in_namespace", ns=ns, ids=[a.id for a in acks])
-                owned = {r["id"] for r in rows}
-            for a in acks:
-                if owned is not None and a.id not in owned:
-                    out.append(NotFound(f"unknown invocation '{a.id}'"))
-                    continue
-                # No END frame: a reader that finds no more frames and a succeeded row has
-                # reached the end, which saves a write on every job that never streamed.
-                if tx.one("settle_success", id=a.id, lease=a.lease, result=a.result, now=now):
-                    out.append(None)
-                    continue
-                try:
-                    self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack", result=a.result)
-                    out.append(None)
-                except DispatchError as exc:
-                    out.append(exc)
+            out = self._ack_in(tx, acks, ns, time.time())
         if acks:
             self.waker.notify(work=())
+        return out
+
+    def _ack_in(
+        self, tx: Transaction, acks: Sequence[Ack], ns: str | None, now: float
+    ) -> list[DispatchError | None]:
+        out: list[DispatchError | None] = []
+        owned = None
+        if ns is not None and acks:
+            rows = tx.all("ids_in_namespace", ns=ns, ids=[a.id for a in acks])
+            owned = {r["id"] for r in rows}
+        for a in acks:
+            if owned is not None and a.id not in owned:
+                out.append(NotFound(f"unknown invocation '{a.id}'"))
+                continue
+            # No END frame: a reader that finds no more frames and a succeeded row has
+            # reached the end, which saves a write on every job that never streamed.
+            if tx.one("settle_success", id=a.id, lease=a.lease, result=a.result, now=now):
+                out.append(None)
+                continue
+            try:
+                self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack", result=a.result)
+                out.append(None)
+            except DispatchError as exc:
+                out.append(exc)
         return out
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:

@@ -12,7 +12,17 @@ import time
 from collections.abc import Iterable
 
 from ...storage import MAX_REF_BYTES, StorageRef, sniff_ref
-from ..retention import BATCH, ROLLUP_KEEP_S, ROLLUP_TRIM_SPAN_S, Trimmed, check_age
+from ..queries import SQLITE
+from ..retention import (
+    BATCH,
+    BATCH_MIN,
+    BATCH_TARGET_S,
+    RECLAIM_EVERY_S,
+    ROLLUP_KEEP_S,
+    ROLLUP_TRIM_SPAN_S,
+    Trimmed,
+    check_age,
+)
 from .base import StoreBase
 from .records import listed_objects
 
@@ -74,10 +84,16 @@ class RetentionStore(StoreBase):
         if reclaim is not None:
             reclaim()
 
+    def _pace(self, batch: int) -> _Pace:
+        return _Pace(batch, single_writer=self.connector.dialect is SQLITE)
+
     def _trim_frames(self, ns: str, cutoff: float, batch: int) -> Trimmed:
         done = Trimmed()
+        pace = self._pace(batch)
         while True:
+            batch = pace.rows
             with self.connector.transaction() as tx:
+                pace.start()  # holding the write lock from here: a wait for it does not count
                 rows = tx.all(
                     "retention_trim_frames",
                     ns=ns,
@@ -85,17 +101,23 @@ class RetentionStore(StoreBase):
                     limit=batch,
                     ref_bytes=MAX_REF_BYTES,
                 )
+            pace.held(freed=bool(rows))
             done.frames += len(rows)
             done.refs += _spilled(r["value"] for r in rows)
-            if rows:
+            last = len(rows) < batch
+            if pace.reclaim_now(last):
                 self._reclaim()
-            if len(rows) < batch:
+            if last:
                 return done
+            pace.pause()
 
     def _trim_rows(self, ns: str, cutoff: float, batch: int) -> Trimmed:
         done = Trimmed()
+        pace = self._pace(batch)
         while True:
+            batch = pace.rows
             with self.connector.transaction() as tx:
+                pace.start()  # holding the write lock from here: a wait for it does not count
                 rows = tx.all(
                     "retention_old_invocations",
                     ns=ns,
@@ -103,18 +125,66 @@ class RetentionStore(StoreBase):
                     limit=batch,
                     ref_bytes=MAX_REF_BYTES,
                 )
-                if not rows:
-                    return done
                 ids = [r["id"] for r in rows]
-                frames = tx.all("retention_delete_frames_of", ids=ids, ref_bytes=MAX_REF_BYTES)
-                done.frames += len(frames)
-                done.refs += _spilled(f["value"] for f in frames)
-                done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
+                if ids:
+                    frames = tx.all("retention_delete_frames_of", ids=ids, ref_bytes=MAX_REF_BYTES)
+                    done.frames += len(frames)
+                    done.refs += _spilled(f["value"] for f in frames)
+                    done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
                 done.refs += _spilled(b for r in rows for b in (r["payload"], r["result"]))
                 done.refs += [ref for r in rows for ref in listed_objects(r["objects"])]
-            self._reclaim()
-            if len(rows) < batch:
+            pace.held(freed=bool(rows))
+            last = len(rows) < batch
+            if pace.reclaim_now(last):
+                self._reclaim()
+            if last:
                 return done
+            pace.pause()
+
+
+class _Pace:
+    """How many rows the next batch takes, and the pause after it (SQLite: BATCH_TARGET_S).
+
+    `start()` as a batch's transaction begins, `held()` once it committed: that time (the write
+    lock held) sizes the next batch. Giving the space back follows, which also takes the lock
+    but costs about the same whatever the batch's size (counted in sizing, it would shrink
+    batches to nothing); `pause()` then waits as long as both took. On Postgres a batch locks
+    only its own rows: `rows` stays the caller's and nothing pauses.
+    """
+
+    def __init__(self, most: int, *, single_writer: bool) -> None:
+        self._most = most
+        self._single_writer = single_writer
+        # A first batch of BATCH rows held the lock for tens of ms on a deep table: start small.
+        self.rows = min(most, BATCH_MIN * 5) if single_writer else most
+        self._started = self._took = 0.0
+        self._unreclaimed = False
+        self._reclaimed_at = time.perf_counter()
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+
+    def held(self, *, freed: bool) -> None:
+        self._took = max(time.perf_counter() - self._started, 1e-6)
+        self._unreclaimed |= freed
+
+    def reclaim_now(self, last: bool) -> bool:
+        """Give freed pages back after the last batch and at most every RECLAIM_EVERY_S: each
+        reclaim is a commit of its own, as long as a small batch."""
+        now = time.perf_counter()
+        if not self._unreclaimed or not (last or now - self._reclaimed_at >= RECLAIM_EVERY_S):
+            return False
+        self._unreclaimed, self._reclaimed_at = False, now
+        return True
+
+    def pause(self) -> None:
+        """After a full batch: size the next one from this one's time, then wait as long as
+        this batch and its space reclaim held the lock."""
+        if not self._single_writer:
+            return
+        least = min(BATCH_MIN, self._most)
+        self.rows = max(least, min(self._most, int(self.rows * BATCH_TARGET_S / self._took)))
+        time.sleep(time.perf_counter() - self._started)
 
 
 def _spilled(blobs: Iterable[bytes | None]) -> list[StorageRef]:
