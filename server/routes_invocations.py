@@ -227,17 +227,12 @@ async def claim(call: Call) -> dict[str, Any]:
         raise InvalidArgument(f"field 'limit' must be an integer in [1, {MAX_BATCH}]")
     acks = _acks(b) if "acks" in b.data else None
 
+    claiming: dict[str, Any] = dict(
+        worker=worker, lease_s=lease_s, limit=limit, kind=kind, temperature=temperature, host=host
+    )
+
     def fetch() -> list[Claim]:
-        return call.store.claim_many(
-            call.ns,
-            queues,
-            worker=worker,
-            lease_s=lease_s,
-            limit=limit,
-            kind=kind,
-            temperature=temperature,
-            host=host,
-        )
+        return call.store.claim_many(call.ns, queues, **claiming)
 
     out: dict[str, Any] = {}
     got: list[Claim] = []
@@ -247,18 +242,7 @@ async def claim(call: Call) -> dict[str, Any]:
         # not look again until one after it lands.
         since = call.store.waker.generation
         errors, got = await run_write(
-            call.store,
-            lambda: call.store.ack_and_claim(
-                call.ns,
-                acks,
-                queues,
-                worker=worker,
-                lease_s=lease_s,
-                limit=limit,
-                kind=kind,
-                temperature=temperature,
-                host=host,
-            ),
+            call.store, lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming)
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
     if not got:

@@ -389,21 +389,7 @@ class WorkerCore(JobSink):
     ) -> list[Claim]:
         if self._claimer is not None:
             return self._claimer(queues, room, wait_s)
-        if riders:
-            errors, claims = self.plane.ack_and_claim(
-                [ack for _, ack in riders],
-                queues,
-                worker=self.config.name,
-                limit=room,
-                lease_s=self.config.lease_s,
-                kind=self.config.kind,
-                wait_s=wait_s,
-                host=self.host,
-            )
-            self._report_acks(riders, errors)
-            return claims
-        return self.plane.claim_many(
-            queues,
+        claiming: dict[str, Any] = dict(
             worker=self.config.name,
             limit=room,
             lease_s=self.config.lease_s,
@@ -411,6 +397,11 @@ class WorkerCore(JobSink):
             wait_s=wait_s,
             host=self.host,
         )
+        if not riders:
+            return self.plane.claim_many(queues, **claiming)
+        errors, claims = self.plane.ack_and_claim([ack for _, ack in riders], queues, **claiming)
+        self._report_acks(riders, errors)
+        return claims
 
     def _take(self, claims: Sequence[Claim]) -> bool:
         """Buffer what was claimed and start what fits; False (all released) once draining."""
