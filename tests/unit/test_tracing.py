@@ -200,7 +200,9 @@ def test_a_shell_command_gets_the_job_span_as_traceparent(
     )
 
 
-def test_the_trace_context_rides_the_wire_and_bad_ones_are_refused() -> None:
+def test_the_trace_context_rides_the_wire_and_bad_ones_are_refused(
+    exporter: InMemorySpanExporter,  # installs the tracer provider, whichever test runs first
+) -> None:
     with trace.get_tracer("producer").start_as_current_span("produce") as producer:
         envelope = Envelope.for_raw({"x": 1})
     assert envelope.trace is not None
