@@ -1,7 +1,7 @@
 """Where a `q.call` over HTTP spends its CPU: per process (server, producer, daemon, slot child),
 user and system, per call, beside the call's p50 and p99 (issue 16's profile).
 
-    .venv/bin/python -m bench.cpu_per_call [--calls 2000] [--normal]
+    .venv/bin/python -m bench.cpu_per_call [--calls 2000] [--normal] [--plane embedded-xproc]
 
 On a box where every process shares two cores, the call's latency is close to the sum of the
 CPU on its path, so this says which process to make cheaper. For the inside of one process,
@@ -22,30 +22,45 @@ import psutil
 import dreamlake.lakeshore as dls
 
 from .common import pct, wait_for
-from .lakeshore_runs import daemons, server
+from .lakeshore_runs import _plane, _plane_for, daemons
+
+
+def _servers(url: str | None) -> dict[str, psutil.Process]:
+    """The control plane's process, found by the port it listens on (none when embedded)."""
+    if url is None:
+        return {}
+    port = int(url.rsplit(":", 1)[1])
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return {"server": psutil.Process(conn.pid)}
+    return {}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--normal", action="store_true", help="synchronous=NORMAL")
+    parser.add_argument(
+        "--plane", default="http-sqlite", choices=["http-sqlite", "http-postgres", "embedded-xproc"]
+    )
     parser.add_argument("--hold", type=float, default=0.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lakeshore-cpu-") as scratch:
         home = Path(scratch)
-        store = str(home / "plane.db")
         with (
-            server(home / "srv", store, normal=args.normal) as (url, token, server_pid),
-            daemons(1, "rpc", home=home / "daemon", url=url, token=token) as (daemon_pid,),
-            dls.HttpDispatch(url, token=token) as plane,
+            _plane_for(args.plane, home, args.normal) as (url, token, store, _, _),
+            daemons(1, "rpc", home=home, url=url, token=token, store=store, normal=args.normal) as (
+                daemon_pid,
+            ),
+            _plane(url, token, store, args.normal) as plane,
         ):
             q = dls.SyncQueue("rpc", dispatch=plane)
             wait_for(lambda: q.call(0, timeout=2) == 0, 60, "daemon")
             for _ in range(200):
                 q.call(0)
             daemon = psutil.Process(daemon_pid)
-            procs = {"server": psutil.Process(server_pid), "producer": psutil.Process()}
-            procs["daemon"] = daemon
+            procs = {"producer": psutil.Process(), "daemon": daemon}
+            procs.update(_servers(url))
             procs.update({f"child {c.pid}": c for c in daemon.children(recursive=True)})
             before = {name: p.cpu_times() for name, p in procs.items()}
             took = []
@@ -63,7 +78,7 @@ def main() -> None:
                 system = (after[name].system - before[name].system) / args.calls * 1000
                 print(f"  {name:14s} {user:.3f} ms user + {system:.3f} ms system per call")
             if args.hold:
-                print(f"pids: server {server_pid}, daemon {daemon_pid}", flush=True)
+                print(f"pids: {', '.join(f'{n} {p.pid}' for n, p in procs.items())}", flush=True)
                 time.sleep(args.hold)
 
 

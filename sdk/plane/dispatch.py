@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
 from .waiting import Deadline, room_wait
+from .wakeup import READERS, work_key
 
 T = TypeVar("T")
 
@@ -58,6 +59,8 @@ def open_store(
 #: How often reads sweep expired leases and start deadlines when nothing else does (`_swept`):
 #: the cadence of the server's sweeper.
 READ_SWEEP_EVERY_S = 1.0
+#: What a result or a journal waits for: commits that may end an invocation or post a frame.
+_READS = (READERS,)
 
 
 def box_plane_path() -> Path:
@@ -143,17 +146,30 @@ class Dispatch:
             self._read_swept_at = now
             self.store.sweep()
 
-    def _wait_for(self, fetch: Callable[[], T], ready: Callable[[T], bool], wait_s: float) -> T:
+    def _wait_for(
+        self,
+        fetch: Callable[[], T],
+        ready: Callable[[T], bool],
+        wait_s: float,
+        *,
+        work: Iterable[str],
+        first: Callable[[], T] | None = None,
+    ) -> T:
+        """`fetch` until `ready`, sleeping between on wake-ups under `work` (`Waker.wait`).
+        `first`, when given, is the first fetch: one that also writes (an ack riding on a
+        claim) and so must not be repeated."""
         deadline = Deadline(wait_s)
         waker = self.store.waker
         if wait_s > 0:
             waker.listen()  # before the first fetch, so no wake-up falls between the two
+        step = first or fetch
         while True:
             generation = waker.generation
-            value = fetch()
+            value = step()
             if ready(value) or deadline.passed:
                 return value
-            waker.wait(generation, deadline.nap())
+            waker.wait(generation, deadline.nap(), work=work)
+            step = fetch
 
     # -- producers ----------------------------------------------------------------------------
 
@@ -178,13 +194,10 @@ class Dispatch:
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def fetch() -> Invocation:
-            self._swept()
-            inv = self.store.invocation(self.namespace, inv_id)
-            if inv.state == "running" and wait_s > 0 and self.store.sweep():
-                inv = self.store.invocation(self.namespace, inv_id)
-            return inv
+            self._swept()  # a job whose worker died ends or requeues within a sweep's period
+            return self.store.invocation(self.namespace, inv_id)
 
-        return self._wait_for(fetch, lambda inv: inv.terminal, wait_s)
+        return self._wait_for(fetch, lambda inv: inv.terminal, wait_s, work=_READS)
 
     def count(self, queue: str, state: str = "queued") -> int:
         self._swept()
@@ -203,7 +216,7 @@ class Dispatch:
             ended = not frames and not is_topic and self.invocation(channel).terminal
             return frames, ended
 
-        frames, _ = self._wait_for(fetch, lambda r: bool(r[0]) or r[1], wait_s)
+        frames, _ = self._wait_for(fetch, lambda r: bool(r[0]) or r[1], wait_s, work=_READS)
         return frames
 
     def post(
@@ -258,19 +271,33 @@ class Dispatch:
         wait_s: float = 0.0,
         host: str | None = None,
     ) -> list[Claim]:
-        def fetch() -> list[Claim]:
-            return self.store.claim_many(
-                self.namespace,
-                queues,
-                worker=worker,
-                lease_s=lease_s,
-                limit=limit,
-                kind=kind,
-                temperature=temperature,
-                host=host,
-            )
+        return self._claim_waiting(
+            queues,
+            wait_s=wait_s,
+            host=host,
+            worker=worker,
+            lease_s=lease_s,
+            limit=limit,
+            kind=kind,
+            temperature=temperature,
+        )
 
-        return self._wait_for(fetch, bool, wait_s)
+    def _claim_waiting(
+        self,
+        queues: Sequence[str],
+        *,
+        wait_s: float,
+        host: str | None,
+        first: Callable[[], list[Claim]] | None = None,
+        **claiming: Any,
+    ) -> list[Claim]:
+        """Claim, waiting up to wait_s for work on `queues` (after `first`, when given)."""
+
+        def fetch() -> list[Claim]:
+            return self.store.claim_many(self.namespace, queues, host=host, **claiming)
+
+        work = [work_key(self.namespace, q) for q in queues]
+        return self._wait_for(fetch, bool, wait_s, work=work, first=first)
 
     def ack_and_claim(
         self,
@@ -288,9 +315,16 @@ class Dispatch:
         claiming: dict[str, Any] = dict(
             worker=worker, limit=limit, lease_s=lease_s, kind=kind, temperature=temperature
         )
-        errors, got = self.store.ack_and_claim(self.namespace, acks, queues, host=host, **claiming)
-        if not got and wait_s > 0:
-            got = self.claim_many(queues, wait_s=wait_s, host=host, **claiming)
+        errors: list[DispatchError | None] = []
+
+        def first() -> list[Claim]:
+            nonlocal errors
+            errors, got = self.store.ack_and_claim(
+                self.namespace, acks, queues, host=host, **claiming
+            )
+            return got
+
+        got = self._claim_waiting(queues, wait_s=wait_s, host=host, first=first, **claiming)
         return errors, got
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:

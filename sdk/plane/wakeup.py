@@ -5,10 +5,11 @@ reads the generation, checks the store, and if nothing is there waits for the ge
 Writers bump it after they commit. Waiters may be threads (the SDK) or asyncio tasks (the server,
 where a held long-poll must cost no thread).
 
-Across processes on one box (the embedded SQLite plane) the bump travels as a one-byte datagram
-on a Unix socket: each process that waits binds one socket and drops a marker file naming it in
-`<db>.wake/`; a writer sends a byte to every marker it finds. A dead process's marker is removed by
-the first writer whose send is refused. Postgres feeds the same `Waker` from LISTEN/NOTIFY.
+Across processes on one box (the embedded SQLite plane) the bump travels as a datagram on a Unix
+socket, naming the work keys it concerns: each process that waits binds one socket and drops a
+marker file naming it in `<db>.wake/`; a writer sends to every marker it finds. A dead
+process's marker is removed by the first writer whose send is refused. Postgres feeds the same
+`Waker` from LISTEN/NOTIFY.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ SAFETY_POLL_S = 1.0
 #: A timed wake-up rings this much after its time, so the claim it wakes finds the time passed.
 ALARM_SLACK_S = 0.002
 _ABSTRACT_SOCKETS: bool = sys.platform == "linux"
+#: The largest wake-up datagram sent or read: keys past it are sent as "anything".
+MAX_DATAGRAM = 4096
 
 
 class Relay(Protocol):
@@ -149,12 +152,19 @@ class Waker:
         for relay in self._relays:
             relay.listen(self)
 
-    def wait(self, generation: int, timeout: float) -> bool:
-        """Block until the generation moves past `generation`; False on timeout."""
+    def wait(self, generation: int, timeout: float, *, work: Iterable[str] | None = None) -> bool:
+        """Block until the generation moves past `generation`; with `work`, until a wake-up
+        since then may have brought something under those keys. False on timeout.
+
+        The keys keep a waiter asleep through the commits that cannot concern it: a claim
+        through its own ack, a result through the claim of its job (as `wait_async`)."""
         self.listen()
+        want = None if work is None else frozenset(work)
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._generation == generation:
+            while self._generation == generation or (
+                want is not None and not self.work_since(generation, want)
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -166,14 +176,22 @@ class Waker:
         return self._any_work > generation or any(self._work.get(k, 0) > generation for k in keys)
 
     async def wait_async(
-        self, generation: int, timeout: float, *, work: Iterable[str] | None = None
+        self,
+        generation: int,
+        timeout: float,
+        *,
+        work: Iterable[str] | None = None,
+        wake: asyncio.Future[None] | None = None,
     ) -> bool:
-        """Wait for the generation to move; with `work`, only for work under those keys."""
+        """Wait for the generation to move; with `work`, only for work under those keys.
+        `wake`, a future of the caller's, ends the wait too when someone else resolves it."""
         import asyncio
 
         self.listen()
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[None] = wake if wake is not None else loop.create_future()
+        if fut.done():
+            return True
         entry = (loop, fut)
         want = None if work is None else frozenset(work)
         with self._cond:
@@ -242,12 +260,14 @@ class CrossProcessWaker:
     # -- the writer side ---------------------------------------------------------------------
 
     def send(self, keys: frozenset[str] | None = None) -> None:
-        """One byte to every other process: a waiter there re-checks (keys are not carried)."""
+        """A datagram to every other process naming what changed (`pack_keys`): a waiter
+        there re-checks if it may concern it."""
+        datagram = pack_keys(keys)
         for marker, address in self._current_peers():
             if address == self._own:
                 continue
             try:
-                self._send_sock.sendto(b"!", address)
+                self._send_sock.sendto(datagram, address)
             except BlockingIOError:
                 pass  # its buffer is full of wake-ups already: it will wake
             except (ConnectionRefusedError, FileNotFoundError):
@@ -298,12 +318,13 @@ class CrossProcessWaker:
     def _receive(self, sock: socket.socket, waker: Waker) -> None:
         while True:
             try:
-                data = sock.recv(64)
+                data = sock.recv(MAX_DATAGRAM)
             except OSError:
                 return
             if not data:
                 return  # shut down by close()
-            waker.notify(local_only=True)
+            # `keys` already holds READERS where readers should wake (Waker.notify added it).
+            waker.notify(local_only=True, work=unpack_keys(data), reads=False)
 
     def close(self) -> None:
         self._closed = True
@@ -318,6 +339,28 @@ class CrossProcessWaker:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._own)
         self._send_sock.close()
+
+
+def pack_keys(keys: frozenset[str] | None) -> bytes:
+    """A wake-up datagram: `!` when anything may have changed (also what older senders send),
+    else `k` and the keys (`Waker.notify`'s, READERS included) one per line. Keys that do not
+    fit say `!`: a spurious wake-up costs a re-check, a lost one a safety poll."""
+    if keys is None:
+        return b"!"
+    data = b"k" + "\n".join(sorted(keys)).encode()
+    return data if len(data) <= MAX_DATAGRAM else b"!"
+
+
+def unpack_keys(data: bytes) -> frozenset[str] | None:
+    """The keys of a datagram, None (anything) for `!` or for what no sender here writes: any
+    local process can send to the socket, and garbage must wake, never fail, the receiver."""
+    if data[:1] != b"k":
+        return None
+    try:
+        text = data[1:].decode()
+    except UnicodeDecodeError:
+        return None
+    return frozenset(k for k in text.split("\n") if k)
 
 
 def _address(directory: Path, name: str) -> str:

@@ -6,16 +6,20 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.codec import encode
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
 from dreamlake.lakeshore.plane import sqlite as sqlite_module
+from dreamlake.lakeshore.plane import waiting as waiting_module
 from dreamlake.lakeshore.plane.wakeup import SAFETY_POLL_S
-from dreamlake.lakeshore.types import Invocation
+from dreamlake.lakeshore.types import Ack, Invocation
+from tests.support.daemons import wait_until
 
 
 @pytest.fixture
@@ -97,6 +101,57 @@ def test_a_waiting_stream_wakes_on_a_post_through_another_plane(
 
     assert box["value"] == "hello"
     assert box["at"] - sent < SAFETY_POLL_S * 0.8  # type: ignore[operator]
+
+
+def test_a_worker_reads_the_store_again_only_when_work_comes_to_its_queues(
+    pair: tuple[dls.Dispatch, dls.Dispatch], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its ack rode on a claim that found nothing, the worker's claim sleeps through its
+    own ack and through commits elsewhere; the producer's result wait sleeps through the
+    claim of its job. Each of those wake-ups was a store transaction for nothing."""
+    monkeypatch.setattr(waiting_module, "SAFETY_POLL_S", 60.0)  # only a wake-up ends a wait
+    worker, producer = pair
+    q = dls.SyncQueue("gpu", dispatch=producer)
+    first = q.submit(1)
+    job = worker.claim(["gpu"], worker="w")
+    assert job is not None
+    claims = counted(worker.store, "claim_many")
+    box: dict[str, Any] = {}
+
+    def ack_and_claim() -> None:
+        acks = [Ack(job.id, job.lease, encode("one"))]
+        box["got"] = worker.ack_and_claim(acks, ["gpu"], worker="w", limit=1, wait_s=30.0)
+
+    claimer = threading.Thread(target=ack_and_claim)
+    claimer.start()
+    assert q.result(first, timeout=10) == "one"  # the ack committed
+    dls.SyncQueue("cpu", dispatch=producer).submit(0)  # work, but on a queue it does not serve
+    reads = counted(producer.store, "invocation")
+    second = q.submit(2)
+    reader = threading.Thread(target=lambda: box.update(result=q.result(second, timeout=30)))
+    reader.start()
+    claimer.join(timeout=30)
+    errors, got = box["got"]
+    assert errors == [None] and [c.id for c in got] == [second]
+    wait_until(lambda: reads() == 1, what="the first read")  # then it sleeps, claimed or not
+    worker.ack(second, got[0].lease, encode("two"))
+    reader.join(timeout=30)
+
+    assert box["result"] == "two"
+    assert claims() == 1  # woken once: by the submit to its queue
+    assert reads() == 2  # once more, after the ack
+
+
+def counted(store: object, method: str) -> Callable[[], int]:
+    calls: list[None] = []
+    inner = getattr(store, method)
+
+    def wrapper(*args: object, **kwargs: object) -> object:
+        calls.append(None)
+        return inner(*args, **kwargs)
+
+    setattr(store, method, wrapper)
+    return lambda: len(calls)
 
 
 def eventually_listening(plane: dls.Dispatch) -> None:

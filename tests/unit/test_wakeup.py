@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from dreamlake.lakeshore.plane.wakeup import READERS, CrossProcessWaker, Waker
+from dreamlake.lakeshore.plane.wakeup import (
+    MAX_DATAGRAM,
+    READERS,
+    CrossProcessWaker,
+    Waker,
+    pack_keys,
+    unpack_keys,
+)
 
 
 @pytest.fixture
@@ -155,6 +162,50 @@ def test_a_result_waiter_sleeps_through_submits_and_claims(waker: Waker) -> None
     assert asyncio.run(main()) == [True, False, True, True, False]
 
 
+def test_a_thread_waiting_for_work_sleeps_through_changes_elsewhere(waker: Waker) -> None:
+    """The embedded daemon's claim is not woken by its own ack, nor a `q.call`'s result wait
+    by the claim of its job: each such wake-up was a store transaction for nothing."""
+    gen = waker.generation
+    waker.notify(work=())  # an ack
+    waker.notify(work=["ns/b"], reads=False)  # a submit to another queue
+    assert waker.wait(gen, timeout=0.2, work=["ns/a"]) is False
+    assert waker.wait(gen, timeout=10.0, work=["ns/b"]) is True
+    assert waker.wait(gen, timeout=10.0, work=[READERS]) is True  # the ack
+    assert waker.wait(gen, timeout=10.0) is True  # no keys: any change
+
+    gen = waker.generation
+    waker.notify(work=(), reads=False)  # a claim
+    assert waker.wait(gen, timeout=0.2, work=[READERS]) is False
+
+    box: dict[str, bool] = {}
+    waiter = threading.Thread(target=lambda: box.update(woke=waker.wait(gen, 20.0, work=["ns/a"])))
+    waiter.start()
+    waker.notify(work=["ns/b"], reads=False)
+    waker.notify()  # unknown (a requeue, another process's commit): everyone looks
+    waiter.join(timeout=30)
+    assert box == {"woke": True}
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [None, frozenset(), frozenset({READERS}), frozenset({"ns/a", "ns-2/queue-b", READERS})],
+)
+def test_a_datagram_carries_the_keys_it_was_given(keys: frozenset[str] | None) -> None:
+    assert unpack_keys(pack_keys(keys)) == keys
+
+
+def test_a_datagram_too_long_for_its_keys_says_anything_changed() -> None:
+    keys = frozenset(f"ns/queue-{i:05d}" for i in range(MAX_DATAGRAM // 10))
+
+    assert pack_keys(keys) == b"!"
+
+
+@pytest.mark.parametrize("garbage", [b"!", b"?", b"\x00\xff", b"k\xff\xfe", b"hello"])
+def test_a_datagram_no_sender_writes_wakes_every_waiter(garbage: bytes) -> None:
+    """Any local process can send to the socket: what it sends must never fail the receiver."""
+    assert unpack_keys(garbage) is None
+
+
 # -- across processes -------------------------------------------------------------------------
 
 SENDER = """
@@ -197,6 +248,27 @@ def test_another_process_wakes_a_blocked_waiter(tmp_path: Path) -> None:
     finally:
         waker.close()
     assert list(directory.glob("*.peer")) == []  # close removes its marker
+
+
+def test_a_datagram_wakes_only_the_waiters_its_keys_concern(tmp_path: Path) -> None:
+    directory = tmp_path / "wake"
+    sender = CrossProcessWaker(directory)
+    waker = Waker()
+    receiver = CrossProcessWaker(directory)
+    waker.relay_through(receiver)
+    try:
+        receiver.listen(waker)
+        gen = waker.generation
+        sender.send(frozenset())  # a claim in the other process
+        sender.send(frozenset({"ns/b"}))  # a submit to another queue
+        sender.send(frozenset({"ns/a"}))  # the one the waiter wants
+
+        assert waker.wait(gen, timeout=10.0, work=["ns/a"]) is True
+        assert not waker.work_since(gen, [READERS])
+        assert waker.work_since(gen, ["ns/b"])
+    finally:
+        sender.close()
+        waker.close()
 
 
 def test_a_process_does_not_wake_itself_through_the_socket(tmp_path: Path) -> None:
