@@ -8,6 +8,7 @@ msgpack maps field by field.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -192,6 +193,19 @@ class Ack(NamedTuple):
     id: str
     lease: str
     result: bytes | None
+
+
+class ClaimArgs(NamedTuple):
+    """A claim's arguments (`Plane.claim_many`'s), for a claim held until work comes: the
+    server hands a submit's jobs to such claims in the submit's transaction."""
+
+    queues: Sequence[str]
+    worker: str
+    lease_s: float
+    limit: int = 1
+    kind: str | None = None
+    temperature: float = 1.0
+    host: str | None = None
 
 
 @dataclass(frozen=True)

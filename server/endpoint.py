@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from starlette.requests import Request
@@ -24,6 +24,7 @@ from ..plane.auth import TokenScope
 from ..plane.store import SqlStore
 from .auth import Grants, authenticate, require
 from .blocking import run_blocking
+from .handoff import Seats
 from .wire import Fields, Query, decode_body, error_response, read_body, respond, wants_json
 
 log = logging.getLogger("lakeshore.server")
@@ -41,6 +42,8 @@ class ServerState:
     store: SqlStore
     max_body: int
     grants: Grants
+    #: The claim long-polls held here, for submits to hand their jobs to (handoff.py).
+    seats: Seats = field(default_factory=Seats)
 
 
 class InternalError(DispatchError):
@@ -62,6 +65,11 @@ class Call:
 
     def param(self, name: str) -> str:
         return str(self.request.path_params[name])
+
+    @property
+    def seats(self) -> Seats:
+        seats: Seats = self.request.app.state.lakeshore.seats
+        return seats
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a worker thread."""

@@ -17,7 +17,10 @@ from starlette.requests import Request
 from ..errors import QueueFullError
 from ..plane.store import SqlStore
 from ..plane.waiting import Deadline, room_wait
+from ..plane.wakeup import work_key
+from ..types import DEFAULT_QUEUE, Claim, ClaimArgs, SubmitRequest
 from .blocking import run_blocking
+from .handoff import Seats, hand
 
 #: The longest a single request is held; clients asking for more simply ask again.
 MAX_WAIT_S = 60.0
@@ -34,7 +37,6 @@ async def wait_until(
     *,
     work: Sequence[str] | None = None,
     read: bool = False,
-    quick_write: bool = False,
     since: int | None = None,
 ) -> T:
     """`fetch()` until `ready`, up to `wait_s` (capped); the last value either way.
@@ -45,8 +47,6 @@ async def wait_until(
     stay asleep through other queues' traffic, and result waits through claims and submits.
     `read=True` says `fetch` is a read transaction, which runs on the loop itself when the store
     allows it (`reads_inline`: SQLite's reader never waits for a writer): no thread-pool hop.
-    `quick_write=True` says it is a write that commits without an fsync (a claim): it runs on
-    the loop too when the store's writer is free this instant (`run_if_free`), else in the pool.
     `since`, a generation read before the change whose outcome is awaited (the submit of a
     submit-and-wait), skips the first fetch, which could only find the change not done yet.
     """
@@ -59,8 +59,6 @@ async def wait_until(
         generation = waker.generation
         if inline:
             value = fetch()
-        elif quick_write:
-            value = await run_write(store, fetch, durable=False)
         else:
             value = await run_blocking(fetch)
         if ready(value) or deadline.passed:
@@ -69,6 +67,51 @@ async def wait_until(
             return value
         since = generation
         await waker.wait_async(generation, deadline.nap(), work=work)
+
+
+async def claim_until(
+    store: SqlStore,
+    seats: Seats,
+    ns: str,
+    args: ClaimArgs,
+    wait_s: float,
+    request: Request,
+    *,
+    since: int | None = None,
+) -> list[Claim]:
+    """A claim long-poll: `claim_many` until it gets something, up to `wait_s` (capped).
+
+    As `wait_until` with the queues' work keys, and while it waits it holds a seat (`Seats`):
+    a submit to one of its queues on this server may claim for it in the submit's own
+    transaction and hand it the claims, which then need no transaction of their own.
+    `since` as for `wait_until`: a generation before a claim that already found nothing.
+    """
+    deadline = Deadline(wait_s, MAX_WAIT_S)
+    waker = store.waker
+    work = [work_key(ns, q) for q in args.queues or [DEFAULT_QUEUE]]
+    claiming = args._asdict()
+    queues = claiming.pop("queues")
+
+    def fetch() -> list[Claim]:
+        return store.claim_many(ns, queues, **claiming)
+
+    fetched = False
+    while True:
+        if since is None:
+            since = waker.generation
+            got = await run_write(store, fetch, durable=False)
+            if got or deadline.passed:
+                return got
+            if fetched and await hung_up(request):
+                return got
+            fetched = True
+        with seats.held(args, work) as seat:
+            await waker.wait_async(since, deadline.nap(), work=work, wake=seat.wake)
+        since = None
+        if seat.handed is not None:  # a submit took the seat: what did its write hand over?
+            got = await seat.handed
+            if got:
+                return got
 
 
 async def run_write(store: SqlStore, write: Callable[[], T], *, durable: bool = True) -> T:
@@ -115,3 +158,36 @@ async def admit(store: SqlStore, submit: Callable[[], T], wait_s: float) -> T:
             return await run_write(store, submit)
         except QueueFullError as full:
             await waker.wait_async(generation, room_wait(full, deadline))
+
+
+async def admit_handing(
+    store: SqlStore,
+    seats: Seats,
+    ns: str,
+    queue: str,
+    requests: Sequence[SubmitRequest],
+    wait_s: float,
+) -> list[str]:
+    """`admit` a submit that first hands its jobs to the claims held on its queue (`Seats`),
+    in its own transaction. A full queue, or no claim held, is a plain `admit`."""
+    taken = seats.take(work_key(ns, queue), len(requests))
+    if not taken:
+        return await admit(store, lambda: store.submit(ns, queue, requests), wait_s)
+    # Each claims from this queue only, though it may serve others: a transaction that took
+    # this queue's counter rows must not go on to lock another queue's (Postgres would see two
+    # such submits deadlock), and the others had nothing for it when it last looked.
+    claimers = [seat.args._replace(queues=[queue]) for seat in taken]
+    try:
+        ids, claims = await run_write(
+            store, lambda: store.submit_handing(ns, queue, requests, claimers)
+        )
+    except QueueFullError:
+        hand(taken, None)
+        return await admit(store, lambda: store.submit(ns, queue, requests), wait_s)
+    except BaseException:
+        hand(taken, None)
+        raise
+    orphaned = hand(taken, claims)
+    if orphaned:  # their claimers went away while the write ran: back to the queue now
+        await run_blocking(lambda: [store.release(c.id, c.lease) for c in orphaned])
+    return ids

@@ -14,12 +14,12 @@ from .. import codec
 from ..errors import DispatchError, Forbidden, InvalidArgument
 from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
-from ..plane.wakeup import READERS, work_key
+from ..plane.wakeup import READERS
 from ..storage import StorageRef
 from ..types import (
-    DEFAULT_QUEUE,
     Ack,
     Claim,
+    ClaimArgs,
     Frame,
     Invocation,
     SubmitRequest,
@@ -28,7 +28,7 @@ from ..types import (
 )
 from .auth import require
 from .endpoint import Api, Call
-from .longpoll import admit, hung_up, run_write, wait_until
+from .longpoll import admit_handing, claim_until, hung_up, run_write, wait_until
 from .payload_kinds import code_in
 from .wire import Fields
 
@@ -90,7 +90,7 @@ async def submit(call: Call) -> dict[str, Any]:
     )
     queue = call.param("queue")
     before = call.store.waker.generation  # the submit's outcome comes after this
-    ids = await admit(call.store, lambda: call.store.submit(call.ns, queue, requests), wait_s)
+    ids = await admit_handing(call.store, call.seats, call.ns, queue, requests, wait_s)
     if result_wait <= 0:
         return {"ids": ids}
     # Submit-and-wait: an RPC in one round trip. The row comes back terminal, or as it stands
@@ -227,13 +227,7 @@ async def claim(call: Call) -> dict[str, Any]:
         raise InvalidArgument(f"field 'limit' must be an integer in [1, {MAX_BATCH}]")
     acks = _acks(b) if "acks" in b.data else None
 
-    claiming: dict[str, Any] = dict(
-        worker=worker, lease_s=lease_s, limit=limit, kind=kind, temperature=temperature, host=host
-    )
-
-    def fetch() -> list[Claim]:
-        return call.store.claim_many(call.ns, queues, **claiming)
-
+    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host)
     out: dict[str, Any] = {}
     got: list[Claim] = []
     since = None
@@ -241,14 +235,15 @@ async def claim(call: Call) -> dict[str, Any]:
         # The claim inside ack_and_claim saw every submit before this: the wait below need
         # not look again until one after it lands.
         since = call.store.waker.generation
+        claiming = args._asdict()
+        del claiming["queues"]
         errors, got = await run_write(
             call.store, lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming)
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
     if not got:
-        work = [work_key(call.ns, q) for q in queues or [DEFAULT_QUEUE]]
-        got = await wait_until(
-            call.store, fetch, bool, wait_s, call.request, work=work, quick_write=True, since=since
+        got = await claim_until(
+            call.store, call.seats, call.ns, args, wait_s, call.request, since=since
         )
     if got and await hung_up(call.request):
         # Nobody will read these claims: give them back now rather than after the lease runs out.

@@ -15,6 +15,7 @@ from ...types import (
     DEFAULT_QUEUE,
     Ack,
     Claim,
+    ClaimArgs,
     Invocation,
     Kind,
     QueueInfo,
@@ -53,6 +54,22 @@ class InvocationStore(QueueStore):
 
     def submit(self, ns: str, queue: str, requests: Sequence[SubmitRequest]) -> list[str]:
         """Enqueue a batch in one transaction; a key already used returns the existing id."""
+        ids, _ = self.submit_handing(ns, queue, requests, ())
+        return ids
+
+    def submit_handing(
+        self,
+        ns: str,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        claimers: Sequence[ClaimArgs],
+    ) -> tuple[list[str], list[list[Claim]]]:
+        """`submit`, then a claim for each of `claimers` (claims waiting on this queue) in the
+        same transaction: (the ids, each claimer's claims).
+
+        A claim already waiting when the job arrives takes it with the commit that makes it,
+        instead of being woken to claim it in a transaction of its own. Each claim picks its
+        jobs as `claim_many` would, so handing one over never reorders a queue."""
         check_name(queue)
         for req in requests:
             check_submit(req)
@@ -62,9 +79,16 @@ class InvocationStore(QueueStore):
         # deadlock each other (Postgres holds each inserted key's index entry to commit).
         ids = [req.id or new_id() for req in requests]
         order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
+        claiming = [
+            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host), c)
+            for c in claimers
+        ]
+        handed: list[list[Row]] = []
+        expired = 0
         with self.connector.transaction() as tx:
             if self._submitted_before(tx, ns, queue, requests):
-                return ids  # the same submit again, its answer lost: the jobs it made
+                # The same submit again, its answer lost: the jobs it made.
+                return ids, [[] for _ in claimers]
             info = self._queue_for_submit(tx, ns, queue, now)
             admit(tx, info, requests, now)
             deadline_at = deadline_for(info, now)
@@ -94,9 +118,15 @@ class InvocationStore(QueueStore):
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
                 ids[i] = row["id"]
-        # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
-        self.waker.notify(work=[work_key(ns, queue)], reads=False)
-        return ids
+            for params, c in claiming:
+                rows, swept = self._claim_in(tx, params, c.kind, c.temperature, c.limit)
+                handed.append(rows)
+                expired += swept
+        if sum(map(len, handed)) < len(requests):
+            # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
+            self.waker.notify(work=[work_key(ns, queue)], reads=False)
+        self._claimed([row for rows in handed for row in rows], expired)
+        return ids, [[claim_of(row) for row in rows] for rows in handed]
 
     def _submitted_before(
         self, tx: Transaction, ns: str, queue: str, requests: Sequence[SubmitRequest]

@@ -1,0 +1,89 @@
+"""Claims held on this server, so that a submit can hand them its jobs in its own transaction.
+
+A claim long-poll that found nothing takes a `Seat` under its queues' work keys. A submit to one
+of those queues takes seats (oldest first) and claims for them inside the transaction that
+inserts its jobs (`SqlStore.submit_handing`): one commit instead of two, and the claimer answers
+without reading the store again. A seat is only ever taken on the event loop, so a seat is
+handed to one submit at most; the claimer then waits for that submit's write to finish, which
+may hand it nothing (another claim was first, the job is held for another host, the write
+failed) — it goes back to its long-poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from ..types import Claim, ClaimArgs
+
+
+class Seat:
+    """One held claim: what it asks for, and how it learns what a submit handed it."""
+
+    __slots__ = ("args", "handed", "keys", "wake")
+
+    def __init__(self, args: ClaimArgs, keys: Sequence[str], loop: asyncio.AbstractEventLoop):
+        self.args = args
+        self.keys = tuple(keys)
+        #: Resolves the claimer's wait on the store's waker (`Waker.wait_async(wake=...)`).
+        self.wake: asyncio.Future[None] = loop.create_future()
+        #: Set when a submit took the seat; resolved with the claims once its write is over.
+        self.handed: asyncio.Future[list[Claim]] | None = None
+
+
+class Seats:
+    """The seats of this server's claim long-polls, per work key, oldest first."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, dict[Seat, None]] = {}
+
+    @contextlib.contextmanager
+    def held(self, args: ClaimArgs, keys: Sequence[str]) -> Iterator[Seat]:
+        """A seat for the length of one wait; gone from every key when the wait ends."""
+        seat = Seat(args, keys, asyncio.get_running_loop())
+        for key in seat.keys:
+            self._by_key.setdefault(key, {})[seat] = None
+        try:
+            yield seat
+        finally:
+            self._leave(seat)
+
+    def take(self, key: str, jobs: int) -> list[Seat]:
+        """Seats under `key` whose limits add up to `jobs` at most (at least one, if any)."""
+        taken: list[Seat] = []
+        room = 0
+        for seat in list(self._by_key.get(key, ())):
+            if taken and room + seat.args.limit > jobs:
+                break
+            self._leave(seat)
+            seat.handed = asyncio.get_running_loop().create_future()
+            taken.append(seat)
+            room += seat.args.limit
+            if room >= jobs:
+                break
+        return taken
+
+    def _leave(self, seat: Seat) -> None:
+        for key in seat.keys:
+            waiting = self._by_key.get(key)
+            if waiting is not None:
+                waiting.pop(seat, None)
+                if not waiting:
+                    del self._by_key[key]
+
+
+def hand(seats: Sequence[Seat], claims: Sequence[list[Claim]] | None) -> list[Claim]:
+    """Tell each taken seat what it got (None: the write failed, nothing); the claims of
+    seats whose claimer is gone, for the caller to release."""
+    orphaned: list[Claim] = []
+    for i, seat in enumerate(seats):
+        got = claims[i] if claims is not None else []
+        assert seat.handed is not None
+        if seat.handed.done():  # cancelled: its request was torn down while it waited
+            orphaned += got
+            continue
+        seat.handed.set_result(got)
+        if not seat.wake.done():
+            seat.wake.set_result(None)
+    return orphaned

@@ -1,0 +1,198 @@
+"""A submit hands its job to a claim held on the server, in the submit's own transaction.
+
+In-process, through the ASGI app (no socket), so the store's calls can be counted: the proof
+that the claim needed no transaction of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import pytest
+
+from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.plane.store import SqlStore
+from dreamlake.lakeshore.plane.store.base import new_id
+from dreamlake.lakeshore.server.app import create_app
+from dreamlake.lakeshore.server.handoff import Seats, hand
+from dreamlake.lakeshore.types import Claim, ClaimArgs, SubmitRequest
+
+NS = "/v1/namespaces/default"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    store = open_store(tmp_path / "plane.db")
+    store.ensure_namespace("default")
+    yield store
+    store.close()
+
+
+def counted(store: SqlStore, method: str) -> list[None]:
+    calls: list[None] = []
+    inner = getattr(store, method)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls.append(None)
+        return inner(*args, **kwargs)
+
+    setattr(store, method, wrapper)
+    return calls
+
+
+def serve(store: SqlStore, scenario: Callable[[Client], Awaitable[None]]) -> None:
+    app = create_app(store)
+    token = store.create_token("default", label="test", admin=True)
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://test",
+            headers={"authorization": f"Bearer {token}", "content-type": "application/msgpack"},
+            timeout=30,
+        ) as http:
+            await scenario(Client(http, app.state.lakeshore.seats))
+
+    asyncio.run(main())
+
+
+class Client:
+    def __init__(self, http: httpx.AsyncClient, seats: Seats) -> None:
+        self.http = http
+        self.seats = seats
+
+    async def post(self, path: str, body: dict[str, Any], **params: Any) -> Any:
+        response = await self.http.post(
+            NS + path, content=msgpack.packb(body), params=params or None
+        )
+        assert response.status_code < 300, response.text
+        return msgpack.unpackb(response.content) if response.content else None
+
+    async def held(self, key: str = "default/q", n: int = 1) -> None:
+        """Until `n` claims hold a seat under `key` (each is a task of this loop)."""
+        for _ in range(5000):
+            if len(self.seats._by_key.get(key, ())) >= n:
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError(f"no claim took a seat under {key}")
+
+    def claim(self, **fields: Any) -> asyncio.Task[Any]:
+        body = {"queues": ["q"], "worker": "w1", "wait": 20.0, **fields}
+        return asyncio.ensure_future(self.post("/claims", body))
+
+
+def test_a_held_claim_takes_the_job_with_the_submits_commit(store: SqlStore) -> None:
+    claims = counted(store, "claim_many")
+
+    async def scenario(c: Client) -> None:
+        claim = c.claim()
+        await c.held()
+        ids = (await c.post("/queues/q/invocations", {"payload": b"\x01"}))["ids"]
+        got = (await claim)["claim"]
+
+        assert got["id"] == ids[0] and got["payload"] == b"\x01"
+        assert len(claims) == 1  # the claim that found nothing; the job came with the submit
+        assert store.invocation("default", ids[0]).state == "running"
+        assert c.seats._by_key == {}
+        await c.post(f"/invocations/{ids[0]}/ack", {"lease": got["lease"], "result": b"ok"})
+        assert store.invocation("default", ids[0]).state == "succeeded"
+
+    serve(store, scenario)
+
+
+def test_a_batch_is_shared_among_held_claims_oldest_first(store: SqlStore) -> None:
+    async def scenario(c: Client) -> None:
+        first = c.claim(worker="w1", limit=2)
+        await c.held()
+        second = c.claim(worker="w2")
+        await c.held(n=2)
+        third = c.claim(worker="w3")
+        await c.held(n=3)
+        items = [{"payload": bytes([i])} for i in range(3)]
+        ids = (await c.post("/queues/q/invocations", {"items": items}))["ids"]
+
+        one, two = (await first)["claims"], (await second)["claim"]
+        assert [x["id"] for x in one] == ids[:2] and two["id"] == ids[2]
+        assert next(iter(c.seats._by_key["default/q"])).args.worker == "w3"  # still waiting
+        ids = (await c.post("/queues/q/invocations", {"payload": b"\x09"}))["ids"]
+        assert (await third)["claim"]["id"] == ids[0]
+
+    serve(store, scenario)
+
+
+def test_a_claim_handed_nothing_goes_back_to_waiting(store: SqlStore) -> None:
+    """A job held for another host (a locality window) is not this claimer's to take."""
+    store.create_queue("default", "q", admission={"locality_wait_s": 30.0})
+
+    async def scenario(c: Client) -> None:
+        claim = c.claim(host="box-a")
+        await c.held()
+        await c.post("/queues/q/invocations", {"payload": b"\x01", "host": "box-b"})
+        await c.held()  # seated again after the submit handed it nothing
+        ids = (await c.post("/queues/q/invocations", {"payload": b"\x02"}))["ids"]
+
+        assert (await claim)["claim"]["id"] == ids[0]
+        assert store.count("default", "q", "queued") == 1
+
+    serve(store, scenario)
+
+
+def test_a_submit_refused_by_admission_hands_nothing_and_changes_nothing(
+    store: SqlStore,
+) -> None:
+    admission = {"max_depth": 1, "on_full": "reject", "locality_wait_s": 30.0}
+    store.create_queue("default", "q", admission=admission)
+    store.submit("default", "q", [SubmitRequest(payload=b"\x00", host="box-b")])  # full now
+
+    async def scenario(c: Client) -> None:
+        claim = c.claim(wait=0.5, host="box-a")  # the queued job is held for another host
+        await c.held()
+        response = await c.http.post(
+            NS + "/queues/q/invocations", content=msgpack.packb({"payload": b"\x01"})
+        )
+
+        assert response.status_code == 429
+        assert (await claim)["claim"] is None
+        assert store.count("default", "q", "queued") == 1
+        assert c.seats._by_key == {}
+
+    serve(store, scenario)
+
+
+def test_the_store_claims_for_the_claimers_in_the_submits_transaction(store: SqlStore) -> None:
+    store.submit("default", "q", [SubmitRequest(payload=b"\x00")])  # an older job goes first
+    args = [ClaimArgs(["q"], "w1", 60.0, limit=1), ClaimArgs(["q"], "w2", 60.0, limit=5)]
+
+    request = SubmitRequest(payload=b"\x01", id=new_id())
+    ids, handed = store.submit_handing("default", "q", [request], args)
+
+    assert [[c.payload for c in got] for got in handed] == [[b"\x00"], [b"\x01"]]
+    assert handed[1][0].id == ids[0]
+    assert store.count("default", "q", "running") == 2
+    # The same submit sent again (its answer lost) claims nothing more.
+    again, none = store.submit_handing("default", "q", [request], args)
+    assert again == ids and none == [[], []]
+
+
+def test_claims_handed_to_a_claimer_that_went_away_come_back_for_release() -> None:
+    """A claimer torn down while the submit's write ran (its wait on `handed` cancelled)
+    cannot answer: its claims go back to the caller, to release, not to the lease's end."""
+    claim = Claim("01J0", "default", "q", b"", 1, "lease", 0.0, None)
+
+    async def main() -> tuple[list[Claim], list[Claim], bool]:
+        seats = Seats()
+        args = ClaimArgs(["q"], "w1", 60.0)
+        with seats.held(args, ["default/q"]), seats.held(args, ["default/q"]):
+            gone, waiting = seats.take("default/q", 2)
+        assert gone.handed is not None and waiting.handed is not None
+        gone.handed.cancel()
+        orphaned = hand([gone, waiting], [[claim], []])
+        return orphaned, waiting.handed.result(), waiting.wake.done()
+
+    assert asyncio.run(main()) == ([claim], [], True)
