@@ -156,6 +156,14 @@ UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
 RETURNING id;
 
+-- name: settle_success_in
+-- settle_success for a caller bound to a namespace: an id of another one matches nothing (and
+-- the settle that matched nothing then reads as unknown), in the one statement of an ack.
+UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
+WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
+  AND lease_expires_at >= :now
+RETURNING id;
+
 -- name: settle_terminal
 UPDATE invocations SET state = :state, error = :error, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
@@ -534,10 +542,6 @@ DELETE FROM tokens WHERE hash IN (:hashes) RETURNING hash, namespace, label;
 
 -- name: signature_of
 SELECT signature FROM invocations WHERE id = :id;
-
--- name: ids_in_namespace
--- Which of a batch's ids belong to the caller's namespace (a batch ack refuses the others).
-SELECT id FROM invocations WHERE namespace = :ns AND id IN (:ids);
 
 -- name: leader_acquire
 -- Take or keep leadership of :name until :expires_at: granted when nobody holds it, when its

@@ -119,7 +119,9 @@ class InvocationStore(QueueStore):
                     assert row is not None  # the conflict that suppressed the insert
                 ids[i] = row["id"]
             for params, c in claiming:
-                rows, swept = self._claim_in(tx, params, c.kind, c.temperature, c.limit)
+                # The queue row read above says the kind of a claim on this queue alone.
+                kind = c.kind if c.kind or list(c.queues) != [queue] else info.kind
+                rows, swept = self._claim_in(tx, params, kind, c.temperature, c.limit)
                 handed.append(rows)
                 expired += swept
         if sum(map(len, handed)) < len(requests):
@@ -390,18 +392,21 @@ class InvocationStore(QueueStore):
         self, tx: Transaction, acks: Sequence[Ack], ns: str | None, now: float
     ) -> list[DispatchError | None]:
         out: list[DispatchError | None] = []
-        owned = None
-        if ns is not None and acks:
-            rows = tx.all("ids_in_namespace", ns=ns, ids=[a.id for a in acks])
-            owned = {r["id"] for r in rows}
         for a in acks:
-            if owned is not None and a.id not in owned:
-                out.append(NotFound(f"unknown invocation '{a.id}'"))
-                continue
             # No END frame: a reader that finds no more frames and a succeeded row has
             # reached the end, which saves a write on every job that never streamed.
-            if tx.one("settle_success", id=a.id, lease=a.lease, result=a.result, now=now):
+            settled = (
+                tx.one("settle_success", id=a.id, lease=a.lease, result=a.result, now=now)
+                if ns is None
+                else tx.one(
+                    "settle_success_in", id=a.id, ns=ns, lease=a.lease, result=a.result, now=now
+                )
+            )
+            if settled:
                 out.append(None)
+                continue
+            if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
+                out.append(NotFound(f"unknown invocation '{a.id}'"))  # or another namespace's
                 continue
             try:
                 self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack", result=a.result)
