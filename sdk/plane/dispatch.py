@@ -19,6 +19,7 @@ from ..extras import needs_extra
 from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
+    DEFAULT_QUEUE,
     Ack,
     Claim,
     Frame,
@@ -296,7 +297,7 @@ class Dispatch:
         def fetch() -> list[Claim]:
             return self.store.claim_many(self.namespace, queues, host=host, **claiming)
 
-        work = [work_key(self.namespace, q) for q in queues]
+        work = [work_key(self.namespace, q) for q in queues or [DEFAULT_QUEUE]]
         return self._wait_for(fetch, bool, wait_s, work=work, first=first)
 
     def ack_and_claim(

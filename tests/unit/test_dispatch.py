@@ -142,6 +142,25 @@ def test_a_worker_reads_the_store_again_only_when_work_comes_to_its_queues(
     assert reads() == 2  # once more, after the ack
 
 
+def test_a_claim_on_the_default_queue_wakes_on_a_submit_there(
+    pair: tuple[dls.Dispatch, dls.Dispatch], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No queues named is the default queue, for the wake-ups it waits for too."""
+    monkeypatch.setattr(waiting_module, "SAFETY_POLL_S", 60.0)  # only a wake-up ends a wait
+    worker, producer = pair
+    box: dict[str, Any] = {}
+    claimer = threading.Thread(
+        target=lambda: box.update(got=worker.claim([], worker="w", wait_s=60.0))
+    )
+    claimer.start()
+    eventually_listening(worker)
+    inv = dls.SyncQueue("default", dispatch=producer).submit(1)
+    claimer.join(timeout=20)
+
+    assert not claimer.is_alive(), "the submit did not wake the claim"
+    assert box["got"] is not None and box["got"].id == inv
+
+
 def counted(store: object, method: str) -> Callable[[], int]:
     calls: list[None] = []
     inner = getattr(store, method)
