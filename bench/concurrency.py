@@ -22,6 +22,7 @@ the same for every system, and the figure is what each does with the same two co
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -88,6 +89,13 @@ def _caller(kind: str, cfg: dict[str, Any]) -> tuple[Call, Callable[[], None]]:
         return (lambda i: q.call(i, timeout=CALL_TIMEOUT_S)), plane.close
     if kind == "celery":
         from .peers import celery_tasks  # reads BENCH_* from the environment it inherited
+
+        # Celery 5.5's Redis result backend deadlocks a producer now and then: the cyclic GC
+        # finalizes a spent AsyncResult while the backend's pub/sub connection is mid-command,
+        # and its __del__ re-enters that connection's lock (celery/celery#10477, fixed
+        # upstream by #10497). No cycle collection in this process keeps the finalizer out of
+        # those windows; the producer lives for one run.
+        gc.disable()
 
         noop = celery_tasks.noop
         return (lambda i: noop.delay(i).get(timeout=CALL_TIMEOUT_S)), lambda: None
