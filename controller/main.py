@@ -15,7 +15,6 @@ the older names LAKESHORE_STORE, LAKESHORE_URL (for --plane-url) and LAKESHORE_T
 from __future__ import annotations
 
 import signal
-import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from ..plane.dispatch import open_store
 from ..plane.http import HttpFleet
 from ..plane.leader import Leader, LeaseLeader, leader_for
 from ..plane.store import SqlStore
+from .stop import StopSignal
 
 if TYPE_CHECKING:
     from .metrics import ControllerMetrics
@@ -168,10 +168,10 @@ def controller_command(
     else:
         plane_store = open_store(target, create=False)  # a typo must not make an empty plane
         leader = leader_for(target, LEADER_KEY)
-    stop = threading.Event()
+    stop = StopSignal()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        stop.set()  # no lock taken: see stop.py
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -190,6 +190,7 @@ def controller_command(
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        stop.close()
         leader.close()
         plane_store.close()
 
