@@ -207,6 +207,12 @@ class ClaimArgs(NamedTuple):
     temperature: float = 1.0
     host: str | None = None
 
+    def keywords(self) -> dict[str, Any]:
+        """Everything but the queues, as `claim_many` and `ack_and_claim` take it."""
+        out = self._asdict()
+        del out["queues"]
+        return out
+
 
 @dataclass(frozen=True)
 class Frame:

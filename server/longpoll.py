@@ -89,11 +89,10 @@ async def claim_until(
     deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     work = [work_key(ns, q) for q in args.queues or [DEFAULT_QUEUE]]
-    claiming = args._asdict()
-    queues = claiming.pop("queues")
+    claiming = args.keywords()
 
     def fetch() -> list[Claim]:
-        return store.claim_many(ns, queues, **claiming)
+        return store.claim_many(ns, args.queues, **claiming)
 
     fetched = False
     while True:

@@ -235,8 +235,7 @@ async def claim(call: Call) -> dict[str, Any]:
         # The claim inside ack_and_claim saw every submit before this: the wait below need
         # not look again until one after it lands.
         since = call.store.waker.generation
-        claiming = args._asdict()
-        del claiming["queues"]
+        claiming = args.keywords()
         errors, got = await run_write(
             call.store, lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming)
         )

@@ -6,7 +6,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from dreamlake.lakeshore.plane import waiting as waiting_module
 from dreamlake.lakeshore.plane.wakeup import SAFETY_POLL_S
 from dreamlake.lakeshore.types import Ack, Invocation
 from tests.support.daemons import wait_until
+from tests.support.spies import counted
 
 
 @pytest.fixture
@@ -159,18 +160,6 @@ def test_a_claim_on_the_default_queue_wakes_on_a_submit_there(
 
     assert not claimer.is_alive(), "the submit did not wake the claim"
     assert box["got"] is not None and box["got"].id == inv
-
-
-def counted(store: object, method: str) -> Callable[[], int]:
-    calls: list[None] = []
-    inner = getattr(store, method)
-
-    def wrapper(*args: object, **kwargs: object) -> object:
-        calls.append(None)
-        return inner(*args, **kwargs)
-
-    setattr(store, method, wrapper)
-    return lambda: len(calls)
 
 
 def eventually_listening(plane: dls.Dispatch) -> None:

@@ -21,6 +21,7 @@ from dreamlake.lakeshore.plane.store.base import new_id
 from dreamlake.lakeshore.server.app import create_app
 from dreamlake.lakeshore.server.handoff import Seats, hand
 from dreamlake.lakeshore.types import Claim, ClaimArgs, SubmitRequest
+from tests.support.spies import counted
 
 NS = "/v1/namespaces/default"
 
@@ -31,18 +32,6 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
     store.ensure_namespace("default")
     yield store
     store.close()
-
-
-def counted(store: SqlStore, method: str) -> list[None]:
-    calls: list[None] = []
-    inner = getattr(store, method)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        calls.append(None)
-        return inner(*args, **kwargs)
-
-    setattr(store, method, wrapper)
-    return calls
 
 
 def serve(store: SqlStore, scenario: Callable[[Client], Awaitable[None]]) -> None:
@@ -97,7 +86,7 @@ def test_a_held_claim_takes_the_job_with_the_submits_commit(store: SqlStore) -> 
         got = (await claim)["claim"]
 
         assert got["id"] == ids[0] and got["payload"] == b"\x01"
-        assert len(claims) == 1  # the claim that found nothing; the job came with the submit
+        assert claims() == 1  # the claim that found nothing; the job came with the submit
         assert store.invocation("default", ids[0]).state == "running"
         assert c.seats._by_key == {}
         await c.post(f"/invocations/{ids[0]}/ack", {"lease": got["lease"], "result": b"ok"})

@@ -250,25 +250,33 @@ def test_another_process_wakes_a_blocked_waiter(tmp_path: Path) -> None:
     assert list(directory.glob("*.peer")) == []  # close removes its marker
 
 
-def test_a_datagram_wakes_only_the_waiters_its_keys_concern(tmp_path: Path) -> None:
+@pytest.fixture
+def two_ends(tmp_path: Path) -> Iterator[tuple[CrossProcessWaker, Waker, CrossProcessWaker]]:
+    """(sender, waker, the waker's receiving relay, not listening yet) on one directory: two
+    processes' ends of the datagram wake-ups, in one."""
     directory = tmp_path / "wake"
     sender = CrossProcessWaker(directory)
     waker = Waker()
     receiver = CrossProcessWaker(directory)
     waker.relay_through(receiver)
-    try:
-        receiver.listen(waker)
-        gen = waker.generation
-        sender.send(frozenset())  # a claim in the other process
-        sender.send(frozenset({"ns/b"}))  # a submit to another queue
-        sender.send(frozenset({"ns/a"}))  # the one the waiter wants
+    yield sender, waker, receiver
+    sender.close()
+    waker.close()
 
-        assert waker.wait(gen, timeout=10.0, work=["ns/a"]) is True
-        assert not waker.work_since(gen, [READERS])
-        assert waker.work_since(gen, ["ns/b"])
-    finally:
-        sender.close()
-        waker.close()
+
+def test_a_datagram_wakes_only_the_waiters_its_keys_concern(
+    two_ends: tuple[CrossProcessWaker, Waker, CrossProcessWaker],
+) -> None:
+    sender, waker, receiver = two_ends
+    receiver.listen(waker)
+    gen = waker.generation
+    sender.send(frozenset())  # a claim in the other process
+    sender.send(frozenset({"ns/b"}))  # a submit to another queue
+    sender.send(frozenset({"ns/a"}))  # the one the waiter wants
+
+    assert waker.wait(gen, timeout=10.0, work=["ns/a"]) is True
+    assert not waker.work_since(gen, [READERS])
+    assert waker.work_since(gen, ["ns/b"])
 
 
 def test_a_process_does_not_wake_itself_through_the_socket(tmp_path: Path) -> None:
@@ -321,23 +329,17 @@ def test_a_dead_process_marker_is_removed(tmp_path: Path) -> None:
     assert not markers[0].exists()
 
 
-def test_a_new_waiter_is_found_by_a_sender_that_already_scanned(tmp_path: Path) -> None:
-    directory = tmp_path / "wake"
-    sender = CrossProcessWaker(directory)
-    waker = Waker()
-    receiver = CrossProcessWaker(directory)
-    waker.relay_through(receiver)
-    try:
-        sender.send()  # scans: nobody listens yet
-        receiver.listen(waker)
-        gen = waker.generation
+def test_a_new_waiter_is_found_by_a_sender_that_already_scanned(
+    two_ends: tuple[CrossProcessWaker, Waker, CrossProcessWaker],
+) -> None:
+    sender, waker, receiver = two_ends
+    sender.send()  # scans: nobody listens yet
+    receiver.listen(waker)
+    gen = waker.generation
 
-        sender.send()
+    sender.send()
 
-        assert waker.wait(gen, timeout=10.0) is True
-    finally:
-        sender.close()
-        waker.close()
+    assert waker.wait(gen, timeout=10.0) is True
 
 
 def test_close_stops_listening_and_is_safe_twice(tmp_path: Path) -> None:
