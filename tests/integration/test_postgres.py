@@ -169,6 +169,35 @@ def test_max_depth_holds_under_concurrent_submitters(plane: dls.Dispatch) -> Non
     assert plane.count("capped") == 5
 
 
+def test_a_sweep_that_skipped_a_locked_expired_attempt_never_ends_it_with_attempts_left(
+    url: str, plane: dls.Dispatch
+) -> None:
+    # Given an attempt with attempts left whose lease has run out (the sweep is told a later
+    # `now`), held FOR UPDATE by another transaction (a refused ack reads its lease so) while
+    # one replica's sweep requeues
+    q = dls.SyncQueue("expiring", dispatch=plane)
+    inv = q.submit(1)
+    job = q.claim(lease_s=30.0)
+    assert job is not None and job.id == inv
+    later = time.time() + 60.0
+    conninfo, _ = parse_url(url)
+    connector = connector_of(plane)
+    with psycopg.connect(conninfo) as holder:
+        holder.execute("SELECT 1 FROM invocations WHERE id = %s FOR UPDATE", (inv,))
+        with connector.transaction() as tx:
+            assert tx.all("requeue_expired", now=later) == []  # skipped: locked
+        holder.commit()
+        # When the same sweep goes on to end what ran out, the lock now gone
+        with connector.transaction() as tx:
+            ended = tx.all("end_expired", now=later)
+
+    # Then it ends nothing: the attempt had retries left, and the next sweep requeues it
+    assert ended == []
+    assert plane.invocation(inv).state == "running"
+    with connector.transaction() as tx:
+        assert [r["id"] for r in tx.all("requeue_expired", now=later)] == [inv]
+
+
 def test_pooled_connections_killed_by_the_server_are_replaced_not_raised(
     url: str, plane: dls.Dispatch, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -136,13 +136,18 @@ WHERE id IN (
 RETURNING id;
 
 -- name: end_expired
+-- Only what requeue_expired may not move: on Postgres it skips a row another transaction holds
+-- (a refused ack reading its lease), and that row, unlocked by the time this runs, still has
+-- its retries.
 UPDATE invocations
 SET state = CASE WHEN kill_requested = 1 THEN 'killed' ELSE 'failed' END,
     error = 'lease expired on attempt ' || attempt || ' of ' || max_attempts
         || ' (the worker stopped heartbeating)',
     finished_at = :now
 WHERE id IN (
-    SELECT id FROM invocations WHERE state = 'running' AND lease_expires_at < :now {skip_locked})
+    SELECT id FROM invocations
+    WHERE state = 'running' AND lease_expires_at < :now
+      AND (attempt >= max_attempts OR kill_requested = 1) {skip_locked})
 RETURNING id, error;
 
 -- name: expire_deadlines
