@@ -161,6 +161,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Other processes' commits wake this server's waiters from the start: a first wait
+        # that began listening only when it began could miss one that came just before.
+        store.waker.listen()
         sweeper = asyncio.create_task(_sweeper(store, sweep_interval_s))
         # Retention (None: off): trims ended invocations' frames, then rows, on a timer.
         retainer = routes_retention.start(

@@ -7,7 +7,8 @@ whether the queue blocks (`on_full: block`: the plane waits for room) and when t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..errors import QueueFullError
 from ..types import QueueInfo, SubmitRequest
@@ -37,6 +38,13 @@ def admit(tx: Transaction, info: QueueInfo, requests: Sequence[SubmitRequest], n
     rate = policy.get("rate_limit")
     if rate is not None:
         _take_tokens(tx, info, float(rate), fresh, now, block)
+
+
+def waits_for_room(admission: Mapping[str, Any]) -> bool:
+    """Whether a submit this policy refuses may be waiting for a claim to make room: only a
+    `max_depth` that blocks. Room under a rate limit comes from time, and a refusal that
+    rejects has nobody waiting, so a claim on any other queue need wake no one."""
+    return admission.get("max_depth") is not None and admission.get("on_full") == "block"
 
 
 def deadline_for(info: QueueInfo, now: float) -> float | None:

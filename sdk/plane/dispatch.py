@@ -180,6 +180,8 @@ class Dispatch:
         """Enqueue; on a queue that blocks when full, wait up to wait_s for room."""
         deadline = Deadline(wait_s)
         waker = self.store.waker
+        if wait_s > 0:
+            waker.listen()  # before the first try: a claim's wake-up may follow its refusal
         while True:
             generation = waker.generation
             try:

@@ -162,6 +162,43 @@ def test_a_claim_on_the_default_queue_wakes_on_a_submit_there(
     assert box["got"] is not None and box["got"].id == inv
 
 
+def test_a_claim_wakes_nobody_but_a_submit_blocked_for_room(
+    pair: tuple[dls.Dispatch, dls.Dispatch], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim brings no work and ends nothing. On a queue whose submits never wait for room
+    it sends no wake-up at all; on one that blocks when full, the blocked submit wakes for it
+    (its wait ends woken, not at the 1 s retry a full queue's refusal names)."""
+    monkeypatch.setattr(waiting_module, "SAFETY_POLL_S", 60.0)  # only a wake-up ends a wait
+    worker, producer = pair
+    notifies = counted(worker.store.waker, "notify")
+    dls.SyncQueue("open", dispatch=producer).submit(1)
+    assert worker.claim(["open"], worker="w") is not None
+    assert notifies() == 0
+
+    producer.create_queue("narrow", admission={"max_depth": 1, "on_full": "block"})
+    q = dls.SyncQueue("narrow", dispatch=producer)
+    q.submit("first")
+    waits: list[bool] = []
+    waiting = threading.Event()
+    wait = producer.store.waker.wait
+
+    def spied_wait(*args: Any, **kwargs: Any) -> bool:
+        waiting.set()
+        waits.append(wait(*args, **kwargs))
+        return waits[-1]
+
+    producer.store.waker.wait = spied_wait  # type: ignore[method-assign]
+    blocked = threading.Thread(target=lambda: q.submit("second", block_s=30.0))
+    blocked.start()
+    assert waiting.wait(10), "the submit never waited for room"
+    assert worker.claim(["narrow"], worker="w") is not None
+    blocked.join(timeout=30)
+
+    assert not blocked.is_alive()
+    assert waits == [True], "the blocked submit was not woken by the claim"
+    assert notifies() == 1
+
+
 def eventually_listening(plane: dls.Dispatch) -> None:
     deadline = time.monotonic() + 10
     directory = Path(plane.target + ".wake")

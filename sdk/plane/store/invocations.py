@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -27,7 +27,7 @@ from ...types import (
     storable_text,
 )
 from .. import locality
-from ..admission import admit, deadline_for
+from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
 from ..steal import claim_with_steal_delay
 from ..wakeup import work_key
@@ -47,6 +47,16 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+
+
+class Claimed(NamedTuple):
+    """What a claim's statements did inside its transaction."""
+
+    rows: list[Row]
+    #: Expired leases a sweep on the way ended or requeued (anything may have changed).
+    expired: int
+    #: Whether a submit blocked on a full queue (`waits_for_room`) may fit now.
+    room: bool
 
 
 class InvocationStore(QueueStore):
@@ -83,8 +93,7 @@ class InvocationStore(QueueStore):
             (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host), c)
             for c in claimers
         ]
-        handed: list[list[Row]] = []
-        expired = 0
+        handed: list[Claimed] = []
         with self.connector.transaction() as tx:
             if self._submitted_before(tx, ns, queue, requests):
                 # The same submit again, its answer lost: the jobs it made.
@@ -121,14 +130,18 @@ class InvocationStore(QueueStore):
             for params, c in claiming:
                 # The queue row read above says the kind of a claim on this queue alone.
                 kind = c.kind if c.kind or list(c.queues) != [queue] else info.kind
-                rows, swept = self._claim_in(tx, params, kind, c.temperature, c.limit)
-                handed.append(rows)
-                expired += swept
-        if sum(map(len, handed)) < len(requests):
+                handed.append(self._claim_in(tx, params, kind, c.temperature, c.limit, info))
+        if sum(len(h.rows) for h in handed) < len(requests):
             # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
             self.waker.notify(work=[work_key(ns, queue)], reads=False)
-        self._claimed([row for rows in handed for row in rows], expired)
-        return ids, [[claim_of(row) for row in rows] for rows in handed]
+        self._claimed(
+            Claimed(
+                [row for h in handed for row in h.rows],
+                sum(h.expired for h in handed),
+                any(h.room for h in handed),
+            )
+        )
+        return ids, [[claim_of(row) for row in h.rows] for h in handed]
 
     def _submitted_before(
         self, tx: Transaction, ns: str, queue: str, requests: Sequence[SubmitRequest]
@@ -221,9 +234,9 @@ class InvocationStore(QueueStore):
         # (the worker's settle is then refused and they run again), and skipping its fsync
         # takes one of the three disk flushes out of every job's path.
         with self.connector.transaction(durable=False) as tx:
-            rows, expired = self._claim_in(tx, claiming, kind, temperature, limit)
-        self._claimed(rows, expired)
-        return [claim_of(row) for row in rows]
+            claimed = self._claim_in(tx, claiming, kind, temperature, limit)
+        self._claimed(claimed)
+        return [claim_of(row) for row in claimed.rows]
 
     def ack_and_claim(
         self,
@@ -249,12 +262,10 @@ class InvocationStore(QueueStore):
             # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
             # taken queued, running, ended, the order every other transaction takes them in;
             # the other way round deadlocked against a plain claim.
-            rows, expired = self._claim_in(tx, claiming, kind, temperature, limit)
+            claimed = self._claim_in(tx, claiming, kind, temperature, limit)
             errors = self._ack_in(tx, acks, ns, claiming["now"])
-        if acks:
-            self.waker.notify(work=())
-        self._claimed(rows, expired)
-        return errors, [claim_of(row) for row in rows]
+        self._claimed(claimed, acked=bool(acks))
+        return errors, [claim_of(row) for row in claimed.rows]
 
     def _claiming(
         self,
@@ -287,23 +298,49 @@ class InvocationStore(QueueStore):
         kind: str | None,
         temperature: float,
         limit: int,
-    ) -> tuple[list[Row], int]:
-        """(the claimed rows, how many expired leases a sweep on the way moved)."""
+        known: QueueInfo | None = None,
+    ) -> Claimed:
+        """Claim up to `limit` rows; `known`, a queue row this transaction read already."""
         ns, names, now = params["ns"], params["queues"], params["now"]
         expired = 0
         if now - self._swept_at >= SWEEP_EVERY_S:
             self._swept_at = now
             expired = self._sweep(tx, now)
-        resolved = normalize_kind(kind) if kind else self._queue_kind(tx, ns, names)
+        if kind:
+            resolved = normalize_kind(kind)
+        else:  # the first queue's kind orders the claim
+            if known is None or known.name != names[0]:
+                known = self._queue_info(tx, ns, names[0])
+            resolved = normalize_kind(known.kind) if known else "fifo"
         rows = self._claim_rows(tx, resolved, temperature, params, limit)
         if not rows:
             locality.wake_at_next_window(tx, self.waker, ns, names, now)
-        return rows, expired
+        return Claimed(rows, expired, bool(rows) and self._makes_room(tx, ns, rows, known))
 
-    def _claimed(self, rows: list[Row], expired: int) -> None:
-        if expired:  # the sweep may have requeued or ended anything
+    def _makes_room(
+        self, tx: Transaction, ns: str, rows: Sequence[Row], known: QueueInfo | None
+    ) -> bool:
+        """Whether taking `rows` out of their queues may let in a submit blocked on one."""
+        for name in {row["queue"] for row in rows}:
+            info = known if known is not None and known.name == name else None
+            info = info or self._queue_info(tx, ns, name)
+            if info is not None and waits_for_room(info.admission):
+                return True
+        return False
+
+    def _claimed(self, claimed: Claimed, *, acked: bool = False) -> None:
+        """One wake-up for a claim's commit, and only to whom it may concern.
+
+        A claim that swept may have changed anything. Acks end invocations: their readers
+        wake. A claim alone brings no work and ends nothing: it wakes only submits blocked
+        for room, and on a queue that cannot block them nobody at all, in this process or
+        another (a datagram to every process on the box, for each job, is what it saves).
+        """
+        if claimed.expired:
             self.waker.notify()
-        elif rows:  # room that a blocked submit may wait for; nothing ended, nothing to read
+        elif acked:
+            self.waker.notify(work=())
+        elif claimed.room:
             self.waker.notify(work=(), reads=False)
 
     def _claim_rows(
@@ -329,9 +366,9 @@ class InvocationStore(QueueStore):
             rows.append(row)
         return rows
 
-    def _queue_kind(self, tx: Transaction, ns: str, names: Sequence[str]) -> Kind:
-        row = tx.one("get_queue", ns=ns, name=names[0])
-        return normalize_kind(row["kind"]) if row else "fifo"
+    def _queue_info(self, tx: Transaction, ns: str, name: str) -> QueueInfo | None:
+        row = tx.one("get_queue", ns=ns, name=name)
+        return queue_info_of(row) if row else None
 
     def _claim_row(
         self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
