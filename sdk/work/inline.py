@@ -6,10 +6,17 @@ told as far as Python allows: its next `yield` (or `dls.run.post`) raises `JobAb
 anything it returns afterwards is dropped. A body that never yields runs on, unheeded, in its
 daemon thread; jobs that must be stoppable belong in `lakeshore-daemon`, whose slots are
 processes.
+
+Bodies run one after another on a runner thread that outlives them, as in a thread pool:
+starting a thread per job cost more than a no-op job's whole run. Each body gets a fresh
+`contextvars` context, as a new thread would. An abandoned body keeps its runner, and the slot
+starts another for its next job.
 """
 
 from __future__ import annotations
 
+import contextvars
+import queue
 import threading
 import time
 from typing import Any
@@ -34,7 +41,7 @@ class JobAbandoned(Exception):
 
 
 class InlineSlot(SlotBase):
-    """One unit of concurrency in this process: a slot thread, and a fresh thread per body."""
+    """One unit of concurrency in this process: a slot thread, and a runner thread for bodies."""
 
     thread_name = "lakeshore-inline"
 
@@ -53,6 +60,7 @@ class InlineSlot(SlotBase):
         self._storage = storage
         self._plane = plane  # the worker's: objects go through it (objects/plane.py)
         self._changed = threading.Condition(self._lock)  # the body ended, or an end was asked
+        self._runner: _Runner | None = None
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot("idle", [], None)
@@ -64,16 +72,33 @@ class InlineSlot(SlotBase):
 
     def _serve(self) -> None:
         self.started.set()
-        while (claim := self._inbox.get()) is not None:
-            try:
-                outcome = self._run(claim)
-            except Exception as exc:  # around the body, not in it: end the attempt, not the slot
-                outcome = crash_outcome(exc)
-            self._end(self._sink, claim, outcome)
+        try:
+            while (claim := self._inbox.get()) is not None:
+                try:
+                    outcome = self._run(claim)
+                except Exception as exc:  # around the body, not in it: end the attempt only
+                    outcome = crash_outcome(exc)
+                self._end(self._sink, claim, outcome)
+        finally:
+            self._drop_runner()
+
+    def _drop_runner(self) -> None:
+        """Let the runner end once its body returns (at once if it has none)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
 
     def _run(self, claim: Claim) -> Outcome:
         body = _Body(claim, self._sink, self._handler, self._storage, self._changed, self._plane)
-        threading.Thread(target=body.run, name=f"lakeshore-job-{claim.id}", daemon=True).start()
+        if self._runner is None:
+            self._runner = _Runner(f"lakeshore-job-{self.index}")
+        self._runner.run(body)
+        outcome = self._wait(claim, body)
+        if body.outcome is None:  # abandoned: it keeps the runner, the next job gets another
+            self._drop_runner()
+        return outcome
+
+    def _wait(self, claim: Claim, body: _Body) -> Outcome:
         deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
         with self._changed:
             while body.outcome is None and self._abort is None:
@@ -90,6 +115,24 @@ class InlineSlot(SlotBase):
             _, reason, _ = self._abort
         body.abandon()
         return Outcome(reason, error=abort_error(reason))
+
+
+class _Runner:
+    """A thread that runs the bodies it is given one after another, until closed."""
+
+    def __init__(self, name: str) -> None:
+        self._bodies: queue.SimpleQueue[_Body | None] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def run(self, body: _Body) -> None:
+        self._bodies.put(body)
+
+    def close(self) -> None:
+        self._bodies.put(None)
+
+    def _loop(self) -> None:
+        while (body := self._bodies.get()) is not None:
+            contextvars.Context().run(body.run)  # nothing a body set leaks into the next
 
 
 class _Body:

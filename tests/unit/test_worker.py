@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import operator
 import threading
 import time
@@ -498,3 +499,48 @@ def test_a_queue_on_an_in_memory_plane_cannot_leave_its_process(d: dls.Dispatch)
 
     with pytest.raises(DispatchError, match="in-memory plane cannot leave its process"):
         reference.resolve(("local", -1, ref[2]))
+
+
+# -- the runner thread ---------------------------------------------------------------------------
+
+_SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="nothing")
+_RELEASE = threading.Event()
+
+
+def thread_and_context() -> tuple[int, str]:
+    seen = _SEEN.get()
+    _SEEN.set("set by an earlier body")
+    return threading.get_ident(), seen
+
+
+def hold_until_released() -> int:
+    _RELEASE.wait(30)
+    return threading.get_ident()
+
+
+def test_bodies_run_on_one_runner_thread_each_in_a_fresh_context(q: dls.SyncQueue) -> None:
+    first, second = q.submit(dls.thunk(thread_and_context)), q.submit(dls.thunk(thread_and_context))
+
+    assert dls.run_worker(q, burst=True) == 2
+
+    (thread_1, seen_1), (thread_2, seen_2) = q.result(first, timeout=5), q.result(second, timeout=5)
+    assert thread_1 == thread_2  # no thread started per job
+    assert seen_1 == seen_2 == "nothing"  # what the first body set stayed in its context
+
+
+def test_a_body_abandoned_at_its_timeout_keeps_its_thread_and_the_next_job_runs(
+    q: dls.SyncQueue,
+) -> None:
+    _RELEASE.clear()
+    held = q.submit(dls.thunk(hold_until_released), timeout_s=0.3)
+    after = q.submit(dls.thunk(thread_and_context))
+    try:
+        assert dls.run_worker(q, burst=True) == 2
+
+        assert q.status(held).state == "timeout"
+        thread_after, _ = q.result(after, timeout=5)
+        # The abandoned body still holds its runner (alive, so its ident is not reused).
+        (abandoned,) = [t for t in threading.enumerate() if t.name == "lakeshore-job-0"]
+        assert abandoned.ident != thread_after
+    finally:
+        _RELEASE.set()
