@@ -257,9 +257,11 @@ def describe_exit(exitcode: int | None) -> str:
 class ProcessSlot(SlotBase):
     """One unit of concurrency: a thread in the daemon that owns one warm child process.
 
-    The slot thread is the only one that touches its child and the only one that settles its
-    job, so a kill request, a timeout, a death and a finished job can never settle twice: the
-    other threads only *ask* (`abort`) and the slot decides, in order, on one thread.
+    The slot thread is the only one that settles its job, so a kill request, a timeout, a
+    death and a finished job can never settle twice: the other threads only *ask* (`abort`)
+    and the slot decides, in order, on one thread. It also owns the child, with one exception:
+    the thread that assigns a job hands it to a warm, idle child itself (`_assigned`), so the
+    child starts on it while the slot thread wakes up to wait for it.
     """
 
     def __init__(
@@ -290,6 +292,8 @@ class ProcessSlot(SlotBase):
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._child: Child | None = None
+        #: The job whose run message `_assigned` already wrote, and to which child.
+        self._handed: tuple[str, Child] | None = None
         self._log = get_logger(slot=index)
 
     def snapshot(self) -> dict[str, Any]:
@@ -300,6 +304,18 @@ class ProcessSlot(SlotBase):
     @property
     def gpu_indexes(self) -> list[int]:
         return [g.index for g in self.gpus]
+
+    def _assigned(self, claim: Claim) -> None:
+        # Between jobs the slot thread leaves the child alone: a child it replaces is None here
+        # until the new one is up, and then it is the one the slot thread runs the job on.
+        child = self._child
+        if child is None or not child.alive():
+            return  # the slot thread starts a new one and sends the job itself
+        try:
+            child.conn.send(_run_message(claim))
+        except OSError:
+            return  # it died just now: the slot thread finds out and starts another
+        self._handed = (claim.id, child)
 
     def _aborted(self) -> None:
         if not self._closed:  # wake the slot thread out of its wait on the child
@@ -355,18 +371,31 @@ class ProcessSlot(SlotBase):
             return self._retire(crash_outcome(exc))
 
     def _run(self, claim: Claim) -> Outcome:
+        handed, self._handed = self._handed, None
         child = self._child
         if child is None or not child.alive():
             if child is not None:
                 child.terminate(0.0)
             child = self._child = self._spawn()
-        self._drain_wake()
-        try:
-            child.conn.send(("run", claim.id, claim.payload, claim.attempt, claim.queue))
-        except OSError as exc:
-            return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
+        if handed != (claim.id, child):
+            try:
+                child.conn.send(_run_message(claim))
+            except OSError as exc:
+                return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
         deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
         while True:
+            # Before every wait: an end asked for after the last look has its byte on the
+            # wake pipe (drained here, first), so no request falls between look and wait.
+            abort = self._take_abort(claim.id)
+            if abort is not None:
+                reason, grace = abort
+                child.terminate(grace)
+                self._child = None
+                return Outcome(reason, error=abort_error(reason))
+            if deadline is not None and time.monotonic() >= deadline:
+                child.terminate(self.kill_grace_s)
+                self._child = None
+                return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
             timeout = (
                 None
                 if deadline is None
@@ -379,16 +408,6 @@ class ProcessSlot(SlotBase):
                 outcome = self._read(claim, child)
                 if outcome is not None:
                     return outcome
-            abort = self._take_abort(claim.id)
-            if abort is not None:
-                reason, grace = abort
-                child.terminate(grace)
-                self._child = None
-                return Outcome(reason, error=abort_error(reason))
-            if deadline is not None and time.monotonic() >= deadline:
-                child.terminate(self.kill_grace_s)
-                self._child = None
-                return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
 
     def _read(self, claim: Claim, child: Child) -> Outcome | None:
         """Take what waits on the pipe (a batch at most); the outcome once the job has ended."""
@@ -447,6 +466,11 @@ class ProcessSlot(SlotBase):
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 512):
                 pass
+
+
+def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str]:
+    """What the child reads to run a job (`child_main`)."""
+    return ("run", claim.id, claim.payload, claim.attempt, claim.queue)
 
 
 def spawn_context() -> SpawnContext:

@@ -111,7 +111,13 @@ class SlotBase(abc.ABC):
             if self._claim is not None:
                 raise RuntimeError(f"slot {self.index} is busy")
             self._claim, self._since, self._abort = claim, time.time(), None
+        self._assigned(claim)
         self._inbox.put(claim)
+
+    def _assigned(self, claim: Claim) -> None:
+        """Called on the assigning thread before the slot's thread hears of `claim`: a kind may
+        start the job from there, while its own thread wakes. Nothing, by default."""
+        return None
 
     def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
         """Ask the slot to end `inv_id` now; ignored if it is no longer the slot's job."""
