@@ -43,3 +43,22 @@ def test_off_the_main_thread_nothing_is_installed() -> None:
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+def test_a_signal_while_the_main_thread_holds_a_lock_the_stop_needs_does_not_deadlock() -> None:
+    # Given a stop that takes a (non-reentrant) lock the main thread holds when the signal comes
+    held = threading.Lock()
+    got: list[bool] = []
+
+    def on_first(signum: int) -> None:
+        took = held.acquire(timeout=5)  # in the handler itself, this would wait on its own thread
+        got.append(took)
+        if took:
+            held.release()
+
+    with stop_signals(on_first, lambda s: None), held:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs between two of these bytecodes
+            pass
+
+    assert got == [True]
