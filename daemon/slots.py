@@ -34,6 +34,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from ..types import Claim
@@ -60,6 +61,10 @@ CHILD_KILL_WAIT_S = 10.0
 #: Frames read from a child before they are posted: a batch when they come fast, and a bound on
 #: what the daemon buffers for a body that yields faster than the plane takes frames.
 FRAME_BATCH = 256
+#: The largest run message the assigning thread writes to a child itself (`_assigned`): it
+#: fits an empty pipe (64 KiB on Linux), so the write never blocks that thread, which holds
+#: the worker's bookkeeping lock. A bigger payload is sent by the slot thread, as before.
+HAND_MAX_BYTES = 32 * 1024
 
 
 class ChildFailed(RuntimeError):
@@ -311,8 +316,11 @@ class ProcessSlot(SlotBase):
         child = self._child
         if child is None or not child.alive():
             return  # the slot thread starts a new one and sends the job itself
+        message = ForkingPickler.dumps(_run_message(claim))  # what Connection.send writes
+        if len(message) > HAND_MAX_BYTES:
+            return
         try:
-            child.conn.send(_run_message(claim))
+            child.conn.send_bytes(message)
         except OSError:
             return  # it died just now: the slot thread finds out and starts another
         self._handed = (claim.id, child)

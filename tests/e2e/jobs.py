@@ -39,6 +39,10 @@ def boom(message: str) -> None:
     raise ValueError(message)
 
 
+def size_of(data: bytes) -> int:
+    return len(data)
+
+
 def noop() -> None:
     return None
 

@@ -87,6 +87,19 @@ def test_a_ref_passes_through_a_daemon_and_back_without_its_bytes(q: dls.SyncQue
     assert np.array_equal(dls.get(out), np.arange(1 << 20, dtype=np.float32) * 2)
 
 
+def test_a_payload_too_big_to_hand_to_the_child_at_assignment_still_runs(
+    q: dls.SyncQueue,
+) -> None:
+    from dreamlake.lakeshore.daemon.slots import HAND_MAX_BYTES
+
+    big = b"x" * (HAND_MAX_BYTES * 3)  # inline (no spill), but sent by the slot thread
+    small = [q.submit(dls.thunk(jobs.size_of, b"y")) for _ in range(3)]
+    inv = q.submit(dls.thunk(jobs.size_of, big))
+
+    assert q.result(inv, timeout=20) == len(big)
+    assert [q.result(i, timeout=20) for i in small] == [1, 1, 1]
+
+
 def test_dls_run_names_the_job_its_attempt_and_its_queue(q: dls.SyncQueue) -> None:
     inv = q.submit(dls.thunk(jobs.where_am_i))
     assert q.result(inv, timeout=20) == {"id": inv, "attempt": 1, "queue": QUEUE}
