@@ -505,6 +505,7 @@ def test_a_queue_on_an_in_memory_plane_cannot_leave_its_process(d: dls.Dispatch)
 
 _SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="nothing")
 _RELEASE = threading.Event()
+_HELD_ON: list[int] = []  # the thread the held body ran on
 
 
 def thread_and_context() -> tuple[int, str]:
@@ -514,6 +515,7 @@ def thread_and_context() -> tuple[int, str]:
 
 
 def hold_until_released() -> int:
+    _HELD_ON.append(threading.get_ident())
     _RELEASE.wait(30)
     return threading.get_ident()
 
@@ -532,6 +534,7 @@ def test_a_body_abandoned_at_its_timeout_keeps_its_thread_and_the_next_job_runs(
     q: dls.SyncQueue,
 ) -> None:
     _RELEASE.clear()
+    _HELD_ON.clear()
     held = q.submit(dls.thunk(hold_until_released), timeout_s=0.3)
     after = q.submit(dls.thunk(thread_and_context))
     try:
@@ -540,7 +543,8 @@ def test_a_body_abandoned_at_its_timeout_keeps_its_thread_and_the_next_job_runs(
         assert q.status(held).state == "timeout"
         thread_after, _ = q.result(after, timeout=5)
         # The abandoned body still holds its runner (alive, so its ident is not reused).
-        (abandoned,) = [t for t in threading.enumerate() if t.name == "lakeshore-job-0"]
-        assert abandoned.ident != thread_after
+        (held_on,) = _HELD_ON
+        assert any(t.ident == held_on and t.is_alive() for t in threading.enumerate())
+        assert thread_after != held_on
     finally:
         _RELEASE.set()
