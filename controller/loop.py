@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -87,14 +88,6 @@ class _Memory:
 
 def build_provider(info: ProviderInfo) -> Provider:
     return registry.build(info.kind, info.name, info.config)
-
-
-class Stop(Protocol):
-    """What ends `Controller.run`: a `threading.Event`, or `StopSignal` (stop.py) under signals."""
-
-    def is_set(self) -> bool: ...
-
-    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Observer(Protocol):
@@ -529,7 +522,7 @@ class Controller:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def run(self, stop: Stop, leader: Leader | None = None) -> None:
+    def run(self, stop: threading.Event, leader: Leader | None = None) -> None:
         """Tick every interval while leading; a standby re-tries the lock each interval."""
         leading = False
         while not stop.is_set():

@@ -14,8 +14,7 @@ the older names LAKESHORE_STORE, LAKESHORE_URL (for --plane-url) and LAKESHORE_T
 
 from __future__ import annotations
 
-import signal
-from types import FrameType
+import threading
 from typing import TYPE_CHECKING
 
 import click
@@ -30,7 +29,7 @@ from ..plane.dispatch import open_store
 from ..plane.http import HttpFleet
 from ..plane.leader import Leader, LeaseLeader, leader_for
 from ..plane.store import SqlStore
-from .stop import StopSignal
+from ..signals import stop_signals
 
 if TYPE_CHECKING:
     from .metrics import ControllerMetrics
@@ -168,29 +167,28 @@ def controller_command(
     else:
         plane_store = open_store(target, create=False)  # a typo must not make an empty plane
         leader = leader_for(target, LEADER_KEY)
-    stop = StopSignal()
+    stop = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()  # no lock taken: see stop.py
+    def on_signal(signum: int) -> None:
+        stop.set()  # from the relay thread of stop_signals, never inside the handler
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        metrics = _metrics(metrics_port, metrics_addr)
-        controller = Controller(plane_store, settings, observer=metrics)
-        if once:
-            if leader.try_acquire():
-                if metrics is not None:
-                    metrics.leading(True)
-                for d in controller.tick():
-                    click.echo(f"{d.namespace} {d.target}: {d.current} -> {d.desired} ({d.reason})")
-            else:
-                click.echo("another controller leads; did nothing", err=True)
-            return
-        controller.run(stop, leader)
+        with stop_signals(on_signal, on_signal):
+            metrics = _metrics(metrics_port, metrics_addr)
+            controller = Controller(plane_store, settings, observer=metrics)
+            if once:
+                if leader.try_acquire():
+                    if metrics is not None:
+                        metrics.leading(True)
+                    for d in controller.tick():
+                        click.echo(
+                            f"{d.namespace} {d.target}: {d.current} -> {d.desired} ({d.reason})"
+                        )
+                else:
+                    click.echo("another controller leads; did nothing", err=True)
+                return
+            controller.run(stop, leader)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        stop.close()
         leader.close()
         plane_store.close()
 

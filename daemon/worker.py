@@ -3,7 +3,7 @@
 Claiming, renewing, settling and draining are the worker core's (sdk/work/core.py), shared with
 `run_worker`. What the daemon adds is what a box needs: the GPU plan and slot pinning
 (inventory.py), one warm child process per slot (slots.py), load figures in the heartbeat,
-systemd's READY / WATCHDOG / STATUS / STOPPING, and SIGTERM as a drain (signals.py).
+systemd's READY / WATCHDOG / STATUS / STOPPING, and SIGTERM as a drain (sdk/signals.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DispatchError
 from ..objects.plane import child_environment
 from ..plane.base import Plane
+from ..signals import stop_signals
 from ..types import Ack, Claim
 from ..work.core import (
     EXIT_CONFIG,
@@ -28,7 +29,6 @@ from ..work.retry import Retrier, is_transient
 from ..work.slot import JobSink, Outcome, SlotFactory
 from .inventory import Gpu, LoadMeter, check_gpu_plan, detect_gpus, host_facts, slot_gpus
 from .log import get_logger
-from .signals import stop_signals
 from .slots import ChildFailed, ProcessSlot, spawn_context
 from .systemd import Notifier
 

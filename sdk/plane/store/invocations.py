@@ -322,8 +322,7 @@ class InvocationStore(QueueStore):
     ) -> bool:
         """Whether taking `rows` out of their queues may let in a submit blocked on one."""
         for name in {row["queue"] for row in rows}:
-            info = known if known is not None and known.name == name else None
-            info = info or self._queue_info(tx, ns, name)
+            info = known if known and known.name == name else self._queue_info(tx, ns, name)
             if info is not None and waits_for_room(info.admission):
                 return True
         return False

@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 
-from dreamlake.lakeshore.daemon.signals import stop_signals
+from dreamlake.lakeshore.signals import stop_signals
 
 
 def test_first_signal_drains_second_stops_and_handlers_are_restored() -> None:

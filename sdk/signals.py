@@ -1,13 +1,14 @@
-"""SIGTERM / SIGINT as a restorable context manager: first signal drains, second stops now.
+"""SIGTERM / SIGINT as a restorable context manager, for the long-running processes: the
+daemon drains on the first and stops at once on the second; the controller stops on either.
 
-Installed by `Daemon.run()` inside a `with` (never in a constructor) and restored on exit, so a
-test or a program embedding the daemon in a thread keeps its own handlers; `install=False` opts out
-entirely.
+Installed inside a `with` (never in a constructor) and restored on exit, so a test or a program
+embedding a daemon in a thread keeps its own handlers; `install=False` opts out entirely.
 
 A Python handler runs in the main thread between two of its bytecodes, so it may run while that
-thread holds a lock the stop needs (an Event's, a log stream's): the controller hung for good
-that way (controller/stop.py). Here the handler only writes the signal's number to a pipe, and
-a thread of its own reads it and calls `on_first` or `on_second`, which may then take any lock.
+thread holds a lock the stop needs (an Event's, a log stream's): the controller once hung for
+good that way, its handler setting the Event its main loop was waiting in. Here the handler
+only writes the signal's number to a pipe, and a thread of its own reads it and calls
+`on_first` or `on_second`, which may then take any lock.
 """
 
 from __future__ import annotations
