@@ -24,7 +24,7 @@ from ..plane.auth import TokenScope
 from ..plane.store import SqlStore
 from .auth import Grants, authenticate, require
 from .blocking import run_blocking
-from .handoff import Seats
+from .handoff import Readers, Seats
 from .wire import Fields, Query, decode_body, error_response, read_body, respond, wants_json
 
 log = logging.getLogger("lakeshore.server")
@@ -44,6 +44,8 @@ class ServerState:
     grants: Grants
     #: The claim long-polls held here, for submits to hand their jobs to (handoff.py).
     seats: Seats = field(default_factory=Seats)
+    #: The submit-and-waits held here, for acks to hand their results to (handoff.py).
+    readers: Readers = field(default_factory=Readers)
 
 
 class InternalError(DispatchError):
@@ -70,6 +72,11 @@ class Call:
     def seats(self) -> Seats:
         seats: Seats = self.request.app.state.lakeshore.seats
         return seats
+
+    @property
+    def readers(self) -> Readers:
+        readers: Readers = self.request.app.state.lakeshore.readers
+        return readers
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a worker thread."""

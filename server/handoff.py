@@ -7,15 +7,21 @@ without reading the store again. A seat is only ever taken on the event loop, so
 handed to one submit at most; the claimer then waits for that submit's write to finish, which
 may hand it nothing (another claim was first, the job is held for another host, the write
 failed) — it goes back to its long-poll.
+
+Results travel the other way the same way: a submit-and-wait holds a `Reader` for its invocation
+(`Readers`), and an ack on this server that ends it hands over the row its settle statement
+returned, so the waiter answers without reading the store again. A wait that nobody hands
+anything to (the ack went to another replica, or came before the reader sat down) reads the
+store when woken, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..types import Claim, ClaimArgs
+from ..types import Claim, ClaimArgs, Invocation
 
 
 class Seat:
@@ -87,3 +93,69 @@ def hand(seats: Sequence[Seat], claims: Sequence[list[Claim]] | None) -> list[Cl
         if not seat.wake.done():
             seat.wake.set_result(None)
     return orphaned
+
+
+class Reader:
+    """One submit-and-wait's wait for its invocation to end."""
+
+    __slots__ = ("ended", "wake")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        #: Resolves the reader's wait on the store's waker, as `Seat.wake` does.
+        self.wake: asyncio.Future[None] = loop.create_future()
+        #: The invocation as the ack that ended it left it.
+        self.ended: Invocation | None = None
+
+    def armed(self) -> asyncio.Future[None]:
+        """The future for the next wait: a fresh one once the waker resolved the last (another
+        invocation ended), the resolved one once this invocation was handed over."""
+        if self.wake.done() and self.ended is None:
+            self.wake = asyncio.get_running_loop().create_future()
+        return self.wake
+
+
+class Readers:
+    """The readers of this server's submit-and-waits, by invocation id."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, list[Reader]] = {}
+
+    @contextlib.contextmanager
+    def awaiting(self, inv_id: str) -> Iterator[Reader]:
+        reader = Reader(asyncio.get_running_loop())
+        self._by_id.setdefault(inv_id, []).append(reader)
+        try:
+            yield reader
+        finally:
+            waiting = self._by_id.get(inv_id)
+            if waiting is not None:
+                waiting.remove(reader)
+                if not waiting:
+                    del self._by_id[inv_id]
+
+    def handing(self, ids: Iterable[str]) -> Callable[[Mapping[str, Invocation]], None] | None:
+        """The store's `on_ended` for settles of `ids`: None when no reader here awaits one of
+        them. It may be called on a store thread; the handing-over happens on the loop, queued
+        ahead of the wake-up the commit sends, so a woken reader finds its row there."""
+        if not any(i in self._by_id for i in ids):
+            return None
+        loop = asyncio.get_running_loop()
+
+        def on_ended(ended: Mapping[str, Invocation]) -> None:
+            try:
+                here = asyncio.get_running_loop() is loop
+            except RuntimeError:  # a store thread
+                here = False
+            if here:
+                self.hand(ended)
+            else:
+                loop.call_soon_threadsafe(self.hand, ended)
+
+        return on_ended
+
+    def hand(self, ended: Mapping[str, Invocation]) -> None:
+        for inv_id, inv in ended.items():
+            for reader in self._by_id.get(inv_id, ()):
+                reader.ended = inv
+                if not reader.wake.done():
+                    reader.wake.set_result(None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from starlette.requests import Request
 
@@ -26,6 +26,16 @@ from .handoff import Seats, hand
 MAX_WAIT_S = 60.0
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Handed(Protocol[T_co]):
+    """A wait's seat that a writer may hand the awaited value to (`handoff.Reader`)."""
+
+    @property
+    def ended(self) -> T_co | None: ...
+
+    def armed(self) -> asyncio.Future[None]: ...
 
 
 async def wait_until(
@@ -38,6 +48,7 @@ async def wait_until(
     work: Sequence[str] | None = None,
     read: bool = False,
     since: int | None = None,
+    reader: Handed[T] | None = None,
 ) -> T:
     """`fetch()` until `ready`, up to `wait_s` (capped); the last value either way.
 
@@ -49,13 +60,18 @@ async def wait_until(
     allows it (`reads_inline`: SQLite's reader never waits for a writer): no thread-pool hop.
     `since`, a generation read before the change whose outcome is awaited (the submit of a
     submit-and-wait), skips the first fetch, which could only find the change not done yet.
+    `reader`, a submit-and-wait's `Reader` (handoff.py): what an ack handed it ends the wait
+    without a fetch.
     """
     deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     inline = read and store.connector.reads_inline
+    wake = None if reader is None else reader.armed
     if since is not None:
-        await waker.wait_async(since, deadline.nap(), work=work)
+        await waker.wait_async(since, deadline.nap(), work=work, wake=wake and wake())
     while True:
+        if reader is not None and reader.ended is not None:
+            return reader.ended
         generation = waker.generation
         if inline:
             value = fetch()
@@ -66,7 +82,7 @@ async def wait_until(
         if since is not None and request is not None and await hung_up(request):
             return value
         since = generation
-        await waker.wait_async(generation, deadline.nap(), work=work)
+        await waker.wait_async(generation, deadline.nap(), work=work, wake=wake and wake())
 
 
 async def claim_until(

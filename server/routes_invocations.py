@@ -96,16 +96,19 @@ async def submit(call: Call) -> dict[str, Any]:
     # Submit-and-wait: an RPC in one round trip. The row comes back terminal, or as it stands
     # when the wait runs out (the client then polls `GET /invocations/{id}`). A key that
     # named an existing invocation may be terminal already: it is read first then.
-    inv = await wait_until(
-        call.store,
-        lambda: call.store.invocation(call.ns, ids[0]),
-        lambda i: i.terminal,
-        result_wait,
-        call.request,
-        work=[READERS],
-        read=True,
-        since=None if requests[0].key else before,
-    )
+    # An ack on this server hands its row to the reader; one elsewhere wakes it to read.
+    with call.readers.awaiting(ids[0]) as reader:
+        inv = await wait_until(
+            call.store,
+            lambda: call.store.invocation(call.ns, ids[0]),
+            lambda i: i.terminal,
+            result_wait,
+            call.request,
+            work=[READERS],
+            read=True,
+            since=None if requests[0].key else before,
+            reader=reader,
+        )
     return {"ids": ids, "invocation": inv}
 
 
@@ -236,8 +239,10 @@ async def claim(call: Call) -> dict[str, Any]:
         # not look again until one after it lands.
         since = call.store.waker.generation
         claiming = args.keywords()
+        on_ended = call.readers.handing(a.id for a in acks)
         errors, got = await run_write(
-            call.store, lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming)
+            call.store,
+            lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming, on_ended=on_ended),
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
     if not got:
@@ -275,7 +280,10 @@ async def ack_many(call: Call) -> dict[str, list[dict[str, str] | None]]:
     """Settle a batch as succeeded in one commit; per ack, null or the error it met."""
     call.body.only("acks")
     acks = _acks(call.body)
-    errors = await run_write(call.store, lambda: call.store.ack_many(acks, ns=call.ns))
+    on_ended = call.readers.handing(a.id for a in acks)
+    errors = await run_write(
+        call.store, lambda: call.store.ack_many(acks, ns=call.ns, on_ended=on_ended)
+    )
     return {"errors": [_item_error(e) for e in errors]}
 
 
@@ -290,7 +298,10 @@ async def ack(call: Call) -> None:
 
     # The namespace is checked inside the settle's own transaction: no read before it.
     inv_id = call.param("id")
-    await run_write(call.store, lambda: call.store.ack(inv_id, lease, result, ns=call.ns))
+    on_ended = call.readers.handing([inv_id])
+    await run_write(
+        call.store, lambda: call.store.ack(inv_id, lease, result, ns=call.ns, on_ended=on_ended)
+    )
 
 
 async def nack(call: Call) -> dict[str, str]:

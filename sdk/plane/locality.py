@@ -11,9 +11,9 @@ held for another host is skipped as a job waiting out its retry backoff is.
 
 What it costs: a job without a hint (or on a queue whose wait is 0) has NULL in the window
 column, and the claim's extra test is a comparison on the row it already reads; the submit
-reads the queue row it already reads. Only an idle claim asks one more thing, when the next
-window ends (one probe of a partial index of held rows), so that it wakes then rather than at
-its safety poll.
+reads the queue row it already reads. A claim also asks when the next window ends (one probe
+of a partial index of held rows, in the statement that reads its queue row), so that, finding
+nothing, it wakes then rather than at its safety poll.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..types import QueueInfo
-from .connector import Transaction
 from .wakeup import Waker, work_key
 
 #: The wait when a queue sets none: about what fetching a big object (64 MiB from S3 or through
@@ -47,12 +46,10 @@ def window_end(info: QueueInfo, host: str | None, now: float) -> float | None:
     return now + wait if wait > 0 else None
 
 
-def wake_at_next_window(
-    tx: Transaction, waker: Waker, ns: str, queues: Sequence[str], now: float
-) -> None:
-    """After a claim found nothing: wake this process's claims on `queues` when the next
-    window ends, since a job that becomes claimable by time alone sends no wake-up."""
-    row = tx.one("locality_next", ns=ns, queues=list(queues), now=now)
-    at = row["at"] if row else None
+def wake_at_window(waker: Waker, ns: str, queues: Sequence[str], at: float | None) -> None:
+    """After a claim found nothing: wake this process's claims on `queues` `at` the end of
+    their next window (None: no job is held), since a job that becomes claimable by time alone
+    sends no wake-up. The claim read `at` with its queue row (`queue_for_claim`) or, when it
+    had that row already, on its own (`locality_next`)."""
     if at is not None:
         waker.notify_at(float(at), work=[work_key(ns, q) for q in queues])

@@ -46,6 +46,17 @@ def test_a_repeat_is_not_admitted_twice(plane: PlaneEnv) -> None:
     assert q.count("queued") == 1
 
 
+def test_a_repeat_names_its_jobs_on_a_queue_closed_since(plane: PlaneEnv) -> None:
+    inv_id = fresh_id()
+    plane.dispatch.submit("cid-closing", [request(inv_id)])
+    plane.dispatch.set_queue_state("cid-closing", "drain")
+
+    # Accepted before the queue closed: the repeat finds the job, not the closed queue.
+    assert plane.dispatch.submit("cid-closing", [request(inv_id)]) == [inv_id]
+    with pytest.raises(Conflict, match="draining"):
+        plane.dispatch.submit("cid-closing", [request(fresh_id())])
+
+
 def test_ids_of_another_submit_are_refused(plane: PlaneEnv) -> None:
     taken = fresh_id()
     plane.dispatch.submit("cid", [request(taken)])

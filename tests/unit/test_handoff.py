@@ -1,7 +1,8 @@
-"""A submit hands its job to a claim held on the server, in the submit's own transaction.
+"""A submit hands its job to a claim held on the server, in the submit's own transaction; an
+ack hands its result to the submit-and-wait held there, from the settle's own statement.
 
 In-process, through the ASGI app (no socket), so the store's calls can be counted: the proof
-that the claim needed no transaction of its own.
+that the claim needed no transaction of its own, and the result no read.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.plane.store.base import new_id
 from dreamlake.lakeshore.server.app import create_app
-from dreamlake.lakeshore.server.handoff import Seats, hand
+from dreamlake.lakeshore.server.handoff import Readers, Seats, hand
 from dreamlake.lakeshore.types import Claim, ClaimArgs, SubmitRequest
 from tests.support.spies import counted
 
@@ -46,15 +47,16 @@ def serve(store: SqlStore, scenario: Callable[[Client], Awaitable[None]]) -> Non
             headers={"authorization": f"Bearer {token}", "content-type": "application/msgpack"},
             timeout=30,
         ) as http:
-            await scenario(Client(http, app.state.lakeshore.seats))
+            await scenario(Client(http, app.state.lakeshore.seats, app.state.lakeshore.readers))
 
     asyncio.run(main())
 
 
 class Client:
-    def __init__(self, http: httpx.AsyncClient, seats: Seats) -> None:
+    def __init__(self, http: httpx.AsyncClient, seats: Seats, readers: Readers) -> None:
         self.http = http
         self.seats = seats
+        self.readers = readers
 
     async def post(self, path: str, body: dict[str, Any], **params: Any) -> Any:
         response = await self.http.post(
@@ -74,6 +76,20 @@ class Client:
     def claim(self, **fields: Any) -> asyncio.Task[Any]:
         body = {"queues": ["q"], "worker": "w1", "wait": 20.0, **fields}
         return asyncio.ensure_future(self.post("/claims", body))
+
+    async def call(self, payload: bytes) -> tuple[asyncio.Task[Any], dict[str, Any]]:
+        """A submit-and-wait, once its job is running: the request, and the job's claim."""
+        claim = self.claim()
+        await self.held()
+        call = asyncio.ensure_future(
+            self.post("/queues/q/invocations", {"payload": payload}, result_wait=20)
+        )
+        got = (await claim)["claim"]
+        for _ in range(5000):
+            if got["id"] in self.readers._by_id:
+                return call, got
+            await asyncio.sleep(0.001)
+        raise AssertionError("the submit-and-wait never sat down to wait")
 
 
 def test_a_held_claim_takes_the_job_with_the_submits_commit(store: SqlStore) -> None:
@@ -185,3 +201,66 @@ def test_claims_handed_to_a_claimer_that_went_away_come_back_for_release() -> No
         return orphaned, waiting.handed.result(), waiting.wake.done()
 
     assert asyncio.run(main()) == ([claim], [], True)
+
+
+def test_an_ack_riding_on_a_claim_hands_its_result_to_the_submit_and_wait(
+    store: SqlStore,
+) -> None:
+    async def scenario(c: Client) -> None:
+        call, job = await c.call(b"\x01")
+        reads = counted(store, "invocation")
+        ack = {"id": job["id"], "lease": job["lease"], "result": b"done"}
+        answer = await c.post("/claims", {"queues": ["q"], "worker": "w1", "acks": [ack]})
+        inv = (await call)["invocation"]
+
+        assert answer["ack_errors"] == [None]
+        assert (inv["id"], inv["state"], inv["result"]) == (job["id"], "succeeded", b"done")
+        assert reads() == 0  # handed over: nobody read the row back
+        read = await c.http.get(f"{NS}/invocations/{job['id']}")
+        assert inv == msgpack.unpackb(read.content)  # what a read says
+        assert c.readers._by_id == {}
+
+    serve(store, scenario)
+
+
+def test_a_plain_ack_hands_its_result_and_a_refused_one_hands_nothing(
+    store: SqlStore,
+) -> None:
+    async def scenario(c: Client) -> None:
+        call, job = await c.call(b"\x01")
+        reads = counted(store, "invocation")
+        stale = await c.http.post(
+            f"{NS}/invocations/{job['id']}/ack",
+            content=msgpack.packb({"lease": "not-the-lease", "result": b"x"}),
+        )
+        assert stale.status_code == 409 and not call.done()
+        await c.post(f"/invocations/{job['id']}/ack", {"lease": job["lease"], "result": b"ok"})
+
+        assert (await call)["invocation"]["result"] == b"ok"
+        assert reads() == 0
+
+    serve(store, scenario)
+
+
+def test_a_result_that_ends_elsewhere_is_read_and_other_endings_cost_a_read_each(
+    store: SqlStore,
+) -> None:
+    """An ack this server's routes never saw (another replica's, another process's) wakes the
+    reader to read the row; another invocation's ending wakes it once, not into a spin."""
+
+    async def scenario(c: Client) -> None:
+        call, job = await c.call(b"\x01")
+        other, other_job = await c.call(b"\x02")
+        reads = counted(store, "invocation")
+        await c.post(f"/invocations/{other_job['id']}/ack", {"lease": other_job["lease"]})
+        await other
+        for _ in range(50):  # turns of the loop for a reader woken in vain to settle back
+            await asyncio.sleep(0)
+        woken_in_vain = reads()
+        store.ack(job["id"], job["lease"], b"elsewhere", ns="default")
+        inv = (await call)["invocation"]
+
+        assert woken_in_vain <= 2
+        assert inv["result"] == b"elsewhere" and reads() > woken_in_vain
+
+    serve(store, scenario)

@@ -12,7 +12,7 @@ import pytest
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore import locality, objects, spill
-from dreamlake.lakeshore.plane import wakeup
+from dreamlake.lakeshore.plane import waiting
 from dreamlake.lakeshore.plane.dispatch import Dispatch
 from dreamlake.lakeshore.plane.wakeup import Waker
 from dreamlake.lakeshore.ref import Ref
@@ -110,15 +110,21 @@ def test_a_submit_sends_its_hint_and_a_claim_elsewhere_passes_the_job_by(
 # -- the claim -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "kind",
+    [None, "fifo"],
+    ids=["window read with the queue row", "kind given: window read on its own"],
+)
 def test_an_idle_claim_wakes_when_the_window_ends_not_at_its_safety_poll(
-    d: Dispatch, monkeypatch: pytest.MonkeyPatch
+    d: Dispatch, monkeypatch: pytest.MonkeyPatch, kind: str | None
 ) -> None:
-    monkeypatch.setattr(wakeup, "SAFETY_POLL_S", 30.0)  # only the timed wake-up can end it soon
+    # Only the timed wake-up can end it soon (Deadline.nap reads the poll from `waiting`).
+    monkeypatch.setattr(waiting, "SAFETY_POLL_S", 30.0)
     d.create_queue("loc", admission={"locality_wait_s": 0.3})
     (inv,) = d.submit("loc", [SubmitRequest(payload=b"\x01", host="box-a")])
 
     start = time.monotonic()
-    got = d.claim(["loc"], worker="w", host="box-b", wait_s=20)
+    got = d.claim(["loc"], worker="w", host="box-b", wait_s=20, kind=kind)
 
     assert got is not None and got.id == inv
     assert time.monotonic() - start < 5

@@ -163,11 +163,14 @@ RETURNING id;
 
 -- name: settle_success_in
 -- settle_success for a caller bound to a namespace: an id of another one matches nothing (and
--- the settle that matched nothing then reads as unknown), in the one statement of an ack.
+-- the settle that matched nothing then reads as unknown), in the one statement of an ack. It
+-- returns the row as get_invocation reads it but for the result, which the ack holds: the
+-- server hands it to a submit-and-wait without reading it back.
 UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
   AND lease_expires_at >= :now
-RETURNING id;
+RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, created_at, started_at, finished_at;
 
 -- name: settle_terminal
 UPDATE invocations SET state = :state, error = :error, finished_at = :now
@@ -191,6 +194,12 @@ RETURNING id;
 -- Read where a write follows (post, nack, a refused settle): {for_update} holds the row on
 -- Postgres so a sweep cannot re-dispatch the job between this check and the write.
 SELECT state, lease, lease_expires_at, attempt FROM invocations WHERE id = :id {for_update};
+
+-- name: queue_for_submit
+-- A submit's queue row, and how many of the ids its producer minted exist already (anywhere):
+-- none, the usual answer, spares it reading where they live (invocation_homes).
+SELECT q.*, (SELECT count(*) FROM invocations WHERE id IN (:ids)) AS ids_taken
+FROM queues q WHERE q.namespace = :ns AND q.name = :name;
 
 -- name: invocation_homes
 -- Where ids a producer minted already live: a submit sent again finds the jobs it made.
@@ -562,8 +571,16 @@ DELETE FROM leader_leases WHERE name = :name AND holder = :holder;
 -- name: locality_next
 -- When the next locality window of these queues ends (sdk/plane/locality.py): an idle claim
 -- wakes then instead of at its safety poll. Index invocations_locality: hinted queued rows only.
-SELECT MIN(locality_until) AS at FROM invocations
+SELECT MIN(locality_until) AS next_window FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now;
+
+-- name: queue_for_claim
+-- A claim's first queue's row (its kind orders the claim) and locality_next in one statement.
+SELECT q.*, (
+    SELECT MIN(locality_until) FROM invocations
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now
+) AS next_window
+FROM queues q WHERE q.namespace = :ns AND q.name = :name;
 
 -- name: rollup_since
 -- The completion rollup (migration 21) of :ns from second :since on, stripes summed: what the

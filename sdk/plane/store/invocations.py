@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
@@ -47,6 +47,9 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+
+#: Told, after an ack's commit and before anyone is woken, the invocations it ended by id.
+OnEnded = Callable[[Mapping[str, Invocation]], None]
 
 
 class Claimed(NamedTuple):
@@ -94,11 +97,20 @@ class InvocationStore(QueueStore):
             for c in claimers
         ]
         handed: list[Claimed] = []
+        minted = [req.id for req in requests if req.id is not None]
         with self.connector.transaction() as tx:
-            if self._submitted_before(tx, ns, queue, requests):
+            # One statement reads the queue row and whether any minted id exists: where they
+            # live is read only when some do (a submit sent again), or for a queue not made yet.
+            row = (
+                tx.one("queue_for_submit", ns=ns, name=queue, ids=minted)
+                if minted
+                else tx.one("get_queue", ns=ns, name=queue)
+            )
+            taken = minted and (row is None or row["ids_taken"])
+            if taken and self._submitted_before(tx, ns, queue, requests, minted):
                 # The same submit again, its answer lost: the jobs it made.
                 return ids, [[] for _ in claimers]
-            info = self._queue_for_submit(tx, ns, queue, now)
+            info = self._queue_for_submit(tx, ns, queue, now, row)
             admit(tx, info, requests, now)
             deadline_at = deadline_for(info, now)
             for i in order:
@@ -144,18 +156,20 @@ class InvocationStore(QueueStore):
         return ids, [[claim_of(row) for row in h.rows] for h in handed]
 
     def _submitted_before(
-        self, tx: Transaction, ns: str, queue: str, requests: Sequence[SubmitRequest]
+        self,
+        tx: Transaction,
+        ns: str,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        minted: Sequence[str],
     ) -> bool:
-        """Whether this batch, by the ids its producer minted, was submitted already.
+        """Whether this batch, by the ids its producer `minted`, was submitted already.
 
         A batch commits whole, so its ids exist all or none: all, in this namespace and queue,
         is a repeat (admitted then, not counted again now); some, or elsewhere, is another
         submit's ids, refused without saying whose.
         """
-        minted = [req.id for req in requests if req.id is not None]
-        if not minted:
-            return False
-        homes = tx.all("invocation_homes", ids=minted)
+        homes = tx.all("invocation_homes", ids=list(minted))
         if not homes:
             return False
         if len(homes) == len(minted) == len(requests) and all(
@@ -167,8 +181,10 @@ class InvocationStore(QueueStore):
             "the same queue; a new submit mints new ones (or leaves them to the plane)"
         )
 
-    def _queue_for_submit(self, tx: Transaction, ns: str, queue: str, now: float) -> QueueInfo:
-        row = tx.one("get_queue", ns=ns, name=queue)
+    def _queue_for_submit(
+        self, tx: Transaction, ns: str, queue: str, now: float, row: Row | None
+    ) -> QueueInfo:
+        """The queue a submit goes to, from its `row` as read (None: made now, as fifo)."""
         if row is None:
             self._create_queue_row(tx, ns, queue, "fifo", "", now)
             row = tx.one("get_queue", ns=ns, name=queue)
@@ -250,20 +266,24 @@ class InvocationStore(QueueStore):
         kind: str | None = None,
         temperature: float = 1.0,
         host: str | None = None,
+        on_ended: OnEnded | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """Settle `acks` as succeeded and claim as `claim_many` does, in one transaction:
         the worker that just finished a job takes its next one with the commit that records the
         result. Per ack, the refusal or None, as `ack_many` answers; a refused ack refuses only
-        itself, and the claim still runs."""
+        itself, and the claim still runs. `on_ended` as `ack_many` takes it."""
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
         claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
         with self.connector.transaction() as tx:
             # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
             # taken queued, running, ended, the order every other transaction takes them in;
             # the other way round deadlocked against a plain claim.
             claimed = self._claim_in(tx, claiming, kind, temperature, limit)
-            errors = self._ack_in(tx, acks, ns, claiming["now"])
+            errors = self._ack_in(tx, acks, ns, claiming["now"], ended)
+        if on_ended is not None and ended:
+            on_ended(ended)
         self._claimed(claimed, acked=bool(acks))
         return errors, [claim_of(row) for row in claimed.rows]
 
@@ -306,15 +326,22 @@ class InvocationStore(QueueStore):
         if now - self._swept_at >= SWEEP_EVERY_S:
             self._swept_at = now
             expired = self._sweep(tx, now)
+        window: Row | None = None
         if kind:
             resolved = normalize_kind(kind)
         else:  # the first queue's kind orders the claim
             if known is None or known.name != names[0]:
-                known = self._queue_info(tx, ns, names[0])
+                # With the queue row, when these queues' next locality window ends: a claim
+                # that finds nothing needs it, and asking now costs no statement of its own.
+                window = tx.one("queue_for_claim", ns=ns, name=names[0], queues=names, now=now)
+                known = queue_info_of(window) if window else None
             resolved = normalize_kind(known.kind) if known else "fifo"
         rows = self._claim_rows(tx, resolved, temperature, params, limit)
         if not rows:
-            locality.wake_at_next_window(tx, self.waker, ns, names, now)
+            if window is None:
+                window = tx.one("locality_next", ns=ns, queues=names, now=now)
+            at = None if window is None else window["next_window"]
+            locality.wake_at_window(self.waker, ns, names, at)
         return Claimed(rows, expired, bool(rows) and self._makes_room(tx, ns, rows, known))
 
     def _makes_room(
@@ -404,29 +431,55 @@ class InvocationStore(QueueStore):
             self._append(tx, row["id"], "ERROR", msgpack.packb(row["error"]), now)
         return len(timed_out) + len(requeued) + len(ended)
 
-    def ack(self, inv_id: str, lease: str, result: bytes | None, *, ns: str | None = None) -> None:
-        (error,) = self.ack_many([Ack(inv_id, lease, result)], ns=ns)
+    def ack(
+        self,
+        inv_id: str,
+        lease: str,
+        result: bytes | None,
+        *,
+        ns: str | None = None,
+        on_ended: OnEnded | None = None,
+    ) -> None:
+        (error,) = self.ack_many([Ack(inv_id, lease, result)], ns=ns, on_ended=on_ended)
         if error is not None:
             raise error
 
-    def ack_many(self, acks: Sequence[Ack], *, ns: str | None = None) -> list[DispatchError | None]:
+    def ack_many(
+        self,
+        acks: Sequence[Ack],
+        *,
+        ns: str | None = None,
+        on_ended: OnEnded | None = None,
+    ) -> list[DispatchError | None]:
         """Settle many attempts as succeeded in one transaction; an error (or None) per ack.
 
         One refused ack (its lease lost, say) refuses only itself: the others still commit.
         With `ns`, an id of another namespace is refused as unknown, as the single ack route
-        refuses it.
+        refuses it; and `on_ended`, if given, receives the invocations these acks ended, as
+        they stand after the commit, before anyone is woken (the server hands them to the
+        submit-and-waits it holds for them: `server/handoff.py`).
         """
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
+        ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
         with self.connector.transaction() as tx:
-            out = self._ack_in(tx, acks, ns, time.time())
+            out = self._ack_in(tx, acks, ns, time.time(), ended)
+        if on_ended is not None and ended:
+            on_ended(ended)
         if acks:
             self.waker.notify(work=())
         return out
 
     def _ack_in(
-        self, tx: Transaction, acks: Sequence[Ack], ns: str | None, now: float
+        self,
+        tx: Transaction,
+        acks: Sequence[Ack],
+        ns: str | None,
+        now: float,
+        ended: dict[str, Invocation] | None = None,
     ) -> list[DispatchError | None]:
+        """Settle each ack; into `ended` (with `ns`), each invocation an ack ended, as the
+        settle's own statement returns it with the result the ack carried: no read after."""
         out: list[DispatchError | None] = []
         for a in acks:
             # No END frame: a reader that finds no more frames and a succeeded row has
@@ -439,6 +492,8 @@ class InvocationStore(QueueStore):
                 )
             )
             if settled:
+                if ended is not None:
+                    ended[a.id] = invocation_of({**settled, "result": a.result})
                 out.append(None)
                 continue
             if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
@@ -610,7 +665,8 @@ class InvocationStore(QueueStore):
                     + (f" ({hint})" if hint else "")
                     + "; only failed, killed or timeout invocations can be retried"
                 )
-            info = self._queue_for_submit(tx, ns, row["queue"], now)
+            queue_row = tx.one("get_queue", ns=ns, name=row["queue"])
+            info = self._queue_for_submit(tx, ns, row["queue"], now, queue_row)
             done = tx.one("retry_terminal", id=inv_id, ns=ns, deadline_at=deadline_for(info, now))
             if done is None:  # settled differently between the read and the write
                 raise Conflict(f"cannot retry invocation '{inv_id}': its state just changed")
