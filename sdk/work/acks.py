@@ -43,7 +43,11 @@ class AckQueue:
         self._items: deque[tuple[Claim, Ack]] = deque()
         self._riders: list[tuple[Claim, Ack]] = []
         self._riding = False
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        #: The sending thread waits on `_cond` for acks to send; `wait_idle` on `_idle` for
+        #: sent batches. Apart, a batch that rode on a claim wakes no sending thread for nothing.
+        self._cond = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
         self._in_flight = 0
         self._closed = False
 
@@ -112,12 +116,12 @@ class AckQueue:
         """The batch was sent (or given up on): `wait_idle` may return."""
         with self._cond:
             self._in_flight -= len(batch)
-            self._cond.notify_all()
+            self._idle.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until every ack put so far has been sent; False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(
+        with self._idle:
+            return self._idle.wait_for(
                 lambda: not self._items and not self._riders and not self._in_flight, timeout
             )
 

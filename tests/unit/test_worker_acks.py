@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,6 +110,31 @@ def test_while_riding_a_success_goes_to_the_claim_loop_not_the_sender() -> None:
     assert not acks.wait_idle(0.01)  # taken, not yet sent
     acks.done(riders)
     assert acks.wait_idle(0.01)
+
+
+def test_a_batch_that_rode_on_a_claim_never_wakes_the_sender() -> None:
+    acks = AckQueue()
+    sender = threading.Thread(target=acks.take)
+    sender.start()
+    waiting = acks._cond._waiters  # type: ignore[attr-defined]  # CPython's waiter locks
+    deadline = time.monotonic() + 5
+    while not waiting:  # until the sender waits for acks
+        assert time.monotonic() < deadline, "the sender never waited"
+        time.sleep(0.001)
+    (asleep,) = waiting
+
+    acks.riding(True)
+    acks.put(_claim(0), b"r")
+    riders = acks.take_riders()
+    acks.done(riders)  # sent with the claim
+
+    assert acks.wait_idle(1.0)
+    # Still the same wait: a notify would have taken its lock out of the list (a sender woken
+    # per job for nothing was the daemon's waste), and a wait again would be a new lock.
+    assert list(waiting) == [asleep]
+    acks.close()
+    sender.join(5)
+    assert not sender.is_alive()
 
 
 def test_riders_not_taken_and_a_failed_claims_riders_go_back_to_the_sender() -> None:
