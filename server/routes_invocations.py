@@ -14,7 +14,7 @@ from .. import codec
 from ..errors import DispatchError, Forbidden, InvalidArgument
 from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
-from ..plane.wakeup import READERS
+from ..plane.wakeup import reading
 from ..storage import StorageRef
 from ..types import (
     Ack,
@@ -104,7 +104,7 @@ async def submit(call: Call) -> dict[str, Any]:
             lambda i: i.terminal,
             result_wait,
             call.request,
-            work=[READERS],
+            work=reading(ids[0]),
             read=True,
             since=None if requests[0].key else before,
             reader=reader,
@@ -192,7 +192,7 @@ async def get_invocation(call: Call) -> Invocation:
         lambda inv: inv.terminal,
         wait_s,
         call.request,
-        work=[READERS],
+        work=reading(inv_id),
         read=True,
     )
 
@@ -374,7 +374,7 @@ async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str
         lambda r: bool(r[0]) or r[1],
         wait_s,
         call.request,
-        work=[READERS],
+        work=reading(channel),
         read=True,
     )
     return {"frames": frames, "ended": ended}

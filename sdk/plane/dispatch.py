@@ -32,7 +32,7 @@ from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
 from .waiting import Deadline, room_wait
-from .wakeup import READERS, work_key
+from .wakeup import reading, work_key
 
 T = TypeVar("T")
 
@@ -60,8 +60,6 @@ def open_store(
 #: How often reads sweep expired leases and start deadlines when nothing else does (`_swept`):
 #: the cadence of the server's sweeper.
 READ_SWEEP_EVERY_S = 1.0
-#: What a result or a journal waits for: commits that may end an invocation or post a frame.
-_READS = (READERS,)
 
 
 def box_plane_path() -> Path:
@@ -200,7 +198,7 @@ class Dispatch:
             self._swept()  # a job whose worker died ends or requeues within a sweep's period
             return self.store.invocation(self.namespace, inv_id)
 
-        return self._wait_for(fetch, lambda inv: inv.terminal, wait_s, work=_READS)
+        return self._wait_for(fetch, lambda inv: inv.terminal, wait_s, work=reading(inv_id))
 
     def count(self, queue: str, state: str = "queued") -> int:
         self._swept()
@@ -219,7 +217,10 @@ class Dispatch:
             ended = not frames and not is_topic and self.invocation(channel).terminal
             return frames, ended
 
-        frames, _ = self._wait_for(fetch, lambda r: bool(r[0]) or r[1], wait_s, work=_READS)
+        def ready(got: tuple[list[Frame], bool]) -> bool:
+            return bool(got[0]) or got[1]
+
+        frames, _ = self._wait_for(fetch, ready, wait_s, work=reading(channel))
         return frames
 
     def post(

@@ -63,6 +63,12 @@ class Waker:
         #: (`work_key(ns, queue)`) of the last one that brought work there.
         self._any_work = 0
         self._work: dict[str, int] = {}
+        #: The same for one invocation's readers (`reader_key`), oldest first and at most
+        #: MAX_READER_KEYS of them: one key per invocation ever settled would never stop
+        #: growing. A waiter older than the last one let go (`_readers_horizon`) may have missed
+        #: its key: it wakes to check, as after any wake-up that may concern it.
+        self._readers: dict[str, int] = {}
+        self._readers_horizon = 0
         self._relays: list[Relay] = []
         #: Timed wake-ups (`notify_at`): the earliest pending time per work key, and the timers.
         self._alarms: dict[str, float] = {}
@@ -78,6 +84,7 @@ class Waker:
         local_only: bool = False,
         work: Iterable[str] | None = None,
         reads: bool = True,
+        ended: Iterable[str] = (),
     ) -> None:
         """Wake every waiter in this process, and (unless local_only) in the others.
 
@@ -90,15 +97,28 @@ class Waker:
         `reads=False` says the change ended no invocation and posted no frame (a submit, a
         claim): readers waiting on a result or a journal (`READERS`) sleep through it, so a
         `q.call` waiting for its result is not woken when a worker merely claims the job.
+        `ended`, with `reads=False`, names the invocations the change ended (an ack): only
+        their readers wake (`reader_key`), not each of the server's submit-and-waits to read
+        its own row again.
         """
-        keys = None if work is None else frozenset(work) | (_READS if reads else frozenset())
+        keys = None
+        if work is not None:
+            keys = frozenset(work) | (_READS if reads else frozenset())
+            keys |= frozenset(reader_key(inv_id) for inv_id in ended)
         with self._cond:
             self._generation += 1
             if keys is None:
                 self._any_work = self._generation
             else:
                 for key in keys:
-                    self._work[key] = self._generation
+                    if key.startswith(_READER_PREFIX):
+                        self._readers.pop(key, None)  # the oldest first: the next to go
+                        self._readers[key] = self._generation
+                    else:
+                        self._work[key] = self._generation
+                while len(self._readers) > MAX_READER_KEYS:
+                    oldest = next(iter(self._readers))
+                    self._readers_horizon = self._readers.pop(oldest)
             self._cond.notify_all()
             waiters = [
                 entry
@@ -173,7 +193,12 @@ class Waker:
 
     def work_since(self, generation: int, keys: Iterable[str]) -> bool:
         """Whether a wake-up after `generation` may have brought work under one of `keys`."""
-        return self._any_work > generation or any(self._work.get(k, 0) > generation for k in keys)
+        return self._any_work > generation or any(self._since(k) > generation for k in keys)
+
+    def _since(self, key: str) -> int:
+        if key.startswith(_READER_PREFIX):
+            return self._readers.get(key, self._readers_horizon)
+        return self._work.get(key, 0)
 
     async def wait_async(
         self,
@@ -229,6 +254,22 @@ class Waker:
 #: invocation or post a frame. No queue key can collide with it (names have no '*').
 READERS = "*readers"
 _READS = frozenset({READERS})
+_READER_PREFIX = "*read:"
+#: How many invocations' reader keys a process remembers (`Waker._readers`): far more than
+#: end within one waiter's fetch, so letting the oldest go wakes nobody in practice.
+MAX_READER_KEYS = 10_000
+
+
+def reader_key(inv_id: str) -> str:
+    """The key of one invocation's readers: its result's and its journal's. An ack wakes
+    only them; everything else that ends an invocation or posts a frame wakes `READERS`,
+    which such a reader waits on as well (`reading`)."""
+    return _READER_PREFIX + inv_id
+
+
+def reading(inv_id: str) -> tuple[str, str]:
+    """What a reader of one invocation (or of one journal channel) waits for."""
+    return (READERS, reader_key(inv_id))
 
 
 def work_key(namespace: str, queue: str) -> str:

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from dreamlake.lakeshore.plane import wakeup
 from dreamlake.lakeshore.plane.wakeup import (
     MAX_DATAGRAM,
     READERS,
     CrossProcessWaker,
     Waker,
     pack_keys,
+    reading,
     unpack_keys,
 )
 
@@ -160,6 +162,47 @@ def test_a_result_waiter_sleeps_through_submits_and_claims(waker: Waker) -> None
         return results
 
     assert asyncio.run(main()) == [True, False, True, True, False]
+
+
+def test_an_ack_wakes_only_the_readers_of_what_it_ended(waker: Waker) -> None:
+    """Sixteen `q.call`s waiting on one server each read their row again on every ack: on
+    Postgres a thread hop and a round trip apiece, most of the plane's work under load."""
+
+    async def main() -> list[bool]:
+        gen = waker.generation
+        mine = asyncio.create_task(waker.wait_async(gen, timeout=10.0, work=reading("a")))
+        theirs = asyncio.create_task(waker.wait_async(gen, timeout=0.3, work=reading("b")))
+        await asyncio.sleep(0)
+        waker.notify(work=(), reads=False, ended=["a"])  # the ack of a
+        results = [await mine, await theirs]
+        # Whatever may end any invocation or post to any journal still wakes every reader.
+        gen = waker.generation
+        theirs = asyncio.create_task(waker.wait_async(gen, timeout=10.0, work=reading("b")))
+        await asyncio.sleep(0)
+        waker.notify(work=())
+        results.append(await theirs)
+        return results
+
+    assert asyncio.run(main()) == [True, False, True]
+    gen = waker.generation
+    waker.notify(work=(), reads=False, ended=["c"])  # before the wait: it counts at once
+    assert waker.wait(gen, timeout=10.0, work=reading("c")) is True
+    assert waker.wait(gen, timeout=0.1, work=reading("a")) is False
+
+
+def test_reader_keys_are_bounded_and_a_waiter_past_the_bound_looks_again(
+    waker: Waker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wakeup, "MAX_READER_KEYS", 2)
+    gen = waker.generation
+    for inv_id in ("a", "b", "c"):
+        waker.notify(work=(), reads=False, ended=[inv_id])
+
+    assert len(waker._readers) == 2  # "a" let go: the oldest
+    # A wait that began before "a" was let go may have missed it, or anything else: it checks.
+    assert waker.work_since(gen, reading("a")) and waker.work_since(gen, reading("z"))
+    late = waker.generation
+    assert not waker.work_since(late, reading("a"))
 
 
 def test_a_thread_waiting_for_work_sleeps_through_changes_elsewhere(waker: Waker) -> None:

@@ -284,7 +284,7 @@ class InvocationStore(QueueStore):
             errors = self._ack_in(tx, acks, ns, claiming["now"], ended)
         if on_ended is not None and ended:
             on_ended(ended)
-        self._claimed(claimed, acked=bool(acks))
+        self._claimed(claimed, acked=[a.id for a in acks])
         return errors, [claim_of(row) for row in claimed.rows]
 
     def _claiming(
@@ -354,7 +354,7 @@ class InvocationStore(QueueStore):
                 return True
         return False
 
-    def _claimed(self, claimed: Claimed, *, acked: bool = False) -> None:
+    def _claimed(self, claimed: Claimed, *, acked: Sequence[str] = ()) -> None:
         """One wake-up for a claim's commit, and only to whom it may concern.
 
         A claim that swept may have changed anything. Acks end invocations: their readers
@@ -365,7 +365,7 @@ class InvocationStore(QueueStore):
         if claimed.expired:
             self.waker.notify()
         elif acked:
-            self.waker.notify(work=())
+            self.waker.notify(work=(), reads=False, ended=acked)
         elif claimed.room:
             self.waker.notify(work=(), reads=False)
 
@@ -466,8 +466,8 @@ class InvocationStore(QueueStore):
             out = self._ack_in(tx, acks, ns, time.time(), ended)
         if on_ended is not None and ended:
             on_ended(ended)
-        if acks:
-            self.waker.notify(work=())
+        if acks:  # only these invocations' readers: not each result wait, to read it again
+            self.waker.notify(work=(), reads=False, ended=[a.id for a in acks])
         return out
 
     def _ack_in(
