@@ -142,14 +142,7 @@ class Readers:
         loop = asyncio.get_running_loop()
 
         def on_ended(ended: Mapping[str, Invocation]) -> None:
-            try:
-                here = asyncio.get_running_loop() is loop
-            except RuntimeError:  # a store thread
-                here = False
-            if here:
-                self.hand(ended)
-            else:
-                loop.call_soon_threadsafe(self.hand, ended)
+            loop.call_soon_threadsafe(self.hand, ended)
 
         return on_ended
 

@@ -66,9 +66,10 @@ async def wait_until(
     deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     inline = read and store.connector.reads_inline
-    wake = None if reader is None else reader.armed
     if since is not None:
-        await waker.wait_async(since, deadline.nap(), work=work, wake=wake and wake())
+        await waker.wait_async(
+            since, deadline.nap(), work=work, wake=reader.armed() if reader else None
+        )
     while True:
         if reader is not None and reader.ended is not None:
             return reader.ended
@@ -82,7 +83,9 @@ async def wait_until(
         if since is not None and request is not None and await hung_up(request):
             return value
         since = generation
-        await waker.wait_async(generation, deadline.nap(), work=work, wake=wake and wake())
+        await waker.wait_async(
+            generation, deadline.nap(), work=work, wake=reader.armed() if reader else None
+        )
 
 
 async def claim_until(
