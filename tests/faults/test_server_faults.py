@@ -102,11 +102,12 @@ def test_server_restarts_under_long_polls_lose_and_repeat_nothing(
     journal exactly, in order, without a gap or a repeat. Claims and result waits ride along."""
     srv = ServerProcess(tmp_path / "server").start()
     history = History(seed)
-    stop = threading.Event()
+    stop = threading.Event()  # the workers: they run until the drain is checked
+    stop_reading = threading.Event()
     planes = [HttpDispatch(srv.url, token=srv.token, timeout_s=5) for _ in range(7)]
     channel = planes[0].topic_channel("polls", "news")
     writer = TopicWriter(planes[0], channel, 150)
-    readers = [TopicReader(f"r{i}", planes[1 + i], channel, stop) for i in range(3)]
+    readers = [TopicReader(f"r{i}", planes[1 + i], channel, stop_reading) for i in range(3)]
     workers = [
         LoopWorker(f"w{i}", p, history, "polls", stop, rng=rng, lease_s=5)
         for i, p in enumerate(planes[4:6])
@@ -129,7 +130,7 @@ def test_server_restarts_under_long_polls_lose_and_repeat_nothing(
             timeout=20,
             what="the readers to catch up",
         )
-        stop.set()
+        stop_reading.set()
         join_all(readers, 15)
         for r in readers:
             assert r.got == journal, f"[seed {seed}] reader {r.name} diverged from the journal"
@@ -137,10 +138,12 @@ def test_server_restarts_under_long_polls_lose_and_repeat_nothing(
         assert all(by_seq.get(seq) == value for value, seq in writer.posted.items())
         assert set(writer.posted) == set(range(150))
         check(history, planes[4], "polls")
+        stop.set()
         join_all(workers, 10)
         print(f"restart-longpoll: frames={len(journal)} posts=150 {history.stats()}")
     finally:
         stop.set()
+        stop_reading.set()
         for p in planes:
             p.close()
         srv.stop()
