@@ -146,14 +146,32 @@ def channel_name(schema: str) -> str:
 # -- transactions -------------------------------------------------------------------------------
 
 
-class PostgresTransaction:
-    """Named statements on one pooled connection inside its transaction."""
+#: What opens a write transaction; a non-durable one also skips the WAL flush at its COMMIT.
+_BEGIN = ("BEGIN", None)
+_NOT_DURABLE = ("SET LOCAL synchronous_commit TO OFF", None)
 
-    def __init__(self, conn: psycopg.Connection[DictRow], *, write: bool) -> None:
+Statement = tuple[str, dict[str, Any] | None]
+
+
+class PostgresTransaction:
+    """Named statements on one pooled connection inside its transaction.
+
+    A write transaction's BEGIN (and its setting, and any advisory lock a statement needs first)
+    goes out in one pipeline with its first statement: one round trip where there were two or
+    three, about 0.1 ms of a call's path per transaction. A transaction that ran no statement
+    sent nothing, and commits nothing.
+    """
+
+    def __init__(
+        self, conn: psycopg.Connection[DictRow], *, write: bool, opening: tuple[Statement, ...] = ()
+    ) -> None:
         self._conn = conn
         self._write = write
         self._queries = queries(POSTGRES)
         self._locks: set[tuple[Any, ...]] = set()
+        #: Sent ahead of the first statement; empty once sent.
+        self._opening = opening
+        self.begun = False
 
     def all(self, query: str, **params: Any) -> list[Row]:
         cur = self._execute(query, params)
@@ -165,16 +183,27 @@ class PostgresTransaction:
 
     def _execute(self, query: str, params: dict[str, Any]) -> psycopg.Cursor[DictRow]:
         text, flat = bind(POSTGRES, self._queries[query], params)  # checks the values first
-        if self._write and query in _LOCK_BEFORE:
-            self._lock(*_LOCK_BEFORE[query], params)
-        return self._conn.execute(text, flat)
+        ahead = [*self._opening, *self._lock_before(query, params)]
+        if not ahead:
+            return self._conn.execute(text, flat)
+        self.begun = self.begun or bool(self._opening)
+        self._opening = ()
+        with self._conn.pipeline():
+            for statement, args in ahead:
+                self._conn.execute(statement, args)
+            return self._conn.execute(text, flat)
 
-    def _lock(self, lock: str, names: tuple[str, ...], params: dict[str, Any]) -> None:
+    def _lock_before(self, query: str, params: dict[str, Any]) -> list[Statement]:
+        """The advisory lock `query` takes first, unless this transaction holds it already (a
+        failed pipeline aborts the transaction, so the lock is counted as it is sent)."""
+        if not self._write or query not in _LOCK_BEFORE:
+            return []
+        lock, names = _LOCK_BEFORE[query]
         key = (lock, *(params[n] for n in names))
         if key in self._locks:
-            return
-        self._conn.execute(*_engine(lock, **{n: params[n] for n in names}))
+            return []
         self._locks.add(key)
+        return [_engine(lock, **{n: params[n] for n in names})]
 
 
 T = TypeVar("T")
@@ -264,10 +293,16 @@ class PostgresConnector:
                     if not write:
                         yield PostgresTransaction(conn, write=False)
                         return
-                    with conn.transaction():
-                        if write and not durable:
-                            conn.execute("SET LOCAL synchronous_commit TO OFF")
-                        yield PostgresTransaction(conn, write=write)
+                    opening = (_BEGIN,) if durable else (_BEGIN, _NOT_DURABLE)
+                    tx = PostgresTransaction(conn, write=True, opening=opening)
+                    try:
+                        yield tx
+                    except BaseException:
+                        if tx.begun:
+                            _roll_back(conn)
+                        raise
+                    if tx.begun:
+                        conn.execute("COMMIT")
                 finally:
                     self._used[id(conn)] = time.monotonic()
         except psycopg.OperationalError as exc:
@@ -551,6 +586,14 @@ def decode_wake(payload: str) -> tuple[str, frozenset[str] | None]:
 def _engine(name: str, **params: Any) -> tuple[str, dict[str, Any]]:
     """A statement of `sql/postgres.sql`, bound."""
     return bind(POSTGRES, engine_queries(POSTGRES)[name], params)
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End a failed transaction without hiding why it failed: on a broken connection the
+    ROLLBACK fails too, and the pool discards the connection when it comes back."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.OperationalError):
+            conn.execute("ROLLBACK")
 
 
 def _close_quietly(conn: psycopg.Connection[Any] | None) -> None:

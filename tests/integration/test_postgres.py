@@ -367,12 +367,74 @@ def test_a_non_durable_transaction_turns_synchronous_commit_off_for_itself_only(
 ) -> None:
     connector = connector_of(plane)
     with connector.transaction(durable=False) as tx:
+        tx.one("get_queue", ns="default", name="q")  # the setting goes out with the first one
         inside = tx._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
     with connector.transaction() as tx:
+        tx.one("get_queue", ns="default", name="q")
         after = tx._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
 
     assert inside["synchronous_commit"] == "off"
     assert after["synchronous_commit"] == "on"
+
+
+def _status(tx: object) -> object:
+    return tx._conn.info.transaction_status  # type: ignore[attr-defined]
+
+
+def _make_queue(tx: object, name: str) -> None:
+    tx.one(  # type: ignore[attr-defined]
+        "ensure_queue", ns="default", name=name, kind="fifo", description="", now=time.time()
+    )
+
+
+def _queues_named(url: str, name: str) -> int:
+    return len(sql(url, "SELECT 1 FROM queues WHERE name = %s", name))
+
+
+def test_a_write_transaction_begins_with_its_first_statement_and_commits_it(
+    plane: dls.Dispatch, url: str
+) -> None:
+    """BEGIN goes out in one pipeline with the first statement: nothing is open before it,
+    what follows runs in the same transaction, and the exit commits it all."""
+    with connector_of(plane).transaction() as tx:
+        before = _status(tx)
+        _make_queue(tx, "one")
+        between = _status(tx)
+        _make_queue(tx, "two")
+        unseen = _queues_named(url, "one") + _queues_named(url, "two")
+
+    assert before == psycopg.pq.TransactionStatus.IDLE
+    assert between == psycopg.pq.TransactionStatus.INTRANS
+    assert unseen == 0
+    assert _queues_named(url, "one") == _queues_named(url, "two") == 1
+
+
+def test_a_write_transaction_that_fails_rolls_back_and_leaves_its_connection_clean(
+    plane: dls.Dispatch, url: str
+) -> None:
+    connector = connector_of(plane)
+    with pytest.raises(RuntimeError), connector.transaction() as tx:
+        _make_queue(tx, "changed-its-mind")
+        raise RuntimeError("the caller changed its mind")
+    with pytest.raises(psycopg.errors.UndefinedFunction), connector.transaction() as tx:
+        # A statement of the opening pipeline fails: the rest of it never runs.
+        tx._opening = (*tx._opening, ("SELECT no_such_function()", None))  # type: ignore[attr-defined]
+        _make_queue(tx, "failed-in-the-pipeline")
+
+    assert (
+        _queues_named(url, "changed-its-mind") == _queues_named(url, "failed-in-the-pipeline") == 0
+    )
+    for _ in range(3):  # every connection the pool hands out is clean
+        with connector.transaction() as tx:
+            assert _status(tx) == psycopg.pq.TransactionStatus.IDLE
+            _make_queue(tx, "after")
+    assert _queues_named(url, "after") == 1
+
+
+def test_a_write_transaction_that_ran_nothing_sends_nothing(plane: dls.Dispatch) -> None:
+    with connector_of(plane).transaction() as tx:
+        pass
+    assert not tx.begun  # type: ignore[attr-defined]
 
 
 def test_wake_payloads_round_trip_and_fall_back_to_anything() -> None:
