@@ -151,6 +151,9 @@ _BEGIN = ("BEGIN", None)
 _NOT_DURABLE = ("SET LOCAL synchronous_commit TO OFF", None)
 
 Statement = tuple[str, dict[str, Any] | None]
+#: Pipelines need libpq 14+ (psycopg[binary] bundles one); against an older one the statements
+#: of an opening go out one by one, as before.
+_PIPELINES = psycopg.Pipeline.is_supported()
 
 
 class PostgresTransaction:
@@ -188,7 +191,7 @@ class PostgresTransaction:
             return self._conn.execute(text, flat)
         self.begun = self.begun or bool(self._opening)
         self._opening = ()
-        with self._conn.pipeline():
+        with self._conn.pipeline() if _PIPELINES else contextlib.nullcontext():
             for statement, args in ahead:
                 self._conn.execute(statement, args)
             return self._conn.execute(text, flat)

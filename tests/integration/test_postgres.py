@@ -431,6 +431,22 @@ def test_a_write_transaction_that_fails_rolls_back_and_leaves_its_connection_cle
     assert _queues_named(url, "after") == 1
 
 
+def test_without_pipelines_a_write_transaction_sends_its_opening_one_by_one(
+    plane: dls.Dispatch, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq before 14 has no pipeline mode: the same transaction, a round trip more."""
+    from dreamlake.lakeshore.plane import postgres
+
+    monkeypatch.setattr(postgres, "_PIPELINES", False)
+    monkeypatch.setattr(psycopg.Connection, "pipeline", None)  # any use of it would raise
+    with connector_of(plane).transaction(durable=False) as tx:
+        _make_queue(tx, "one")
+        setting = tx._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
+        assert _status(tx) == psycopg.pq.TransactionStatus.INTRANS
+    assert setting["synchronous_commit"] == "off"
+    assert _queues_named(url, "one") == 1
+
+
 def test_a_write_transaction_that_ran_nothing_sends_nothing(plane: dls.Dispatch) -> None:
     with connector_of(plane).transaction() as tx:
         pass
