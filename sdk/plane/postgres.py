@@ -161,8 +161,8 @@ class PostgresTransaction:
 
     A write transaction's BEGIN (and its setting, and any advisory lock a statement needs first)
     goes out in one pipeline with its first statement: one round trip where there were two or
-    three, about 0.1 ms of a call's path per transaction. A transaction that ran no statement
-    sent nothing, and commits nothing.
+    three, which counts most where Postgres is across a network (pipeline mode costs a few
+    syscalls more). A transaction that ran no statement sent nothing, and commits nothing.
     """
 
     def __init__(
