@@ -174,7 +174,11 @@ class PostgresTransaction:
         self._locks: set[tuple[Any, ...]] = set()
         #: Sent ahead of the first statement; empty once sent.
         self._opening = opening
-        self.begun = False
+
+    @property
+    def begun(self) -> bool:
+        """Whether this write transaction sent its BEGIN (it did with its first statement)."""
+        return self._write and not self._opening
 
     def all(self, query: str, **params: Any) -> list[Row]:
         cur = self._execute(query, params)
@@ -189,7 +193,6 @@ class PostgresTransaction:
         ahead = [*self._opening, *self._lock_before(query, params)]
         if not ahead:
             return self._conn.execute(text, flat)
-        self.begun = self.begun or bool(self._opening)
         self._opening = ()
         with self._conn.pipeline() if _PIPELINES else contextlib.nullcontext():
             for statement, args in ahead:

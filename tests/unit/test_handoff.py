@@ -52,6 +52,15 @@ def serve(store: SqlStore, scenario: Callable[[Client], Awaitable[None]]) -> Non
     asyncio.run(main())
 
 
+async def until(ready: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Poll `ready` on this loop, each turn a millisecond apart, up to `timeout`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not ready():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        await asyncio.sleep(0.001)
+
+
 class Client:
     def __init__(self, http: httpx.AsyncClient, seats: Seats, readers: Readers) -> None:
         self.http = http
@@ -67,11 +76,7 @@ class Client:
 
     async def held(self, key: str = "default/q", n: int = 1) -> None:
         """Until `n` claims hold a seat under `key` (each is a task of this loop)."""
-        for _ in range(5000):
-            if len(self.seats._by_key.get(key, ())) >= n:
-                return
-            await asyncio.sleep(0.001)
-        raise AssertionError(f"no claim took a seat under {key}")
+        await until(lambda: len(self.seats._by_key.get(key, ())) >= n, f"a seat under {key}")
 
     def claim(self, **fields: Any) -> asyncio.Task[Any]:
         body = {"queues": ["q"], "worker": "w1", "wait": 20.0, **fields}
@@ -85,11 +90,8 @@ class Client:
             self.post("/queues/q/invocations", {"payload": payload}, result_wait=20)
         )
         got = (await claim)["claim"]
-        for _ in range(5000):
-            if got["id"] in self.readers._by_id:
-                return call, got
-            await asyncio.sleep(0.001)
-        raise AssertionError("the submit-and-wait never sat down to wait")
+        await until(lambda: got["id"] in self.readers._by_id, "the submit-and-wait to sit down")
+        return call, got
 
 
 def test_a_held_claim_takes_the_job_with_the_submits_commit(store: SqlStore) -> None:
@@ -258,10 +260,7 @@ def test_a_result_that_ends_elsewhere_is_read_and_other_endings_wake_no_reader(
         assert reads() == 0
 
         store.waker.notify()  # what any write that may end an invocation or post a frame sends
-        for _ in range(5000):
-            if reads():
-                break
-            await asyncio.sleep(0.001)
+        await until(lambda: reads() > 0, "the woken reader to read")
         for _ in range(20):  # turns of the loop for a reader that would not settle back down
             await asyncio.sleep(0)
         assert reads() == 1
