@@ -297,8 +297,11 @@ class ProcessSlot(SlotBase):
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._child: Child | None = None
-        #: The job whose run message `_assigned` already wrote, and to which child.
-        self._handed: tuple[str, Child] | None = None
+        #: The job whose run message `_assigned` already wrote, to which child, and when: the
+        #: attempt's clock (its timeout, its run time) starts when its child got the job.
+        self._handed: tuple[str, Child, float] | None = None
+        #: When the slot's current attempt reached its child (`_run`).
+        self._began = 0.0
         self._log = get_logger(slot=index)
 
     def snapshot(self) -> dict[str, Any]:
@@ -323,7 +326,7 @@ class ProcessSlot(SlotBase):
             child.conn.send_bytes(message)
         except OSError:
             return  # it died just now: the slot thread finds out and starts another
-        self._handed = (claim.id, child)
+        self._handed = (claim.id, child, time.monotonic())
 
     def _aborted(self) -> None:
         if not self._closed:  # wake the slot thread out of its wait on the child
@@ -345,10 +348,10 @@ class ProcessSlot(SlotBase):
                 claim = self._inbox.get()
                 if claim is None:
                     return
-                began = time.monotonic()
+                self._began = time.monotonic()
                 outcome = self._run_safely(claim)
                 if self._on_end is not None:
-                    self._on_end(claim, outcome, time.monotonic() - began)
+                    self._on_end(claim, outcome, time.monotonic() - self._began)
                 self._end(self._sink, claim, outcome)
                 self._rewarm()
         finally:
@@ -385,12 +388,15 @@ class ProcessSlot(SlotBase):
             if child is not None:
                 child.terminate(0.0)
             child = self._child = self._spawn()
-        if handed != (claim.id, child):
+        if handed is not None and handed[:2] == (claim.id, child):
+            self._began = handed[2]
+        else:
             try:
                 child.conn.send(_run_message(claim))
             except OSError as exc:
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
-        deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
+            self._began = time.monotonic()
+        deadline = None if claim.timeout_s is None else self._began + claim.timeout_s
         while True:
             # Before every wait: an end asked for after the last look has its byte on the
             # wake pipe (drained here, first), so no request falls between look and wait.
