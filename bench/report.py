@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .durable_floor import POSTGRES_FLOOR, SQLITE_FLOOR
+
 
 @dataclass
 class Row:
@@ -203,9 +205,9 @@ def _dispatch_rows(ms: list[Any]) -> list[list[str]]:
             ]
         )
     for system, floor_name in (
-        ("lakeshore http (sqlite)", "floor: 2 durable sqlite commits"),
-        ("lakeshore embedded 2-proc", "floor: 2 durable sqlite commits"),
-        ("lakeshore http (postgres)", "floor: 2 durable postgres commits"),
+        ("lakeshore http (sqlite)", SQLITE_FLOOR),
+        ("lakeshore embedded 2-proc", SQLITE_FLOOR),
+        ("lakeshore http (postgres)", POSTGRES_FLOOR),
     ):
         call = _find(ms, "rpc", "p50", system, full if "sqlite" in floor_name else "")
         if call is None and "postgres" in system:

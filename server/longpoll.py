@@ -146,6 +146,14 @@ async def run_write(store: SqlStore, write: Callable[[], T], *, durable: bool = 
     return await run_blocking(write)
 
 
+async def synced(store: SqlStore, mark: int) -> None:
+    """Return once every write up to `mark` is on disk (`Connector.sync`): at once when a
+    durable commit since has carried it there (the ack that ended a submit-and-wait's job, on
+    this server), else after one fsync of the log, on the pool."""
+    if not store.connector.synced(mark):
+        await run_blocking(store.connector.sync, mark)
+
+
 async def hung_up(request: Request) -> bool:
     """Whether the client has gone: Starlette's `is_disconnected`, at a fraction of its cost.
 
@@ -162,18 +170,21 @@ async def hung_up(request: Request) -> bool:
     return bool(receiving.result().get("type") == "http.disconnect")
 
 
-async def admit(store: SqlStore, submit: Callable[[], T], wait_s: float) -> T:
+async def admit(
+    store: SqlStore, submit: Callable[[], T], wait_s: float, *, durable: bool = True
+) -> T:
     """Run `submit`; while a blocking queue is full, wait for room up to `wait_s` (capped).
 
     Room appears when a claim commits (a wake-up) or, under a rate limit, as time passes (the
     refusal says when), so the wait is on the waker bounded by the refusal's retry hint.
+    `durable`: whether `submit` waits for its fsync (`run_write`).
     """
     deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     while True:
         generation = waker.generation
         try:
-            return await run_write(store, submit)
+            return await run_write(store, submit, durable=durable)
         except QueueFullError as full:
             await waker.wait_async(generation, room_wait(full, deadline))
 
@@ -185,23 +196,36 @@ async def admit_handing(
     queue: str,
     requests: Sequence[SubmitRequest],
     wait_s: float,
+    *,
+    sync_later: bool = False,
 ) -> list[str]:
     """`admit` a submit that first hands its jobs to the claims held on its queue (`Seats`),
-    in its own transaction. A full queue, or no claim held, is a plain `admit`."""
+    in its own transaction. A full queue, or no claim held, is a plain `admit`.
+
+    `sync_later`: the submit owes its fsync (`Connector.transaction`); the caller sends no id
+    before `synced`. The claims are handed over at once all the same: the worker starts while
+    the disk has yet to hear of the job, and its ack's fsync is the one the submit owed.
+    """
+
+    def submit() -> list[str]:
+        return store.submit(ns, queue, requests, sync_later=sync_later)
+
     taken = seats.take(work_key(ns, queue), len(requests))
     if not taken:
-        return await admit(store, lambda: store.submit(ns, queue, requests), wait_s)
+        return await admit(store, submit, wait_s, durable=not sync_later)
     # Each claims from this queue only, though it may serve others: a transaction that took
     # this queue's counter rows must not go on to lock another queue's (Postgres would see two
     # such submits deadlock), and the others had nothing for it when it last looked.
     claimers = [seat.args._replace(queues=[queue]) for seat in taken]
     try:
         ids, claims = await run_write(
-            store, lambda: store.submit_handing(ns, queue, requests, claimers)
+            store,
+            lambda: store.submit_handing(ns, queue, requests, claimers, sync_later=sync_later),
+            durable=not sync_later,
         )
     except QueueFullError:
         hand(taken, None)
-        return await admit(store, lambda: store.submit(ns, queue, requests), wait_s)
+        return await admit(store, submit, wait_s, durable=not sync_later)
     except BaseException:
         hand(taken, None)
         raise

@@ -28,7 +28,7 @@ from ..types import (
 )
 from .auth import require
 from .endpoint import Api, Call
-from .longpoll import admit_handing, claim_until, hung_up, run_write, wait_until
+from .longpoll import admit_handing, claim_until, hung_up, run_write, synced, wait_until
 from .payload_kinds import code_in
 from .wire import Fields
 
@@ -90,9 +90,18 @@ async def submit(call: Call) -> dict[str, Any]:
     )
     queue = call.param("queue")
     before = call.store.waker.generation  # the submit's outcome comes after this
-    ids = await admit_handing(call.store, call.seats, call.ns, queue, requests, wait_s)
+    # A submit-and-wait answers after its job's ack, whose fsync carries the submit to disk
+    # as well: its own commit waits for no disk (`sync_later`), and `synced` below holds the
+    # answer until a flush has covered it. A keyed submit commits durably: its id may be
+    # answered to another producer sending the same key, perhaps a process of its own on the
+    # same file, which cannot know what this one owes.
+    owes = result_wait > 0 and requests[0].key is None
+    ids = await admit_handing(
+        call.store, call.seats, call.ns, queue, requests, wait_s, sync_later=owes
+    )
     if result_wait <= 0:
         return {"ids": ids}
+    mark = call.store.connector.mark()
     # Submit-and-wait: an RPC in one round trip. The row comes back terminal, or as it stands
     # when the wait runs out (the client then polls `GET /invocations/{id}`). A key that
     # named an existing invocation may be terminal already: it is read first then.
@@ -109,6 +118,7 @@ async def submit(call: Call) -> dict[str, Any]:
             since=None if requests[0].key else before,
             reader=reader,
         )
+    await synced(call.store, mark)
     return {"ids": ids, "invocation": inv}
 
 

@@ -46,7 +46,7 @@ class Connector(Protocol):
         """A quick integrity check of the database: None when sound, else what is wrong."""
 
     def transaction(
-        self, *, write: bool = True, durable: bool = True
+        self, *, write: bool = True, durable: bool = True, sync_later: bool = False
     ) -> AbstractContextManager[Transaction]:
         """A transaction that commits on exit and rolls back on an exception.
 
@@ -54,6 +54,22 @@ class Connector(Protocol):
         fails half-way on a lock upgrade. `durable=False` commits without waiting for the disk:
         a power cut may undo it (never corrupt it), so it is only for writes whose loss repeats
         work rather than losing any: a claim undone just runs its job again.
+
+        `sync_later=True` (a durable write) commits without waiting for the disk too, and owes
+        the wait: the caller tells nobody the write happened until `sync(mark())` has returned.
+        A submit-and-wait owes its fsync this way and the ack that ends its job pays it: one
+        fsync on the call's path instead of two. A connector that cannot split a commit from
+        its flush (Postgres) commits durably at once.
         """
+
+    def mark(self) -> int:
+        """A mark past every write this connector has committed so far (for `sync`)."""
+
+    def synced(self, mark: int) -> bool:
+        """Whether every write up to `mark` is on disk already (`sync` then returns at once)."""
+
+    def sync(self, mark: int) -> None:
+        """Put every write up to `mark` on disk: nothing when a durable commit since has
+        carried it there, else one flush of the log."""
 
     def close(self) -> None: ...

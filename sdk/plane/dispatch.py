@@ -176,6 +176,11 @@ class Dispatch:
         self, queue: str, requests: Sequence[SubmitRequest], *, wait_s: float = 0.0
     ) -> list[str]:
         """Enqueue; on a queue that blocks when full, wait up to wait_s for room."""
+        return self._submit(queue, requests, wait_s, sync_later=False)
+
+    def _submit(
+        self, queue: str, requests: Sequence[SubmitRequest], wait_s: float, *, sync_later: bool
+    ) -> list[str]:
         deadline = Deadline(wait_s)
         waker = self.store.waker
         if wait_s > 0:
@@ -183,14 +188,20 @@ class Dispatch:
         while True:
             generation = waker.generation
             try:
-                return self.store.submit(self.namespace, queue, requests)
+                return self.store.submit(self.namespace, queue, requests, sync_later=sync_later)
             except QueueFullError as full:
                 waker.wait(generation, room_wait(full, deadline))
 
     def submit_and_wait(
         self, queue: str, request: SubmitRequest, *, wait_s: float, block_s: float = 0.0
     ) -> Invocation:
-        (inv_id,) = self.submit(queue, [request], wait_s=block_s)
+        """Submit, wake the workers, then wait for the disk, then for the job. The submit owes
+        its fsync (`sync_later`) and the wake-up goes out with its commit, so a worker in
+        another process claims and runs the job while this thread waits for the flush instead
+        of after it; nothing naming the id returns before the flush. A keyed submit, whose id
+        another producer may be handed, commits durably."""
+        (inv_id,) = self._submit(queue, [request], block_s, sync_later=request.key is None)
+        self.store.connector.sync(self.store.connector.mark())
         return self.invocation(inv_id, wait_s=wait_s)
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:

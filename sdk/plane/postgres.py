@@ -279,14 +279,17 @@ class PostgresConnector:
 
     @contextmanager
     def transaction(
-        self, *, write: bool = True, durable: bool = True
+        self, *, write: bool = True, durable: bool = True, sync_later: bool = False
     ) -> Iterator[PostgresTransaction]:
         """A pooled connection in a transaction: COMMIT on exit, ROLLBACK on an exception.
 
         `write` only decides whether the locks in `_LOCK_BEFORE` are taken: Postgres needs no
         up-front write lock (SQLite's BEGIN IMMEDIATE), rows are locked as they are written.
         `durable=False` commits without waiting for the WAL flush (synchronous_commit off for
-        this transaction only; a crash may undo it, never corrupt it).
+        this transaction only; a crash may undo it, never corrupt it). `sync_later` changes
+        nothing: a commit that skipped the flush could be made durable later only by another
+        transaction's flush reaching past its WAL position, which a replica cannot see for a
+        commit made on another one, so a durable write here waits for its flush at COMMIT.
 
         A read (`write=False`) runs its statements on their own, without BEGIN and COMMIT: two
         round trips fewer for every result a producer reads. Under READ COMMITTED, the level
@@ -317,6 +320,15 @@ class PostgresConnector:
             raise Unavailable(
                 f"the store could not complete the transaction, retry: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def mark(self) -> int:
+        return 0  # every durable commit is flushed at COMMIT: nothing is ever owed
+
+    def synced(self, mark: int) -> bool:
+        return True
+
+    def sync(self, mark: int) -> None:
+        return None
 
     def _check(self, conn: psycopg.Connection[DictRow]) -> None:
         if time.monotonic() - self._used.get(id(conn), 0.0) > CHECK_IDLE_S:

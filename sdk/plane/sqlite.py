@@ -5,7 +5,9 @@ BEGIN IMMEDIATE so two processes claiming at once queue on the lock instead of f
 read-to-write upgrade. Commits are durable by default (synchronous=FULL): a submit that returned
 an id survives a power cut. `durable=False` (synchronous=NORMAL) keeps the database consistent
 but may lose the last commits on power loss, not on a process crash; it roughly halves the cost
-of a small commit.
+of a small commit. A write may also commit at once and owe its fsync (`sync_later`): the
+caller names nothing it wrote until `sync` says a flush of the log, its own or a later durable
+commit's, has carried it to disk.
 """
 
 from __future__ import annotations
@@ -134,6 +136,11 @@ class SqliteConnector:
         self._read_lock = threading.Lock()
         #: A moving average of a durable COMMIT's seconds (its fsync): see INLINE_COMMIT_MAX_S.
         self.commit_s = 0.0
+        #: Write commits on this connection (`mark`), the last after which every owed commit
+        #: was on disk, and the last that owed its fsync (`sync_later`): see `sync`.
+        self._commits = 0
+        self._synced = 0
+        self._owed = 0
         #: How long a BEGIN waits for another process's write (0 in `run_if_free`).
         self._wait_s = BUSY_TIMEOUT_MS / 1000
         #: Set once the file was found damaged: /readyz reports it.
@@ -293,7 +300,7 @@ class SqliteConnector:
 
     @contextmanager
     def transaction(
-        self, *, write: bool = True, durable: bool = True
+        self, *, write: bool = True, durable: bool = True, sync_later: bool = False
     ) -> Iterator[SqliteTransaction]:
         # In WAL mode the setting is read at COMMIT: NORMAL skips this commit's fsync, and the
         # next durable commit's fsync carries its frames to disk too (the WAL is sequential).
@@ -301,12 +308,13 @@ class SqliteConnector:
             with self._read_lock, self._reading(self._reader) as tx:
                 yield tx
             return
-        relax = write and not durable and self.durable
+        relax = write and self.durable and (sync_later or not durable)
         with self._lock:
             if relax:
                 self._conn.execute("PRAGMA synchronous = NORMAL")
             try:
                 self._begin("BEGIN IMMEDIATE" if write else "BEGIN")
+                changes = self._conn.total_changes
                 try:
                     yield SqliteTransaction(self._conn)
                 except BaseException:
@@ -316,6 +324,10 @@ class SqliteConnector:
                     self._timed_commit()
                 else:
                     self._conn.execute("COMMIT")
+                if write:
+                    self._committed(
+                        relax, sync_later and durable, self._conn.total_changes != changes
+                    )
             except sqlite3.DatabaseError as exc:
                 if type(exc) is not sqlite3.DatabaseError:
                     raise  # busy, locked, I/O, a constraint: the file is not what is wrong
@@ -323,6 +335,52 @@ class SqliteConnector:
             finally:
                 if relax:
                     self._conn.execute("PRAGMA synchronous = FULL")
+
+    def _committed(self, relaxed: bool, owed: bool, wrote: bool) -> None:
+        """Count a write commit; after a durable one, every owed commit so far is on disk.
+
+        A durable commit that wrote rows had SQLite fsync the log, and with it every frame
+        before its own. One that wrote nothing wrote no frame and synced nothing, yet it may
+        answer with what an owed commit made (a submit sent again finds the job that its lost
+        answer named): it pays what this connection owes first."""
+        self._commits += 1
+        if not self.durable:
+            return
+        if owed:
+            self._owed = self._commits
+        elif not relaxed:
+            if not wrote and self._owed > self._synced:
+                self._sync_log()
+            self._synced = self._commits
+
+    def mark(self) -> int:
+        return self._commits
+
+    def synced(self, mark: int) -> bool:
+        # Only owed commits need a flush: a claim's commit after `_synced` promised none.
+        return not self.durable or self._owed <= self._synced or self._synced >= mark
+
+    def sync(self, mark: int) -> None:
+        # Under the writer's lock: a commit whose row the caller has already read may not
+        # have counted itself yet (`_committed` runs after COMMIT), and a durable one pays.
+        with self._lock:
+            if self.synced(mark):
+                return
+        self._sync_log()
+        self._synced = max(self._synced, mark)
+
+    def _sync_log(self) -> None:
+        """fsync the WAL: every frame written to it so far, by any connection of any process,
+        is on disk after. A missing WAL was checkpointed into the file and removed, and a
+        checkpoint syncs the file (at NORMAL too), so there is nothing left to flush."""
+        try:
+            fd = os.open(self.path + "-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     def _timed_commit(self) -> None:
         start = time.perf_counter()

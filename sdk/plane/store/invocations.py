@@ -65,9 +65,18 @@ class Claimed(NamedTuple):
 class InvocationStore(QueueStore):
     """Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
 
-    def submit(self, ns: str, queue: str, requests: Sequence[SubmitRequest]) -> list[str]:
-        """Enqueue a batch in one transaction; a key already used returns the existing id."""
-        ids, _ = self.submit_handing(ns, queue, requests, ())
+    def submit(
+        self,
+        ns: str,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        *,
+        sync_later: bool = False,
+    ) -> list[str]:
+        """Enqueue a batch in one transaction; a key already used returns the existing id.
+        `sync_later`: the transaction owes its fsync (`Connector.transaction`), and the caller
+        hands out no id before `connector.sync(mark)`."""
+        ids, _ = self.submit_handing(ns, queue, requests, (), sync_later=sync_later)
         return ids
 
     def submit_handing(
@@ -76,6 +85,8 @@ class InvocationStore(QueueStore):
         queue: str,
         requests: Sequence[SubmitRequest],
         claimers: Sequence[ClaimArgs],
+        *,
+        sync_later: bool = False,
     ) -> tuple[list[str], list[list[Claim]]]:
         """`submit`, then a claim for each of `claimers` (claims waiting on this queue) in the
         same transaction: (the ids, each claimer's claims).
@@ -98,7 +109,7 @@ class InvocationStore(QueueStore):
         ]
         handed: list[Claimed] = []
         minted = [req.id for req in requests if req.id is not None]
-        with self.connector.transaction() as tx:
+        with self.connector.transaction(sync_later=sync_later) as tx:
             # One statement reads the queue row and whether any minted id exists: where they
             # live is read only when some do (a submit sent again), or for a queue not made yet.
             row = (
