@@ -12,7 +12,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -24,6 +23,7 @@ from dreamlake.lakeshore.plane.sqlite import SqliteConnector
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.plane.store.base import new_id
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.unit import test_handoff
 from tests.unit.test_handoff import NS, Client, serve, until
 
 
@@ -48,12 +48,7 @@ def _flushes(monkeypatch: pytest.MonkeyPatch, *, by: str | None = None) -> list[
     return seen
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
-    store = open_store(tmp_path / "plane.db")
-    store.ensure_namespace("default")
-    yield store
-    store.close()
+store = test_handoff.store  # the fixture: a SQLite file plane with namespace `default`
 
 
 def _connector(store: SqlStore) -> SqliteConnector:
