@@ -287,9 +287,10 @@ class PostgresConnector:
         up-front write lock (SQLite's BEGIN IMMEDIATE), rows are locked as they are written.
         `durable=False` commits without waiting for the WAL flush (synchronous_commit off for
         this transaction only; a crash may undo it, never corrupt it). `sync_later` changes
-        nothing: a commit that skipped the flush could be made durable later only by another
-        transaction's flush reaching past its WAL position, which a replica cannot see for a
-        commit made on another one, so a durable write here waits for its flush at COMMIT.
+        nothing: the commit waits for its WAL flush as any durable one does, so nothing is ever
+        owed. (A later synchronous commit flushes an earlier skipped one too, but only one that
+        began after it returned, on whichever connection or replica: that bookkeeping is not
+        built here.)
 
         A read (`write=False`) runs its statements on their own, without BEGIN and COMMIT: two
         round trips fewer for every result a producer reads. Under READ COMMITTED, the level

@@ -377,6 +377,20 @@ def test_a_non_durable_transaction_turns_synchronous_commit_off_for_itself_only(
     assert after["synchronous_commit"] == "on"
 
 
+def test_a_transaction_that_would_owe_its_flush_waits_for_it_on_postgres(
+    plane: dls.Dispatch,
+) -> None:
+    """A submit-and-wait's `sync_later` commits durably on Postgres: nothing is ever owed."""
+    connector = connector_of(plane)
+    with connector.transaction(sync_later=True) as tx:
+        tx.one("get_queue", ns="default", name="q")
+        inside = tx._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
+    assert inside["synchronous_commit"] == "on"
+    mark = connector.mark()
+    assert connector.synced(mark)
+    connector.sync(mark)  # returns at once: nothing to flush
+
+
 def _status(tx: object) -> object:
     return tx._conn.info.transaction_status  # type: ignore[attr-defined]
 
