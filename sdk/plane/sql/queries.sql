@@ -575,11 +575,16 @@ SELECT MIN(locality_until) AS next_window FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now;
 
 -- name: queue_for_claim
--- A claim's first queue's row (its kind orders the claim) and locality_next in one statement.
+-- A claim's first queue's row (its kind orders the claim), locality_next, and how many jobs its
+-- queues hold queued (the exact counters of migration 18, stripes summed) in one statement: a
+-- claim on queues that hold none runs no claim statement.
 SELECT q.*, (
     SELECT MIN(locality_until) FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now
-) AS next_window
+) AS next_window, (
+    SELECT COALESCE(SUM(n), 0) FROM queue_counts
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued'
+) AS queued
 FROM queues q WHERE q.namespace = :ns AND q.name = :name;
 
 -- name: rollup_since

@@ -347,7 +347,11 @@ class InvocationStore(QueueStore):
                 window = tx.one("queue_for_claim", ns=ns, name=names[0], queues=names, now=now)
                 known = queue_info_of(window) if window else None
             resolved = normalize_kind(known.kind) if known else "fifo"
-        rows = self._claim_rows(tx, resolved, temperature, params, limit)
+        # Queues that hold nothing queued (an ack's claim that finds them empty, an idle
+        # long-poll's safety poll) need no claim statement: the counters are exact, and this
+        # transaction's own sweep has already counted what it requeued.
+        empty = window is not None and not window["queued"]
+        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit)
         if not rows:
             if window is None:
                 window = tx.one("locality_next", ns=ns, queues=names, now=now)
