@@ -101,7 +101,7 @@ async def submit(call: Call) -> dict[str, Any]:
     )
     if result_wait <= 0:
         return {"ids": ids}
-    mark = call.store.connector.mark()
+    owed = call.store.connector.mark() if owes else None
     # Submit-and-wait: an RPC in one round trip. The row comes back terminal, or as it stands
     # when the wait runs out (the client then polls `GET /invocations/{id}`). A key that
     # named an existing invocation may be terminal already: it is read first then.
@@ -118,7 +118,8 @@ async def submit(call: Call) -> dict[str, Any]:
             since=None if requests[0].key else before,
             reader=reader,
         )
-    await synced(call.store, mark)
+    if owed is not None:
+        await synced(call.store, owed)
     return {"ids": ids, "invocation": inv}
 
 

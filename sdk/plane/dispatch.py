@@ -200,8 +200,10 @@ class Dispatch:
         another process claims and runs the job while this thread waits for the flush instead
         of after it; nothing naming the id returns before the flush. A keyed submit, whose id
         another producer may be handed, commits durably."""
-        (inv_id,) = self._submit(queue, [request], block_s, sync_later=request.key is None)
-        self.store.connector.sync(self.store.connector.mark())
+        owes = request.key is None
+        (inv_id,) = self._submit(queue, [request], block_s, sync_later=owes)
+        if owes:
+            self.store.connector.sync(self.store.connector.mark())
         return self.invocation(inv_id, wait_s=wait_s)
 
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
