@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import IO, Any
 
 from .errors import DispatchError, InvalidArgument
@@ -56,9 +57,16 @@ class JobContext:
 
     id: str
     attempt: int
-    storage: Storage
+    #: The storage as `job` was given it (a URL, a Storage, None for the default): resolved on
+    #: first use, because most bodies never touch storage and working out the default (the
+    #: environment, the home folder, a file:// URI) was most of a no-op job's CPU in a child.
+    storage_at: str | Storage | None = field(repr=False)
     post: Callable[[Any], None]
     queue: str | None = None
+
+    @cached_property
+    def storage(self) -> Storage:
+        return open_storage(self.storage_at)
 
 
 _JOB: ContextVar[JobContext | None] = ContextVar("lakeshore_job", default=None)
@@ -91,7 +99,7 @@ def job(
 
     A job starts at the storage root: scopes of whoever called the worker do not leak in.
     """
-    ctx = JobContext(inv_id, attempt, open_storage(storage), post, queue)
+    ctx = JobContext(inv_id, attempt, storage, post, queue)
     job_token = _JOB.set(ctx)
     scope_token = _SCOPE.set("")
     try:

@@ -114,3 +114,23 @@ def test_bodies_cannot_write_into_the_spill_area(tmp_path: Path) -> None:
             dls.run.write("_spill/x", b"")
         with pytest.raises(InvalidArgument, match="bytes"):
             dls.run.write("x", 3)  # type: ignore[arg-type]
+
+
+def storage_root() -> str:
+    return dls.run.storage.url
+
+
+def test_a_body_that_never_touches_storage_never_resolves_it(
+    q: dls.SyncQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storage is worked out on first use: a body that never asks for it runs even where
+    the default cannot be opened, and one that does gets the error naming the URL."""
+    monkeypatch.setenv("LAKESHORE_STORAGE", "ftp://nowhere/bucket")
+    plain = q.submit(dls.thunk(lambda: 40 + 2))
+    storing = q.submit(dls.thunk(storage_root))
+
+    dls.run_worker(q, burst=True)
+
+    assert q.result(plain) == 42
+    with pytest.raises(dls.DispatchError, match="unknown storage URL 'ftp://nowhere/bucket'"):
+        q.result(storing)
