@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
-from functools import cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -73,15 +73,13 @@ T = TypeVar("T")
 
 def _record(cls: type[R], data: dict[str, Any]) -> R:
     """A record from a response map; fields a newer server adds are ignored."""
-    names = _field_names(cls)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # once per class: every claim and every row read passes through here
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
-@cache
-def _field_names(cls: type[Any]) -> frozenset[str]:
-    """Once per record class: every claim a daemon takes and every row a reader gets passes
-    through `_record`."""
-    return frozenset(f.name for f in fields(cls))
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
 
 
 def _submit_item(r: SubmitRequest) -> dict[str, Any]:
