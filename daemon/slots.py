@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import select
 import signal
 import sys
 import threading
@@ -297,6 +299,8 @@ class ProcessSlot(SlotBase):
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._child: Child | None = None
+        #: The child the slot thread last waited on, with its poll object (`_poller`).
+        self._polled: tuple[Child, select.poll] | None = None
         #: The job whose run message `_assigned` already wrote, to which child, and when: the
         #: attempt's clock (its timeout, its run time) starts when its child got the job.
         self._handed: tuple[str, Child, float] | None = None
@@ -397,10 +401,12 @@ class ProcessSlot(SlotBase):
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
             self._began = time.monotonic()
         deadline = None if claim.timeout_s is None else self._began + claim.timeout_s
+        poller, conn_fd, exit_fd = self._poller(child), child.conn.fileno(), child.process.sentinel
+        woken = True  # the wake pipe may hold bytes from before this job: drained at the first look
         while True:
             # Before every wait: an end asked for after the last look has its byte on the
             # wake pipe (drained here, first), so no request falls between look and wait.
-            abort = self._take_abort(claim.id)
+            abort = self._take_abort(claim.id, drain=woken)
             if abort is not None:
                 reason, grace = abort
                 child.terminate(grace)
@@ -410,18 +416,30 @@ class ProcessSlot(SlotBase):
                 child.terminate(self.kill_grace_s)
                 self._child = None
                 return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
-            timeout = (
+            timeout_ms = (
                 None
                 if deadline is None
-                else min(DEADLINE_WAIT_CHUNK_S, max(0.0, deadline - time.monotonic()))
+                else math.ceil(
+                    1000 * min(DEADLINE_WAIT_CHUNK_S, max(0.0, deadline - time.monotonic()))
+                )
             )
-            ready = multiprocessing.connection.wait(
-                [child.conn, child.process.sentinel, self._wake_r], timeout
-            )
-            if child.conn in ready or child.process.sentinel in ready:
+            ready = {fd for fd, _ in poller.poll(timeout_ms)}
+            woken = self._wake_r in ready
+            if conn_fd in ready or exit_fd in ready:
                 outcome = self._read(claim, child)
                 if outcome is not None:
                     return outcome
+
+    def _poller(self, child: Child) -> select.poll:
+        """One poll object per child (its pipe, its exit, the slot's wake pipe), made when the
+        child is first waited on: `multiprocessing.connection.wait` built and tore down a
+        selector for every wait, several times the cost of the wait itself."""
+        if self._polled is None or self._polled[0] is not child:
+            poller = select.poll()
+            for fd in (child.conn.fileno(), child.process.sentinel, self._wake_r):
+                poller.register(fd, select.POLLIN)
+            self._polled = (child, poller)
+        return self._polled[1]
 
     def _read(self, claim: Claim, child: Child) -> Outcome | None:
         """Take what waits on the pipe (a batch at most); the outcome once the job has ended."""
@@ -468,8 +486,12 @@ class ProcessSlot(SlotBase):
             self._child = None
         return outcome
 
-    def _take_abort(self, inv_id: str) -> tuple[AbortReason, float] | None:
-        self._drain_wake()
+    def _take_abort(self, inv_id: str, *, drain: bool = True) -> tuple[AbortReason, float] | None:
+        """The end asked for `inv_id`, if any. `drain`: empty the wake pipe first (skipped
+        when the last wait saw nothing on it: a byte written since makes the next wait return
+        at once, and is drained then)."""
+        if drain:
+            self._drain_wake()
         with self._lock:
             if self._abort is None or self._abort[0] != inv_id:
                 return None
