@@ -36,6 +36,21 @@ def _servers(url: str | None) -> dict[str, psutil.Process]:
     return {}
 
 
+def _postgres() -> dict[str, psutil.Process]:
+    """PostgreSQL's processes on this box (backends, WAL writer, checkpointer): on a shared
+    box their CPU is on the call's path as much as any of Lakeshore's."""
+    found = {}
+    for p in psutil.process_iter(["name"]):
+        if p.info["name"] in ("postgres", "postmaster"):
+            found[f"postgres {p.pid}"] = p
+    return found
+
+
+def _threads(proc: psutil.Process) -> dict[int, float]:
+    """CPU seconds so far per thread of `proc`."""
+    return {t.id: t.user_time + t.system_time for t in proc.threads()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--calls", type=int, default=2000)
@@ -62,6 +77,10 @@ def main() -> None:
             procs = {"producer": psutil.Process(), "daemon": daemon}
             procs.update(_servers(url))
             procs.update({f"child {c.pid}": c for c in daemon.children(recursive=True)})
+            if args.plane == "http-postgres":
+                procs.update(_postgres())
+            server = procs.get("server")
+            threads_before = _threads(server) if server else {}
             before = {name: p.cpu_times() for name, p in procs.items()}
             took = []
             for _ in range(args.calls):
@@ -69,14 +88,30 @@ def main() -> None:
                 q.call(0)
                 took.append((time.perf_counter() - start) * 1000)
             after = {name: p.cpu_times() for name, p in procs.items()}
+            threads_after = _threads(server) if server else {}
             print(
                 f"q.call p50 {statistics.median(took):.3f} ms, p99 {pct(took, 99):.3f} ms "
                 f"({args.calls} calls, {'NORMAL' if args.normal else 'FULL'})"
             )
+            pg_total = 0.0
             for name in procs:
                 user = (after[name].user - before[name].user) / args.calls * 1000
                 system = (after[name].system - before[name].system) / args.calls * 1000
+                if name.startswith("postgres"):
+                    pg_total += user + system
+                    if user + system < 0.005:
+                        continue  # an idle backend: summed below, not listed
                 print(f"  {name:14s} {user:.3f} ms user + {system:.3f} ms system per call")
+            if pg_total:
+                print(f"  {'postgres, all':14s} {pg_total:.3f} ms per call")
+            if server:
+                busy = sorted(
+                    (threads_after[t] - threads_before.get(t, 0.0), t) for t in threads_after
+                )
+                per_thread = ", ".join(
+                    f"{t} {s / args.calls * 1000:.3f}" for s, t in reversed(busy) if s > 0
+                )
+                print(f"  server threads (id ms/call): {per_thread}")
             if args.hold:
                 print(f"pids: {', '.join(f'{n} {p.pid}' for n, p in procs.items())}", flush=True)
                 time.sleep(args.hold)

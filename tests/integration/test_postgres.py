@@ -8,6 +8,7 @@ Skips without a server, fails under CI=true (tests/support/postgres.py).
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -104,6 +105,22 @@ def test_queue_tables_get_their_storage_parameters(url: str) -> None:
     assert isinstance(options, list)
     assert "fillfactor=80" in options
     assert "autovacuum_vacuum_scale_factor=0.01" in options
+
+
+def test_the_rollups_duration_bin_is_an_expression_the_planner_inlines(url: str) -> None:
+    # given: a migrated plane
+    PostgresConnector(url).close()
+    seconds = [0.0, -1.0, 0.000001, 0.0000099, 0.012345, 1.5, 86400.25]
+
+    # when: the bins are computed, and a read over the table that calls it is planned
+    got = [sql(url, "SELECT lakeshore_duration_bin(%s)", s)[0][0] for s in seconds]
+    plan = sql(url, "EXPLAIN (VERBOSE) SELECT lakeshore_duration_bin(finished_at) FROM invocations")
+
+    # then: the bins are the dashboard's (digits * 100 + the first two digits, in microseconds),
+    # and the plan holds the expression instead of a call (a call is set up anew per ending)
+    micros = [str(math.floor(max(0.0, s) * 1_000_000)) for s in seconds]
+    assert got == [len(m) * 100 + int(m[:2]) for m in micros]
+    assert "lakeshore_duration_bin" not in "\n".join(str(row[0]) for row in plan)
 
 
 # -- exactness under concurrent transactions ------------------------------------------------------

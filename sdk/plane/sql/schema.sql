@@ -474,3 +474,16 @@ CREATE TABLE IF NOT EXISTS queue_rollup (
 -- cannot find them there; the producer lists them here (JSON: [{url, key, size}]) and
 -- retention deletes them with the row. NULL when there are none.
 ALTER TABLE invocations ADD COLUMN objects TEXT;
+
+-- migration: 23
+-- Postgres: the duration bin as one expression, which the planner inlines into the rollup
+-- trigger's inserts. Its body had a FROM clause, which cannot be inlined, so every ending ran
+-- the function through the SQL-function executor twice, setting it up anew each time: 0.1-0.15
+-- ms of the trigger's 0.13-0.2 ms (EXPLAIN ANALYZE of a settle: the trigger now takes 0.03 ms).
+-- The same bins, to the digit. SQLite's triggers spell the expression out already.
+{postgres_only} CREATE OR REPLACE FUNCTION lakeshore_duration_bin(seconds double precision)
+{postgres_only} RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+{postgres_only}     SELECT length(CAST(CAST(floor(greatest(0, seconds) * 1000000) AS bigint) AS text)) * 100
+{postgres_only}         + CAST(substr(CAST(CAST(floor(greatest(0, seconds) * 1000000) AS bigint) AS text), 1, 2)
+{postgres_only}             AS integer)
+{postgres_only} $$;
