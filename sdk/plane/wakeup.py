@@ -362,9 +362,10 @@ class CrossProcessWaker:
                 data = sock.recv(MAX_DATAGRAM)
             except OSError:
                 return
-            if not data:
-                return  # shut down by close()
+            if self._closed:
+                return  # shut down by close(): recv returns b"" from here on
             # `keys` already holds READERS where readers should wake (Waker.notify added it).
+            # An empty datagram is another local process's garbage, not the end: it wakes.
             waker.notify(local_only=True, work=unpack_keys(data), reads=False)
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -320,6 +321,24 @@ def test_a_datagram_wakes_only_the_waiters_its_keys_concern(
     assert waker.wait(gen, timeout=10.0, work=["ns/a"]) is True
     assert not waker.work_since(gen, [READERS])
     assert waker.work_since(gen, ["ns/b"])
+
+
+def test_an_empty_datagram_wakes_the_receiver_and_does_not_stop_it(
+    two_ends: tuple[CrossProcessWaker, Waker, CrossProcessWaker],
+) -> None:
+    """Any local user can send a zero-length datagram: it read as the socket's shutdown, and
+    the process heard no other process's commit after it (only its safety polls)."""
+    sender, waker, receiver = two_ends
+    receiver.listen(waker)
+    assert receiver._own is not None
+    before = waker.generation
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as stranger:
+        stranger.sendto(b"", receiver._own)
+
+    assert waker.wait(before, timeout=10.0) is True  # garbage wakes, as any garbage does
+    after = waker.generation
+    sender.send(frozenset({"ns/a"}))
+    assert waker.wait(after, timeout=10.0, work=["ns/a"]) is True
 
 
 def test_a_process_does_not_wake_itself_through_the_socket(tmp_path: Path) -> None:
