@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import DispatchError, InvalidArgument, NotFound, StoreDamaged, Unavailable
+from .checkpoint import Checkpointer
 from .connector import Row
 from .queries import SQLITE, bind, migrations, queries, split_statements
 from .wakeup import CrossProcessWaker, Waker
@@ -145,6 +146,8 @@ class SqliteConnector:
         self._wait_s = BUSY_TIMEOUT_MS / 1000
         #: Set once the file was found damaged: /readyz reports it.
         self.problem: str | None = None
+        #: Runs this file's checkpoints instead of the commits (checkpoint.py); None in memory.
+        self.checkpointer: Checkpointer | None = None
         try:
             if not (self.memory or create or Path(self.path).is_file()):
                 raise NotFound(
@@ -170,6 +173,9 @@ class SqliteConnector:
                 self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+            if not (self.memory or self.durable):
+                self._conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoint.py instead
+                self.checkpointer = Checkpointer(self.path)
             self._migrate()
         except sqlite3.DatabaseError as exc:  # "file is not a database"
             self._conn.close()
@@ -344,6 +350,8 @@ class SqliteConnector:
         answer with what an owed commit made (a submit sent again finds the job that its lost
         answer named): it pays what this connection owes first."""
         self._commits += 1
+        if self.checkpointer is not None:
+            self.checkpointer.committed()
         if not self.durable:
             return
         if owed:
@@ -403,6 +411,8 @@ class SqliteConnector:
 
     def close(self) -> None:
         self.waker.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         with self._lock:
             self._conn.close()
         with self._read_lock:

@@ -1,0 +1,113 @@
+"""WAL checkpoints at synchronous=NORMAL run on a thread of the process, not inside a commit
+(sdk/plane/checkpoint.py): the commit that crossed SQLite's 1000 pages used to write out and
+sync the whole log, several milliseconds in one call of a hundred."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.plane.checkpoint import Checkpointer
+from dreamlake.lakeshore.plane.sqlite import SqliteConnector
+from tests.support.daemons import wait_until
+
+PAGE = 4096
+
+
+def _connector(plane: dls.Dispatch) -> SqliteConnector:
+    connector = plane.store.connector
+    assert isinstance(connector, SqliteConnector)
+    return connector
+
+
+def _autocheckpoint(connector: SqliteConnector) -> int:
+    with connector._lock:
+        (pages,) = connector._conn.execute("PRAGMA wal_autocheckpoint").fetchone()
+    return int(pages)
+
+
+def _fill(plane: dls.Dispatch, pages: int) -> None:
+    """Commit about `pages` pages of payload, one submit each ~25 pages."""
+    q = dls.SyncQueue("fill", dispatch=plane)
+    for _ in range(pages // 25 + 1):
+        q.submit(os.urandom(100 * 1024))
+
+
+def test_at_normal_no_commit_checkpoints_the_log_itself(tmp_path: Path) -> None:
+    # given: a plane at NORMAL whose checkpoint thread never comes due
+    with dls.Dispatch(tmp_path / "db.sqlite", durable=False) as plane:
+        connector = _connector(plane)
+        assert connector.checkpointer is not None
+        connector.checkpointer.every = 10**9
+
+        # when: commits write well past SQLite's 1000-page checkpoint mark
+        _fill(plane, 1500)
+
+        # then: the log holds all of it (a commit that checkpointed would have restarted it)
+        assert _autocheckpoint(connector) == 0
+        assert os.path.getsize(f"{tmp_path / 'db.sqlite'}-wal") > 1200 * PAGE
+        assert connector.checkpointer.runs == 0
+
+
+def test_at_normal_the_checkpoint_thread_copies_the_log_back(tmp_path: Path) -> None:
+    # given: a plane at NORMAL that checkpoints every 8 commits; its file holds only a header
+    # (the schema is still in the log: nothing has checkpointed yet)
+    path = tmp_path / "db.sqlite"
+    with dls.Dispatch(path, durable=False) as plane:
+        checkpointer = _connector(plane).checkpointer
+        assert checkpointer is not None
+        checkpointer.every = 8
+        before = os.path.getsize(path)
+
+        # when: it commits 16 times
+        q = dls.SyncQueue("q", dispatch=plane)
+        for i in range(16):
+            q.submit(i)
+
+        # then: its thread checkpointed, which copied the log's pages into the file
+        wait_until(lambda: checkpointer.runs >= 1, what="a background checkpoint")
+        assert before <= PAGE
+        assert os.path.getsize(path) > 4 * PAGE
+
+
+def test_at_full_sqlite_keeps_checkpointing_at_commit(tmp_path: Path) -> None:
+    # At FULL the log is on disk at every commit already: the checkpoint's cost did not show.
+    with dls.Dispatch(tmp_path / "db.sqlite") as plane:
+        connector = _connector(plane)
+
+        assert connector.checkpointer is None
+        assert _autocheckpoint(connector) == 1000
+
+
+def test_a_closed_checkpointer_starts_no_thread(tmp_path: Path) -> None:
+    checkpointer = Checkpointer(str(tmp_path / "db.sqlite"), every=1)
+    checkpointer.close()
+
+    checkpointer.committed()
+
+    assert checkpointer._thread is None
+    assert checkpointer.runs == 0
+
+
+def test_close_stops_the_thread(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    with dls.Dispatch(path, durable=False) as plane:
+        checkpointer = _connector(plane).checkpointer
+        assert checkpointer is not None
+        checkpointer.every = 1
+        dls.SyncQueue("q", dispatch=plane).submit(1)
+        wait_until(lambda: checkpointer.runs >= 1, what="a background checkpoint")
+        thread = checkpointer._thread
+        assert thread is not None and thread.is_alive()
+
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("every", [0, -1])
+def test_a_checkpoint_interval_below_one_commit_is_refused(tmp_path: Path, every: int) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Checkpointer(str(tmp_path / "db.sqlite"), every=every)
