@@ -1,5 +1,6 @@
 """Where a `q.call` over HTTP spends its CPU: per process (server, producer, daemon, slot child),
-user and system, per call, beside the call's p50 and p99 (issue 16's profile).
+user and system, and its context switches, per call, beside the call's p50 and p99 (issue 16's
+profile); on Postgres, PostgreSQL's own processes too; the server's CPU per thread.
 
     .venv/bin/python -m bench.cpu_per_call [--calls 2000] [--normal] [--plane embedded-xproc]
 
@@ -46,6 +47,22 @@ def _postgres() -> dict[str, psutil.Process]:
     return found
 
 
+def _switches(proc: psutil.Process) -> int:
+    """Context switches so far of all the process's threads, voluntary (a wait) and not
+    (preempted): on a VM each costs the scheduler's and the hypervisor's time, charged to the
+    process as system CPU. (psutil counts the main thread's only.)"""
+    total = 0
+    try:
+        for task in Path(f"/proc/{proc.pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if "ctxt_switches:" in line:
+                    total += int(line.split(":")[1])
+    except OSError:  # not Linux, or the process is gone: the main thread's, from psutil
+        counts = proc.num_ctx_switches()
+        return int(counts.voluntary + counts.involuntary)
+    return total
+
+
 def _threads(proc: psutil.Process) -> dict[int, float]:
     """CPU seconds so far per thread of `proc`."""
     return {t.id: t.user_time + t.system_time for t in proc.threads()}
@@ -82,12 +99,14 @@ def main() -> None:
             server = procs.get("server")
             threads_before = _threads(server) if server else {}
             before = {name: p.cpu_times() for name, p in procs.items()}
+            switches_before = {name: _switches(p) for name, p in procs.items()}
             took = []
             for _ in range(args.calls):
                 start = time.perf_counter()
                 q.call(0)
                 took.append((time.perf_counter() - start) * 1000)
             after = {name: p.cpu_times() for name, p in procs.items()}
+            switches_after = {name: _switches(p) for name, p in procs.items()}
             threads_after = _threads(server) if server else {}
             print(
                 f"q.call p50 {statistics.median(took):.3f} ms, p99 {pct(took, 99):.3f} ms "
@@ -101,7 +120,11 @@ def main() -> None:
                     pg_total += user + system
                     if user + system < 0.005:
                         continue  # an idle backend: summed below, not listed
-                print(f"  {name:14s} {user:.3f} ms user + {system:.3f} ms system per call")
+                switches = (switches_after[name] - switches_before[name]) / args.calls
+                print(
+                    f"  {name:14s} {user:.3f} ms user + {system:.3f} ms system per call, "
+                    f"{switches:.1f} context switches"
+                )
             if pg_total:
                 print(f"  {'postgres, all':14s} {pg_total:.3f} ms per call")
             if server:
