@@ -7,12 +7,12 @@ paid for it: at NORMAL a p99 of 6.0-6.2 ms against 2.7-2.8 ms with the checkpoin
 for a p50 of 1.8 ms (`bench.cpu_per_call --normal`). At FULL the log is on disk already and the
 cost did not show.
 
-So a writer's automatic checkpoint is off, and a thread of its process checkpoints instead,
-on a connection of its own, after every CHECKPOINT_EVERY write commits: PASSIVE, which never
-waits for a reader or a writer and never holds one up. Each process that writes checkpoints
-for its own commits, so the log stays as short as before whoever writes; a process that never
-writes that many starts no thread, and SQLite checkpoints the log when the last connection to
-the file closes, as before.
+So at NORMAL a writer's automatic checkpoint is off, and a thread of its process checkpoints
+instead, on a connection of its own, after every CHECKPOINT_EVERY write commits: PASSIVE, which
+never waits for a reader or a writer and never holds one up. Each process that writes
+checkpoints for its own commits, so the log stays about as short as before whoever writes; a
+process that never writes that many starts no thread, and SQLite checkpoints the log when the
+last connection to the file closes, as before. A FULL connection keeps SQLite's checkpoint.
 """
 
 from __future__ import annotations

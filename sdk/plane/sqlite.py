@@ -146,7 +146,8 @@ class SqliteConnector:
         self._wait_s = BUSY_TIMEOUT_MS / 1000
         #: Set once the file was found damaged: /readyz reports it.
         self.problem: str | None = None
-        #: Runs this file's checkpoints instead of the commits (checkpoint.py); None in memory.
+        #: At NORMAL, runs this file's checkpoints instead of the commits (checkpoint.py);
+        #: None at FULL, where SQLite's own cost a commit little, and in memory.
         self.checkpointer: Checkpointer | None = None
         try:
             if not (self.memory or create or Path(self.path).is_file()):
