@@ -23,6 +23,14 @@ def _connector(plane: dls.Dispatch) -> SqliteConnector:
     return connector
 
 
+def _checkpointer(plane: dls.Dispatch, every: int) -> Checkpointer:
+    """The plane's checkpointer (it runs at NORMAL), now due every `every` commits."""
+    checkpointer = _connector(plane).checkpointer
+    assert checkpointer is not None
+    checkpointer.every = every
+    return checkpointer
+
+
 def _autocheckpoint(connector: SqliteConnector) -> int:
     with connector._lock:
         (pages,) = connector._conn.execute("PRAGMA wal_autocheckpoint").fetchone()
@@ -40,8 +48,7 @@ def test_at_normal_no_commit_checkpoints_the_log_itself(tmp_path: Path) -> None:
     # given: a plane at NORMAL whose checkpoint thread never comes due
     with dls.Dispatch(tmp_path / "db.sqlite", durable=False) as plane:
         connector = _connector(plane)
-        assert connector.checkpointer is not None
-        connector.checkpointer.every = 10**9
+        checkpointer = _checkpointer(plane, 10**9)
 
         # when: commits write well past SQLite's 1000-page checkpoint mark
         _fill(plane, 1500)
@@ -49,7 +56,7 @@ def test_at_normal_no_commit_checkpoints_the_log_itself(tmp_path: Path) -> None:
         # then: the log holds all of it (a commit that checkpointed would have restarted it)
         assert _autocheckpoint(connector) == 0
         assert os.path.getsize(f"{tmp_path / 'db.sqlite'}-wal") > 1200 * PAGE
-        assert connector.checkpointer.runs == 0
+        assert checkpointer.runs == 0
 
 
 def test_at_normal_the_checkpoint_thread_copies_the_log_back(tmp_path: Path) -> None:
@@ -57,9 +64,7 @@ def test_at_normal_the_checkpoint_thread_copies_the_log_back(tmp_path: Path) -> 
     # (the schema is still in the log: nothing has checkpointed yet)
     path = tmp_path / "db.sqlite"
     with dls.Dispatch(path, durable=False) as plane:
-        checkpointer = _connector(plane).checkpointer
-        assert checkpointer is not None
-        checkpointer.every = 8
+        checkpointer = _checkpointer(plane, 8)
         before = os.path.getsize(path)
 
         # when: it commits 16 times
@@ -95,9 +100,7 @@ def test_a_closed_checkpointer_starts_no_thread(tmp_path: Path) -> None:
 def test_close_stops_the_thread(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite"
     with dls.Dispatch(path, durable=False) as plane:
-        checkpointer = _connector(plane).checkpointer
-        assert checkpointer is not None
-        checkpointer.every = 1
+        checkpointer = _checkpointer(plane, 1)
         dls.SyncQueue("q", dispatch=plane).submit(1)
         wait_until(lambda: checkpointer.runs >= 1, what="a background checkpoint")
         thread = checkpointer._thread
