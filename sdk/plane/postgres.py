@@ -72,6 +72,13 @@ BACKOFF_MAX_S = 5.0
 NOTIFY_GAP_S = 0.001
 #: How long close() (and interpreter exit) waits for a pending NOTIFY to go out.
 FLUSH_S = 2.0
+#: How old a sender's count of the other listeners may be (`NotifyRelay._others_listen`). A
+#: listener that starts meanwhile announces itself (HELLO) to the listening processes at once;
+#: a process that only submits learns of it by the next count, and until then the new
+#: listener's waiters notice its commits at their safety poll.
+LISTENERS_CHECK_S = 0.5
+#: The key of a listener's announcement: it wakes no waiter (no queue or reader is named so).
+HELLO = "*hello"
 #: Defaults for every connection we open (the URL overrides them): a blackholed host fails the
 #: connect in 10 s, and keepalives make the kernel give up on a silent server after about
 #: idle + interval * count seconds, so a dead peer surfaces as an error, never a hang.
@@ -409,6 +416,14 @@ class NotifyRelay:
     `listen()` starts (once) a listener thread on its own autocommit connection. After every
     (re)connect it bumps the waker once, so a waiter re-checks whatever it might have missed
     while nobody listened; a dropped connection is retried with backoff.
+
+    A NOTIFY goes out only while another process listens on the plane (a replica, an embedded
+    producer or daemon). One server alone with its HTTP daemons has nobody to tell, and its
+    NOTIFY per ack was a tenth of a `q.call`'s CPU: the sender's thread, Postgres queueing
+    and delivering it, and this process's own listener reading the echo it then ignored. The
+    count of the others comes from pg_stat_activity (the listeners' application_name), at most
+    LISTENERS_CHECK_S old; a listener announces itself when it starts, which resets the count
+    of every listening process.
     """
 
     def __init__(self, conninfo: str, schema: str) -> None:
@@ -429,6 +444,17 @@ class NotifyRelay:
         self._wake_r, self._wake_w = socket.socketpair()
         #: Set while LISTEN is active (tests wait on it).
         self.listening = threading.Event()
+        #: The listener's backend while it is connected, and the name every listener of this
+        #: plane connects under (what `other_listeners` counts).
+        self._listen_pid = 0
+        self._listen_name = conninfo_to_dict(_for_role(conninfo, "listen", schema)).get(
+            "application_name", ""
+        )
+        #: (when the others were counted, whether there were any): none counted yet.
+        self._others: tuple[float, bool] = (-LISTENERS_CHECK_S, True)
+        #: NOTIFYs sent, and sends left out because nobody else listened (tests).
+        self.notified = 0
+        self.skipped = 0
         _LIVE_RELAYS.add(self)
         _register_exit_flush()
 
@@ -474,7 +500,11 @@ class NotifyRelay:
             try:
                 if conn is None:
                     conn = self._connect("notify", "-c synchronous_commit=off")
-                conn.execute(*_engine("notify", channel=self._channel, payload=payload))
+                if self._others_listen(conn):
+                    conn.execute(*_engine("notify", channel=self._channel, payload=payload))
+                    self.notified += 1
+                else:
+                    self.skipped += 1
                 last = time.monotonic()
                 backoff = BACKOFF_FIRST_S
             except psycopg.Error as exc:
@@ -490,6 +520,23 @@ class NotifyRelay:
                 self._sent = max(self._sent, target)
                 self._cond.notify_all()
         _close_quietly(conn)
+
+    def _others_listen(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether another process listens on this plane (counted at most LISTENERS_CHECK_S
+        ago); True when the count cannot be had: a NOTIFY too many costs a re-check."""
+        now = time.monotonic()
+        counted_at, others = self._others
+        if now - counted_at < LISTENERS_CHECK_S:
+            return others
+        try:
+            row = conn.execute(
+                *_engine("other_listeners", app=self._listen_name, own=self._listen_pid)
+            ).fetchone()
+        except psycopg.Error:
+            return True
+        others = bool(row and row[0])
+        self._others = (now, others)
+        return others
 
     # -- the waiter side -------------------------------------------------------------------
 
@@ -515,6 +562,10 @@ class NotifyRelay:
             try:
                 with self._connect("listen") as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    self._listen_pid = conn.info.backend_pid
+                    # Every listening process counts this one from now (`_others_listen`).
+                    hello = encode_wake(self._token, frozenset({HELLO}))
+                    conn.execute(*_engine("notify", channel=self._channel, payload=hello))
                     backoff = BACKOFF_FIRST_S
                     waker.notify(local_only=True)  # re-check what arrived while nobody listened
                     self.listening.set()
@@ -524,6 +575,7 @@ class NotifyRelay:
                     log.warning("LISTEN %s lost (%s); reconnecting", self._channel, exc)
             finally:
                 self.listening.clear()
+                self._listen_pid = 0
             if self._closed.wait(backoff):
                 break
             backoff = min(backoff * 2, BACKOFF_MAX_S)
@@ -544,6 +596,9 @@ class NotifyRelay:
                 token, theirs = decode_wake(n.payload)
                 if token == self._token:
                     continue  # our own echo: this process woke its waiters already
+                if theirs is not None and HELLO in theirs:
+                    self._others = (time.monotonic(), True)  # a listener came: tell it too
+                    continue
                 woken = True
                 keys = None if theirs is None or keys is None else keys | theirs
             if woken:

@@ -39,6 +39,7 @@ from tests.support.postgres import (  # noqa: E402
 )
 
 psycopg = pytest.importorskip("psycopg")
+from dreamlake.lakeshore.plane import postgres as postgres_module  # noqa: E402
 from dreamlake.lakeshore.plane.postgres import (  # noqa: E402
     PostgresConnector,
     advisory_leader,
@@ -515,3 +516,51 @@ def test_another_replicas_commit_wakes_only_the_waiters_it_concerns(url: str) ->
         assert waker.work_since(gen, [f"{ns}/busy"])
         assert not waker.work_since(gen, [f"{ns}/idle"])
         assert not waker.work_since(gen, ["*readers"])  # a submit ends nothing
+
+
+# -- a NOTIFY only where another process listens ------------------------------------------------
+
+
+def test_a_plane_alone_sends_no_notify(url: str) -> None:
+    # Given a plane listening on its schema, with no other process listening there
+    with dls.Dispatch(url) as alone:
+        relay = connector_of(alone).relay
+        alone.store.waker.listen()
+        assert relay.listening.wait(DEADLINE_S)
+
+        # When it commits something another process would be told of
+        dls.SyncQueue("q", dispatch=alone).submit(1)
+        assert relay.flush()
+
+        # Then no NOTIFY went out: nobody would have read it but its own listener
+        assert relay.notified == 0
+        assert relay.skipped >= 1
+
+
+def test_a_listener_that_starts_is_told_of_the_next_commit_without_a_recount(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a plane that counted nobody else listening, and will not count again for an hour
+    monkeypatch.setattr(postgres_module, "LISTENERS_CHECK_S", 3600.0)
+    with dls.Dispatch(url) as here:
+        relay = connector_of(here).relay
+        here.store.waker.listen()
+        assert relay.listening.wait(DEADLINE_S)
+        dls.SyncQueue("q", dispatch=here).submit(1)
+        assert relay.flush() and relay.notified == 0
+
+        # When another process starts listening (its announcement reaches this one's listener)
+        with dls.Dispatch(url) as there:
+            waker = there.store.waker
+            waker.listen()
+            assert connector_of(there).relay.listening.wait(DEADLINE_S)
+
+            # Then the next commits here reach it, though no recount ran
+            gen = waker.generation
+            deadline = time.monotonic() + DEADLINE_S
+            while not waker.work_since(gen, [f"{here.namespace}/q"]):
+                assert time.monotonic() < deadline, "the new listener was never told"
+                dls.SyncQueue("q", dispatch=here).submit(2)
+                waker.wait(gen, 0.2, work=[f"{here.namespace}/q"])
+            assert relay.flush()  # the sender counts a NOTIFY after Postgres took it
+            assert relay.notified >= 1

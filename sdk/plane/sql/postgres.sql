@@ -21,6 +21,11 @@ SELECT pg_advisory_xact_lock(7313, hashtext(:ns || '/' || :queue));
 -- name: notify
 SELECT pg_notify(:channel, :payload);
 
+-- name: other_listeners
+-- The plane's listeners but the caller's own (`NotifyRelay`): their connections carry one
+-- application_name, which pg_stat_activity shows to every role.
+SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = :app AND pid <> :own;
+
 -- name: try_leader
 -- Session-scoped: held until released or the session ends. Per schema, like everything else
 -- (the URL's schema, which need not exist yet; else the search_path's first).
