@@ -41,16 +41,14 @@ class Checkpointer:
         self.every = every
         #: Checkpoints run so far (tests and diagnostics).
         self.runs = 0
-        self._commits = 0
         self._due = threading.Event()
         self._closed = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def committed(self) -> None:
-        """A write commit on this file by this process (called by its writer, in order)."""
-        self._commits += 1
-        if self._commits % self.every:
+    def committed(self, commits: int) -> None:
+        """The writer's `commits`-th write commit on this file (called in order)."""
+        if commits % self.every:
             return
         with self._lock:
             if self._closed:

@@ -352,7 +352,7 @@ class SqliteConnector:
         answer named): it pays what this connection owes first."""
         self._commits += 1
         if self.checkpointer is not None:
-            self.checkpointer.committed()
+            self.checkpointer.committed(self._commits)
         if not self.durable:
             return
         if owed:

@@ -91,7 +91,7 @@ def test_a_closed_checkpointer_starts_no_thread(tmp_path: Path) -> None:
     checkpointer = Checkpointer(str(tmp_path / "db.sqlite"), every=1)
     checkpointer.close()
 
-    checkpointer.committed()
+    checkpointer.committed(1)
 
     assert checkpointer._thread is None
     assert checkpointer.runs == 0
