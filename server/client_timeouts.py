@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any, Literal
 
@@ -56,6 +56,25 @@ MAX_HEADER_BYTES = 64 * 1024
 #: Whose turn it is: the client's (headers, body), or nobody's that is timed here (None: the
 #: server is working, or the connection idles under uvicorn's keep-alive timeout).
 Phase = Literal["headers", "body", "idle"] | None
+
+
+#: The scope key under which the protocol leaves a request's uvicorn cycle (`client_gone`).
+_CYCLE = "lakeshore.cycle"
+
+
+def client_gone(scope: Mapping[str, Any]) -> bool | None:
+    """Whether the client of this request has hung up, as far as the loop has read: uvicorn
+    marks the cycle when the connection is lost. None when the request came through another
+    server (a test's in-process client) or while the socket is not being read (a hang-up would
+    not show yet): ask ASGI's `receive()` then.
+
+    Polling `receive()` costs a task and a turn of the loop; a claim handed a job asks this on
+    a `q.call`'s path, and a turn of the loop there is a turn before the worker hears of it.
+    """
+    cycle = scope.get(_CYCLE)
+    if cycle is None or cycle.flow.read_paused:
+        return None
+    return bool(cycle.disconnected)
 
 
 class RequestTimeout(DispatchError):
@@ -122,6 +141,8 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = True
         self._enter("body")
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.scope[_CYCLE] = self.cycle  # type: ignore[literal-required]  # for client_gone
 
     def on_message_complete(self) -> None:
         self._in_body = False

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -64,6 +65,14 @@ class Call:
     query: Query
     #: The presented token's scope (None on a route that takes no token).
     token: TokenScope | None = None
+    #: Work to run once the answer is sent (`after`).
+    deferred: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def after(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` after the answer has gone out: bookkeeping (metrics) that nobody waits
+        for stays off the path of a worker that was just handed a job, or of a `q.call`
+        whose result just arrived."""
+        self.deferred.append(work)
 
     def param(self, name: str) -> str:
         return str(self.request.path_params[name])
@@ -148,6 +157,9 @@ def _endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
             )
         if isinstance(data, Response):  # a raw route's own answer (a stream)
             return data
-        return respond(data, status=api.status if data is not None else 204, as_json=as_json)
+        response = respond(data, status=api.status if data is not None else 204, as_json=as_json)
+        if call.deferred:
+            response.background = BackgroundTasks([BackgroundTask(work) for work in call.deferred])
+        return response
 
     return endpoint

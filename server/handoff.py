@@ -136,13 +136,17 @@ class Readers:
     def handing(self, ids: Iterable[str]) -> Callable[[Mapping[str, Invocation]], None] | None:
         """The store's `on_ended` for settles of `ids`: None when no reader here awaits one of
         them. It may be called on a store thread; the handing-over happens on the loop, queued
-        ahead of the wake-up the commit sends, so a woken reader finds its row there."""
+        ahead of the wake-up the commit sends (or at once, when the write ran on the loop), so a
+        woken reader finds its row there."""
         if not any(i in self._by_id for i in ids):
             return None
         loop = asyncio.get_running_loop()
 
         def on_ended(ended: Mapping[str, Invocation]) -> None:
-            loop.call_soon_threadsafe(self.hand, ended)
+            if asyncio._get_running_loop() is loop:  # a write run on the loop (`run_write`)
+                self.hand(ended)
+            else:
+                loop.call_soon_threadsafe(self.hand, ended)
 
         return on_ended
 

@@ -20,6 +20,7 @@ from ..plane.waiting import Deadline, room_wait
 from ..plane.wakeup import work_key
 from ..types import DEFAULT_QUEUE, Claim, ClaimArgs, SubmitRequest
 from .blocking import run_blocking
+from .client_timeouts import client_gone
 from .handoff import Seats, hand
 
 #: The longest a single request is held; clients asking for more simply ask again.
@@ -160,8 +161,12 @@ async def hung_up(request: Request) -> bool:
     Starlette polls `receive()` inside an anyio cancel scope, whose cancellation formats the
     task's repr on every call; on a busy server that was a tenth of the event loop's time. The
     same poll with a plain task: give `receive()` one turn of the loop, and a client that hung
-    up has its `http.disconnect` waiting by then.
+    up has its `http.disconnect` waiting by then. Under this server's own protocol the
+    connection says so without the turn (`client_gone`).
     """
+    gone = client_gone(request.scope)
+    if gone is not None:
+        return gone
     receiving = asyncio.ensure_future(request.receive())
     await asyncio.sleep(0)
     if not receiving.done():
@@ -232,4 +237,8 @@ async def admit_handing(
     orphaned = hand(taken, claims)
     if orphaned:  # their claimers went away while the write ran: back to the queue now
         await run_blocking(lambda: [store.release(c.id, c.lease) for c in orphaned])
+    elif any(claims):
+        # Let the claimers answer before this request goes on: their workers start the jobs
+        # while this one sets up its own wait (a submit-and-wait) or answers.
+        await asyncio.sleep(0)
     return ids

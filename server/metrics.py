@@ -325,10 +325,14 @@ def _counted(handler: Handler, op: str) -> Handler:
     @functools.wraps(handler)
     async def wrapper(call: Call) -> Any:
         result = await handler(call)
-        try:
-            await _record(call, result, op)
-        except Exception:  # counting is never worth a failed request
-            log.exception("metrics: could not count %s", op)
+
+        async def record() -> None:
+            try:
+                await _record(call, result, op)
+            except Exception:  # counting is never worth a failed request
+                log.exception("metrics: could not count %s", op)
+
+        call.after(record)  # once the answer is out: a claim's worker is waiting for it
         return result
 
     return wrapper

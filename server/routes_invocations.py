@@ -8,6 +8,7 @@ reaches another namespace's rows even with a leaked id.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from .. import codec
@@ -256,6 +257,10 @@ async def claim(call: Call) -> dict[str, Any]:
             lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming, on_ended=on_ended),
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
+        if on_ended is not None and not got:
+            # A submit-and-wait here was handed its result: it answers before this claim
+            # settles into its long-poll (a `q.call`'s producer is the one waiting).
+            await asyncio.sleep(0)
     if not got:
         got = await claim_until(
             call.store, call.seats, call.ns, args, wait_s, call.request, since=since

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 import msgpack
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -323,7 +325,12 @@ class Query:
     """Query-string parameters, checked like body fields."""
 
     def __init__(self, request: Request) -> None:
-        self.params = request.query_params
+        self._request = request
+
+    @functools.cached_property
+    def params(self) -> QueryParams:
+        """Parsed on first use: the hot routes (a claim, an ack) have no query string."""
+        return self._request.query_params
 
     def text(self, key: str) -> str | None:
         return self.params.get(key)

@@ -125,9 +125,8 @@ class Waker:
                 for entry in self._async_waiters
                 if keys is None or (want := self._interest.get(entry)) is None or want & keys
             ]
-        for loop, fut in waiters:
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                loop.call_soon_threadsafe(_resolve, fut)
+        if waiters:
+            _resolve_soon(waiters)
         if not local_only:
             for relay in self._relays:
                 relay.send(keys)
@@ -226,12 +225,23 @@ class Waker:
             self._async_waiters.add(entry)
             if want is not None:
                 self._interest[entry] = want
+        # The timer resolves the awaited future itself. asyncio.wait_for (3.11) would wrap it in
+        # a second future, and a wake-up would reach this task a turn of the loop later: on a
+        # `q.call` over HTTP, three waits each paid that turn on the call's path.
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            if not fut.done():
+                expired = True
+                fut.set_result(None)
+
+        timer = loop.call_later(timeout, expire)
         try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            await fut
+            return not expired
         finally:
+            timer.cancel()
             with self._cond:
                 self._async_waiters.discard(entry)
                 self._interest.pop(entry, None)
@@ -280,6 +290,21 @@ def work_key(namespace: str, queue: str) -> str:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _resolve_soon(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    """Resolve each waiter on its loop: a plain `call_soon` on the loop this thread runs (the
+    server commits on its loop), which spares the self-pipe write and read that
+    `call_soon_threadsafe` makes to wake a loop from another thread."""
+    import asyncio  # only a process with async waiters gets here
+
+    here = asyncio._get_running_loop()
+    for loop, fut in waiters:
+        with contextlib.suppress(RuntimeError):  # loop already closed
+            if loop is here:
+                loop.call_soon(_resolve, fut)
+            else:
+                loop.call_soon_threadsafe(_resolve, fut)
 
 
 class CrossProcessWaker:

@@ -101,6 +101,44 @@ def test_wait_async_returns_at_once_when_already_moved(waker: Waker) -> None:
     assert asyncio.run(main()) is True
 
 
+def test_a_wake_up_on_the_loop_reaches_its_waiter_on_the_next_turn(waker: Waker) -> None:
+    """A commit on the server's loop wakes a held wait there with a plain callback, and the
+    waiting task runs on the loop's next turn: no self-pipe, no second future in between (on
+    a `q.call`, each extra turn was one more on the call's path)."""
+
+    async def main() -> tuple[bool, bool]:
+        gen = waker.generation
+        wait = asyncio.create_task(waker.wait_async(gen, timeout=10.0))
+        await asyncio.sleep(0)  # it registers and sleeps
+        waker.notify()
+        await asyncio.sleep(0)  # the wake-up's callback resolves the future...
+        await asyncio.sleep(0)  # ...and the task has run by the next turn
+        return wait.done(), await wait
+
+    assert asyncio.run(main()) == (True, True)
+
+
+def test_a_callers_own_future_ends_the_wait_and_a_timeout_leaves_it_usable(
+    waker: Waker,
+) -> None:
+    """`wake`: the handed-over claim or result ends the wait without any notify; a wait that
+    runs out says so (False) and resolves that future, which its owner replaces (`armed`)."""
+
+    async def main() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+        wait = asyncio.create_task(waker.wait_async(waker.generation, timeout=10.0, wake=wake))
+        await asyncio.sleep(0)
+        wake.set_result(None)
+        handed = await wait
+        other: asyncio.Future[None] = loop.create_future()
+        timed_out = await waker.wait_async(waker.generation, timeout=0.01, wake=other)
+        return handed, timed_out, other.done()
+
+    assert asyncio.run(main()) == (True, False, True)
+    assert waker._async_waiters == set()
+
+
 def test_many_async_waiters_wake_on_one_notify(waker: Waker) -> None:
     async def main() -> list[bool]:
         gen = waker.generation
