@@ -1,20 +1,22 @@
 """WAL checkpoints at synchronous=NORMAL run on a thread of the process, not inside a commit
 (sdk/plane/checkpoint.py): the commit that crossed SQLite's 1000 pages used to write out and
-sync the whole log, several milliseconds in one call of a hundred."""
+sync the whole log, several milliseconds in one call of a hundred. And the page size of a new
+file, which sets how much log each commit writes."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.checkpoint import Checkpointer
-from dreamlake.lakeshore.plane.sqlite import SqliteConnector
+from dreamlake.lakeshore.plane.sqlite import PAGE_SIZE, SqliteConnector
 from tests.support.daemons import wait_until
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 
 
 def _connector(plane: dls.Dispatch) -> SqliteConnector:
@@ -38,10 +40,10 @@ def _autocheckpoint(connector: SqliteConnector) -> int:
 
 
 def _fill(plane: dls.Dispatch, pages: int) -> None:
-    """Commit about `pages` pages of payload, one submit each ~25 pages."""
+    """Commit about `pages` pages of payload, 25 pages a submit."""
     q = dls.SyncQueue("fill", dispatch=plane)
     for _ in range(pages // 25 + 1):
-        q.submit(os.urandom(100 * 1024))
+        q.submit(os.urandom(25 * PAGE))
 
 
 def test_at_normal_no_commit_checkpoints_the_log_itself(tmp_path: Path) -> None:
@@ -76,6 +78,29 @@ def test_at_normal_the_checkpoint_thread_copies_the_log_back(tmp_path: Path) -> 
         wait_until(lambda: checkpointer.runs >= 1, what="a background checkpoint")
         assert before <= PAGE
         assert os.path.getsize(path) > 4 * PAGE
+
+
+def test_a_new_file_gets_the_small_page_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    # A commit writes each page it touched whole: small pages, small log writes and fsyncs.
+    made = SqliteConnector(tmp_path / "new.db")
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:  # a file made before: SQLite's default of 4096
+        conn.execute("PRAGMA page_size = 4096")
+        conn.execute("CREATE TABLE before_lakeshore (x)")
+    opened = SqliteConnector(old)
+    try:
+        assert _page_size(made) == PAGE_SIZE == 1024
+        assert _page_size(opened) == 4096
+        assert opened.quick_check() is None
+    finally:
+        made.close()
+        opened.close()
+
+
+def _page_size(connector: SqliteConnector) -> int:
+    with connector._lock:
+        (size,) = connector._conn.execute("PRAGMA page_size").fetchone()
+    return int(size)
 
 
 def test_at_full_sqlite_keeps_checkpointing_at_commit(tmp_path: Path) -> None:
