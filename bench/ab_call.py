@@ -31,7 +31,7 @@ import psutil
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.dispatch import Dispatch
 
-from .common import pct, wait_for
+from .common import environ, pct, wait_for
 from .lakeshore_runs import daemons, server
 
 #: The installed package's folders, as pyproject.toml maps them.
@@ -50,21 +50,6 @@ def link_tree(base: Path, into: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _pythonpath(path: str | None) -> Iterator[None]:
-    """Processes started inside see `path` first on their PYTHONPATH (None: as this one)."""
-    saved = os.environ.get("PYTHONPATH")
-    if path is not None:
-        os.environ["PYTHONPATH"] = path
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
-
-
-@contextlib.contextmanager
 def side(
     plane: str, home: Path, pythonpath: str | None, normal: bool
 ) -> Iterator[tuple[dls.SyncQueue, psutil.Process | None]]:
@@ -72,7 +57,8 @@ def side(
     with contextlib.ExitStack() as stack:
         url = token = store = None
         proc = None
-        with _pythonpath(pythonpath):
+        # The side's processes, started inside, import the package from `pythonpath` first.
+        with environ(PYTHONPATH=pythonpath) if pythonpath else contextlib.nullcontext():
             if plane == "http-sqlite":
                 db = str(home / "srv" / "lakeshore.db")
                 url, token, pid = stack.enter_context(server(home / "srv", db, normal))
