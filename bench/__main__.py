@@ -49,6 +49,9 @@ def jobs() -> list[Job]:
     from . import durable_floor
 
     out.append(("rpc", "floor: durable commits, sqlite and postgres", durable_floor.measure))
+    from . import store_call
+
+    out.append(("rpc", store_call.SYSTEM, store_call.measure))
     for plane, modes in (
         ("http-sqlite", (False, True)),
         ("embedded-xproc", (False, True)),

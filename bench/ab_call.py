@@ -2,7 +2,7 @@
 
     git worktree add /tmp/base main~1
     .venv/bin/python -m bench.ab_call --base /tmp/base [--calls 3000] [--normal]
-        [--plane http-sqlite|embedded-xproc]
+        [--plane http-sqlite|http-postgres|embedded-xproc]
 
 On a shared box the speed of the machine drifts by a third between runs minutes apart, so two
 runs of `bench.cpu_per_call` one after the other cannot tell a 5% change from the weather. Here
@@ -30,8 +30,9 @@ import psutil
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.dispatch import Dispatch
+from dreamlake.lakeshore.plane.postgres import scratch_schema
 
-from .common import environ, pct, wait_for
+from .common import POSTGRES_URL, environ, pct, wait_for
 from .lakeshore_runs import daemons, server
 
 #: The installed package's folders, as pyproject.toml maps them.
@@ -59,8 +60,11 @@ def side(
         proc = None
         # The side's processes, started inside, import the package from `pythonpath` first.
         with environ(PYTHONPATH=pythonpath) if pythonpath else contextlib.nullcontext():
-            if plane == "http-sqlite":
-                db = str(home / "srv" / "lakeshore.db")
+            if plane.startswith("http-"):
+                if plane == "http-postgres":
+                    db = stack.enter_context(scratch_schema(POSTGRES_URL, "bench_ab"))
+                else:
+                    db = str(home / "srv" / "lakeshore.db")
                 url, token, pid = stack.enter_context(server(home / "srv", db, normal))
                 proc = psutil.Process(pid)
             else:
@@ -86,7 +90,9 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="a checkout of the base tree")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--normal", action="store_true", help="synchronous=NORMAL")
-    parser.add_argument("--plane", default="http-sqlite", choices=["http-sqlite", "embedded-xproc"])
+    parser.add_argument(
+        "--plane", default="http-sqlite", choices=["http-sqlite", "http-postgres", "embedded-xproc"]
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lakeshore-ab-") as scratch:
         root = Path(scratch)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .durable_floor import POSTGRES_FLOOR, SQLITE_FLOOR
+from .store_call import SYSTEM as STORE_ALONE
 
 
 @dataclass
@@ -166,11 +167,17 @@ def _chain_rows(ms: list[Any]) -> list[list[str]]:
     )
 
 
+def is_peer(system: str) -> bool:
+    """Whether a row's system is another queue's (not Lakeshore's, not a floor)."""
+    return not system.startswith(("lakeshore", "floor:"))
+
+
 def _dispatch_rows(ms: list[Any]) -> list[list[str]]:
     """Issue 16: the call path against every peer, and as a multiple of its durable floor."""
     full, normal = "synchronous=FULL", "synchronous=NORMAL"
     rows: list[list[str]] = []
-    peers = [m for m in ms if m.suite == "peers" and m.metric in ("p50", "p99")]
+    # A peer's call is measured in the "rpc" suite beside Lakeshore's own rows and the floors.
+    peers = [m for m in ms if m.suite == "rpc" and m.metric in ("p50", "p99") and is_peer(m.system)]
     for metric in ("p50", "p99"):
         http = _find(ms, "rpc", metric, "lakeshore http (sqlite)", full)
         rivals = [m for m in peers if m.metric == metric]
@@ -219,6 +226,18 @@ def _dispatch_rows(ms: list[Any]) -> list[list[str]]:
                     f"{system} q.call p50 as a multiple of its durable floor (not a target)",
                     f"{call.median / floor.median:.2f}x ({_fmt(call.median)} vs "
                     f"{_fmt(floor.median)} ms)",
+                    "",
+                ]
+            )
+    store = _find(ms, "rpc", "p50", STORE_ALONE)
+    for system in ("lakeshore http (sqlite)", "lakeshore embedded 2-proc"):
+        call = _find(ms, "rpc", "p50", system, full)
+        if call is not None and store is not None:
+            rows.append(
+                [
+                    f"{system} q.call p50 outside the store's own 2 transactions (not a target)",
+                    f"{_fmt(call.median - store.median)} ms ({_fmt(call.median)} vs "
+                    f"{_fmt(store.median)} ms for the store alone)",
                     "",
                 ]
             )
