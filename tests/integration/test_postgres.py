@@ -537,6 +537,24 @@ def test_a_plane_alone_sends_no_notify(url: str) -> None:
         assert relay.skipped >= 1
 
 
+def test_a_plane_alone_skips_in_the_writer_without_waking_its_sender(url: str) -> None:
+    # Given a plane whose sender has counted nobody else listening
+    with dls.Dispatch(url) as alone:
+        relay = connector_of(alone).relay
+        alone.store.waker.listen()
+        assert relay.listening.wait(DEADLINE_S)
+        dls.SyncQueue("q", dispatch=alone).submit(1)
+        assert relay.flush() and relay.notified == 0
+        skipped = relay.skipped
+
+        # When the next commit asks for a NOTIFY
+        relay.send(frozenset({"default/q"}))
+
+        # Then the writer itself counted it skipped: the sender thread was not woken for it
+        assert relay.skipped == skipped + 1
+        assert relay.flush(timeout=0) and relay.notified == 0
+
+
 def test_a_listener_that_starts_is_told_of_the_next_commit_without_a_recount(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
