@@ -464,7 +464,7 @@ class NotifyRelay:
         if self._closed.is_set():
             return
         with self._cond:
-            if self._requested == self._sent and self._alone():
+            if self._requested == self._sent and self._last_count() is False:
                 # What the sender thread would do with it, done here: waking that thread only
                 # to count a skip cost the writer a thread switch and a turn of the GIL on the
                 # path of every commit (on a server, between the commit and its answer).
@@ -495,6 +495,7 @@ class NotifyRelay:
         backoff = BACKOFF_FIRST_S
         last = -NOTIFY_GAP_S
         while True:
+            outcome = ""  # counted below, under the lock: send() counts skips too
             with self._cond:
                 self._cond.wait_for(lambda: self._requested > self._sent or self._closed.is_set())
                 if self._requested == self._sent:
@@ -510,9 +511,9 @@ class NotifyRelay:
                     conn = self._connect("notify", "-c synchronous_commit=off")
                 if self._others_listen(conn):
                     conn.execute(*_engine("notify", channel=self._channel, payload=payload))
-                    self.notified += 1
+                    outcome = "notified"
                 else:
-                    self.skipped += 1
+                    outcome = "skipped"
                 last = time.monotonic()
                 backoff = BACKOFF_FIRST_S
             except psycopg.Error as exc:
@@ -525,22 +526,27 @@ class NotifyRelay:
                     target = self._requested  # closing: give up on what is pending
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
             with self._cond:
+                if outcome == "notified":
+                    self.notified += 1
+                elif outcome == "skipped":
+                    self.skipped += 1
                 self._sent = max(self._sent, target)
                 self._cond.notify_all()
         _close_quietly(conn)
 
-    def _alone(self) -> bool:
-        """Whether nobody else listened when last counted, less than LISTENERS_CHECK_S ago."""
+    def _last_count(self) -> bool | None:
+        """Whether others listened when last counted, or None once that count is
+        LISTENERS_CHECK_S old."""
         counted_at, others = self._others
-        return not others and time.monotonic() - counted_at < LISTENERS_CHECK_S
+        return others if time.monotonic() - counted_at < LISTENERS_CHECK_S else None
 
     def _others_listen(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether another process listens on this plane (counted at most LISTENERS_CHECK_S
         ago); True when the count cannot be had: a NOTIFY too many costs a re-check."""
+        known = self._last_count()
+        if known is not None:
+            return known
         now = time.monotonic()
-        counted_at, others = self._others
-        if now - counted_at < LISTENERS_CHECK_S:
-            return others
         try:
             row = conn.execute(
                 *_engine("other_listeners", app=self._listen_name, own=self._listen_pid)
