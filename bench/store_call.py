@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dreamlake.lakeshore.plane.sqlite import SqliteConnector
 from dreamlake.lakeshore.plane.store import SqlStore
+from dreamlake.lakeshore.plane.store.base import new_id
 from dreamlake.lakeshore.types import Ack, ClaimArgs, SubmitRequest
 
 from .common import Measurement, Settings, pct
@@ -38,15 +39,22 @@ def _calls(folder: Path, n: int) -> list[float]:
     try:
         out = []
         for i in range(WARMUP + n):
+            # The producer mints the id (as the SDK does), so the submit reads the queue row
+            # with its check that the id is new, as the server's does.
+            request = SubmitRequest(payload, id=new_id())
             start = time.perf_counter()
             _, (claims,) = store.submit_handing(
-                NAMESPACE, QUEUE, [SubmitRequest(payload)], [claimer], sync_later=True
+                NAMESPACE, QUEUE, [request], [claimer], sync_later=True
             )
             (claim,) = claims
             errors, _ = store.ack_and_claim(
-                NAMESPACE, [Ack(claim.id, claim.lease, payload)], [QUEUE],
-                worker=claimer.worker, lease_s=claimer.lease_s, limit=1,
-            )  # fmt: skip
+                NAMESPACE,
+                [Ack(claim.id, claim.lease, payload)],
+                [QUEUE],
+                worker=claimer.worker,
+                lease_s=claimer.lease_s,
+                limit=1,
+            )
             if errors != [None]:
                 raise RuntimeError(f"the ack was refused: {errors}")
             if i >= WARMUP:
