@@ -56,6 +56,40 @@ def test_a_commit_between_a_waiters_read_and_its_wait_still_wakes_it(
     assert time.monotonic() - started < SAFETY_POLL_S * 0.8, "woken by the safety poll"
 
 
+def test_a_call_reads_its_job_only_once_a_wake_up_says_it_may_have_ended(
+    pair: tuple[dls.Dispatch, dls.Dispatch], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a producer whose reads of a job's row are recorded, and a worker on the same file
+    producer, worker = pair
+    read = producer.store.invocation
+    states: list[str] = []
+
+    def recorded(ns: str, inv_id: str) -> Invocation:
+        row = read(ns, inv_id)
+        states.append(row.state)
+        return row
+
+    monkeypatch.setattr(producer.store, "invocation", recorded)
+    answer: dict[str, Any] = {}
+
+    def call() -> None:
+        answer["value"] = dls.SyncQueue("gpu", dispatch=producer).call(7, timeout=30)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+
+    # When the worker claims the job and settles it
+    queue = dls.SyncQueue("gpu", dispatch=worker)
+    job = wait_until(queue.claim, what="the call's job")
+    queue.ack(job, 14)
+    caller.join(timeout=30)
+
+    # Then the call read the row once, after the ack: not straight after its submit, when the
+    # job could not have ended (the plane minted its id, so it was new)
+    assert answer == {"value": 14}
+    assert states == ["succeeded"]
+
+
 def test_a_waiting_claim_wakes_on_a_submit_through_another_plane(
     pair: tuple[dls.Dispatch, dls.Dispatch],
 ) -> None:
