@@ -6,6 +6,7 @@ ride out, a side task that crashes, a settle that arrives after the lease moved 
 
 from __future__ import annotations
 
+import multiprocessing.connection
 import operator
 import os
 import threading
@@ -107,6 +108,32 @@ def test_runs_jobs_and_drains_on_request(plane: Dispatch) -> None:
     finally:
         assert running.stop() == EXIT_OK
     assert plane.worker(running.daemon.worker_id or "").state == "gone"
+
+
+def test_a_slot_looks_at_its_childs_pipe_without_building_a_selector(
+    plane: Dispatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a daemon whose children are up, and every selector-built wait on a pipe counted
+    running = Running(plane)
+    looks: list[object] = []
+    real_wait = multiprocessing.connection.wait
+
+    def counted_wait(*args: Any, **kwargs: Any) -> Any:
+        looks.append(args)
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.connection, "wait", counted_wait)
+    try:
+        # When jobs run and answer
+        q = dls.SyncQueue("q", dispatch=plane)
+        ids = [q.submit(dls.thunk(operator.mul, n, n)) for n in range(3)]
+        assert [q.result(i, timeout=20) for i in ids] == [0, 1, 4]
+
+        # Then the slot read their answers through its own poll object, not
+        # `Connection.poll()`, which builds and tears down a selector on every look
+        assert looks == []
+    finally:
+        assert running.stop() == EXIT_OK
 
 
 def test_construction_has_no_side_effects(plane: Dispatch) -> None:
