@@ -98,7 +98,8 @@ def test_daemons_and_workers_behind_a_chaotic_network(
         rows = read_rows(producer.invocation, ids)
         anomalies += daemon_history.check(rows, result_tag=ppid_of)
         assert not anomalies, "\n".join(anomalies)
-        assert all(r.state == "succeeded" for r in rows.values())
+        unfinished = {i: (r.state, r.error) for i, r in rows.items() if r.state != "succeeded"}
+        assert not unfinished, unfinished
         print(
             f"network: actions={actions} proxy={proxy.stats} loops={history.stats()} "
             f"daemons={daemon_history.stats()}"
