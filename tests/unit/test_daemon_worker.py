@@ -196,9 +196,12 @@ def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> No
     assert q.result(stale.id, timeout=1) == 2
 
 
-def gate_on(path: Path) -> Any:
-    """A job that runs until `path` exists: the test, not the clock, decides when it ends."""
-    return dls.thunk(os.system, f"while [ ! -e '{path}' ]; do sleep 0.02; done")
+def gate_on(path: Path, started: Path | None = None) -> Any:
+    """A job that runs until `path` exists: the test, not the clock, decides when it ends.
+    With `started`, it creates that file first: the test can tell it is running in a slot, not
+    only claimed (a claim commits before the daemon hands it to a slot)."""
+    begin = f"touch '{started}'; " if started else ""
+    return dls.thunk(os.system, f"{begin}while [ ! -e '{path}' ]; do sleep 0.02; done")
 
 
 def test_prefetch_claims_ahead_and_every_job_still_runs_once(
@@ -223,9 +226,11 @@ def test_prefetch_claims_ahead_and_every_job_still_runs_once(
 
 def test_a_drain_gives_prefetched_jobs_back_unspent(plane: Dispatch, tmp_path: Path) -> None:
     q = dls.SyncQueue("q", dispatch=plane)
-    gate = q.submit(gate_on(tmp_path / "open"))
+    gate = q.submit(gate_on(tmp_path / "open", started=tmp_path / "started"))
     rest = [q.submit(dls.thunk(operator.add, n, 1)) for n in range(3)]
     running = Running(plane, prefetch=3)
+    # The gate running in its slot, the rest claimed with it: buffered before it was handed on
+    wait_until(lambda: (tmp_path / "started").exists(), what="the gate job in its slot")
     wait_until(lambda: q.count("running") == 4, what="a prefetched batch")
 
     running.daemon.drain("test over")  # before the gate opens: nothing more may start
