@@ -41,6 +41,7 @@ from tests.support.postgres import (  # noqa: E402
 psycopg = pytest.importorskip("psycopg")
 from dreamlake.lakeshore.plane import postgres as postgres_module  # noqa: E402
 from dreamlake.lakeshore.plane.postgres import (  # noqa: E402
+    NotifyRelay,
     PostgresConnector,
     advisory_leader,
     parse_url,
@@ -521,12 +522,18 @@ def test_another_replicas_commit_wakes_only_the_waiters_it_concerns(url: str) ->
 # -- a NOTIFY only where another process listens ------------------------------------------------
 
 
+def listening_relay(plane: dls.Dispatch) -> NotifyRelay:
+    """The plane's NOTIFY relay, once its own listener is up (so the count of others ran)."""
+    relay = connector_of(plane).relay
+    plane.store.waker.listen()
+    assert relay.listening.wait(DEADLINE_S)
+    return relay
+
+
 def test_a_plane_alone_sends_no_notify(url: str) -> None:
     # Given a plane listening on its schema, with no other process listening there
     with dls.Dispatch(url) as alone:
-        relay = connector_of(alone).relay
-        alone.store.waker.listen()
-        assert relay.listening.wait(DEADLINE_S)
+        relay = listening_relay(alone)
 
         # When it commits something another process would be told of
         dls.SyncQueue("q", dispatch=alone).submit(1)
@@ -540,9 +547,7 @@ def test_a_plane_alone_sends_no_notify(url: str) -> None:
 def test_a_plane_alone_skips_in_the_writer_without_waking_its_sender(url: str) -> None:
     # Given a plane whose sender has counted nobody else listening
     with dls.Dispatch(url) as alone:
-        relay = connector_of(alone).relay
-        alone.store.waker.listen()
-        assert relay.listening.wait(DEADLINE_S)
+        relay = listening_relay(alone)
         dls.SyncQueue("q", dispatch=alone).submit(1)
         assert relay.flush() and relay.notified == 0
         skipped = relay.skipped
@@ -561,9 +566,7 @@ def test_a_listener_that_starts_is_told_of_the_next_commit_without_a_recount(
     # Given a plane that counted nobody else listening, and will not count again for an hour
     monkeypatch.setattr(postgres_module, "LISTENERS_CHECK_S", 3600.0)
     with dls.Dispatch(url) as here:
-        relay = connector_of(here).relay
-        here.store.waker.listen()
-        assert relay.listening.wait(DEADLINE_S)
+        relay = listening_relay(here)
         dls.SyncQueue("q", dispatch=here).submit(1)
         assert relay.flush() and relay.notified == 0
 
