@@ -16,10 +16,8 @@ import difflib
 import functools
 import inspect
 import os
-import socket
 import threading
 import time
-import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -36,7 +34,6 @@ from .plane.base import Plane
 from .plane.default import default_plane
 from .plane.reference import reference as plane_reference
 from .plane.reference import resolve as resolve_plane
-from .plane.store import check_elasticity
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
 from .topic import Topic, iter_frames
@@ -58,6 +55,8 @@ class Job:
 
 
 def worker_identity() -> str:
+    import socket  # a worker's: a producer's import does not pay for it
+
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -203,6 +202,14 @@ def check_priority_field(field: object) -> str | None:
     return field
 
 
+def _checked_elasticity(elasticity: Mapping[str, Any]) -> dict[str, Any]:
+    """The store's own check, so a handle refuses what every plane refuses; imported here, not
+    with the SDK, because it brings the whole store (a third of the import) to a producer."""
+    from .plane.store import check_elasticity
+
+    return check_elasticity(dict(elasticity))
+
+
 _ABSENT: Any = object()
 
 
@@ -274,7 +281,7 @@ class SyncQueue:
         self.temperature = check_temperature(temperature)
         self.priority_field = check_priority_field(priority_field)
         self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
-        self.elasticity = check_elasticity(dict(elasticity)) if elasticity is not None else None
+        self.elasticity = _checked_elasticity(elasticity) if elasticity is not None else None
         self._dispatch = dispatch
         self._held: dict[str, str] = {}  # invocation id -> lease, for post()
         #: The run of a run queue (`for_run`): its jobs carry it, whatever run is current.
@@ -662,6 +669,8 @@ class SyncQueue:
         try:
             yield job
         except BaseException as exc:
+            import traceback  # a worker's, loaded at its first failure
+
             self.nack(job, error="".join(traceback.format_exception(exc)), retry=True)
             raise
         self.ack(job)

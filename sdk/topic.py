@@ -14,8 +14,8 @@ from typing import Any
 
 from . import codec
 from .errors import DispatchError
+from .ids import new_id
 from .plane.base import Plane
-from .plane.store.base import new_id
 from .plane.waiting import through_outages
 from .types import Frame, check_name
 
