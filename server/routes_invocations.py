@@ -29,7 +29,15 @@ from ..types import (
 )
 from .auth import require
 from .endpoint import Api, Call
-from .longpoll import admit_handing, claim_until, hung_up, run_write, synced, wait_until
+from .longpoll import (
+    MAX_WAIT_S,
+    admit_handing,
+    claim_until,
+    hung_up,
+    run_write,
+    synced,
+    wait_until,
+)
 from .payload_kinds import code_in
 from .wire import Fields
 
@@ -45,6 +53,8 @@ ITEM_FIELDS = (
     "objects",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
+#: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
+WAIT_HINT = f"the server holds a request at most {MAX_WAIT_S:g} s; ask again to wait longer"
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
 
@@ -73,8 +83,8 @@ async def submit(call: Call) -> dict[str, Any]:
                 objects=_objects(item),
             )
         )
-    wait_s = call.query.number("wait", 0.0)
-    result_wait = call.query.number("result_wait", 0.0) or 0.0
+    wait_s = _wait_s(call)
+    result_wait = _wait_s(call, "result_wait")
     if result_wait > 0 and len(requests) != 1:
         raise InvalidArgument(
             f"'result_wait' waits for one invocation; this request submits {len(requests)}"
@@ -122,6 +132,11 @@ async def submit(call: Call) -> dict[str, Any]:
     if owed is not None:
         await synced(call.store, owed)
     return {"ids": ids, "invocation": inv}
+
+
+def _wait_s(call: Call, key: str = "wait") -> float:
+    """`?wait=` (or `?result_wait=`): any finite number of seconds, held up to MAX_WAIT_S."""
+    return call.query.number(key, 0.0, unit="seconds", hint=WAIT_HINT)
 
 
 def _host(fields: Fields) -> str | None:
@@ -196,7 +211,7 @@ async def count(call: Call) -> dict[str, int]:
 
 
 async def get_invocation(call: Call) -> Invocation:
-    wait_s = call.query.number("wait", 0.0)
+    wait_s = _wait_s(call)
     inv_id = call.param("id")
     return await wait_until(
         call.store,
@@ -377,7 +392,7 @@ def _topic(call: Call) -> str:
 async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str, Any]:
     """`ended` says the invocation is terminal with no frame after `since`: stop waiting."""
     since = call.query.integer("since", -1)
-    wait_s = call.query.number("wait", 0.0)
+    wait_s = _wait_s(call)
 
     def fetch() -> tuple[list[Frame], bool]:
         inv = call.store.invocation(call.ns, inv_id) if inv_id is not None else None
