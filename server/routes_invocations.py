@@ -38,6 +38,7 @@ from .longpoll import (
     synced,
     wait_until,
 )
+from .metrics import count_acks
 from .payload_kinds import code_in
 from .wire import Fields
 
@@ -272,6 +273,7 @@ async def claim(call: Call) -> dict[str, Any]:
             lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming, on_ended=on_ended),
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
+        await count_acks(call, [a.id for a in acks], errors)
         if on_ended is not None and not got:
             # A submit-and-wait here was handed its result: it answers before this claim
             # settles into its long-poll (a `q.call`'s producer is the one waiting).
