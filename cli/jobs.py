@@ -185,6 +185,7 @@ def jobs() -> None:
 @click.option("--state", "-s", type=click.Choice(STATES), default=None, help="Only this state.")
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--before", default=None, help="Page: only ids older than this one.")
+@click.option("--map", "map_id", default=None, help="Only the jobs of this map (f.map).")
 @json_option
 @plane_options
 def ls(
@@ -192,6 +193,7 @@ def ls(
     state: str | None,
     limit: int,
     before: str | None,
+    map_id: str | None,
     as_json: bool,
     url: str | None,
     token: str | None,
@@ -199,7 +201,9 @@ def ls(
 ) -> None:
     """List invocations, newest first."""
     with plane_session(url, token, namespace) as plane:
-        rows = plane.invocations(queue=queue, state=state, limit=limit, before=before)
+        rows = plane.invocations(
+            queue=queue, state=state, limit=limit, before=before, map_id=map_id
+        )
     if as_json:
         emit_json([invocation_json(r) for r in rows])
         return

@@ -20,10 +20,10 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
 from . import codec, protocols
 from .anneal import Anneal, AnnealState, check_temperature
@@ -38,6 +38,9 @@ from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
 from .topic import Topic, iter_frames
 from .types import STATES, Claim, Invocation, SubmitRequest, check_name, normalize_kind
+
+if TYPE_CHECKING:
+    from .mapping import MapResults
 
 DEFAULT_LEASE_S = 60.0
 
@@ -129,6 +132,19 @@ async def _to_thread(fn: Callable[P, _R], /, *args: P.args, **kwargs: P.kwargs) 
     import asyncio
 
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _async_steps(results: MapResults) -> AsyncIterator[Any]:
+    """A blocking map's results, each `next()` in a worker thread; closed however it ends."""
+    done = object()
+    try:
+        while True:
+            value = await _to_thread(next, results, done)
+            if value is done:
+                return
+            yield value
+    finally:
+        await _to_thread(results.close)
 
 
 def _through_plane(
@@ -521,6 +537,37 @@ class SyncQueue:
         ]
         return self.dispatch.submit(self.name, reqs)
 
+    def map(
+        self,
+        fn: Callable[..., Any],
+        inputs: Iterable[Any],
+        *,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        chunk_size: int | None = None,
+        **submit: Any,
+    ) -> MapResults:
+        """`fn(x)` for each input, each a job (or `chunk_size` inputs a job), submitted lazily;
+        the results in input order (or as they end). See `mapping` for the whole contract;
+        `submit` takes `priority`, `max_attempts` and `timeout_s`."""
+        from .mapping import run_map
+
+        return run_map(
+            self,
+            fn,
+            inputs,
+            ordered=ordered,
+            return_exceptions=return_exceptions,
+            chunk_size=chunk_size,
+            **submit,
+        )
+
+    def starmap(self, fn: Callable[..., Any], inputs: Iterable[Any], **kw: Any) -> MapResults:
+        """`map` with each input a tuple of arguments: `fn(*x)`."""
+        from .mapping import run_map
+
+        return run_map(self, fn, inputs, star=True, **kw)
+
     @_through_plane
     def result(
         self,
@@ -786,6 +833,19 @@ class Queue:
             value = await _to_thread(next, frames, done)
             if value is done:
                 return
+            yield value
+
+    async def map(
+        self, fn: Callable[..., Any], inputs: Iterable[Any], **kw: Any
+    ) -> AsyncIterator[Any]:
+        """`SyncQueue.map`, each step in a worker thread; leaving early cancels the rest."""
+        async for value in _async_steps(self.sync.map(fn, inputs, **kw)):
+            yield value
+
+    async def starmap(
+        self, fn: Callable[..., Any], inputs: Iterable[Any], **kw: Any
+    ) -> AsyncIterator[Any]:
+        async for value in _async_steps(self.sync.starmap(fn, inputs, **kw)):
             yield value
 
     async def cancel(self, inv_id: str, *, kill: bool = False) -> bool:

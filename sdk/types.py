@@ -139,6 +139,9 @@ class SubmitRequest:
     #: Objects the submit made that the payload names only inside a pickle (a thunk's spilled
     #: array arguments): retention deletes them with the row, which it cannot find otherwise.
     objects: tuple[StorageRef, ...] = ()
+    #: The map this job is one item (or chunk) of (sdk/mapping.py): `jobs ls --map ID` lists
+    #: them. None: a job of its own.
+    map_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast, overload
 
 from .envelope import Envelope
 from .errors import InvalidArgument
@@ -28,6 +28,9 @@ from .queue import (
     SyncQueue,
 )
 from .types import normalize_kind
+
+if TYPE_CHECKING:
+    from .mapping import MapResults
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -147,6 +150,30 @@ class UDF(Generic[P, R]):
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
         )
+
+    def map(
+        self,
+        inputs: Iterable[Any],
+        *,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        chunk_size: int | None = None,
+        **submit: Any,
+    ) -> MapResults:
+        """This function over each input as jobs on its queue, results in input order (or as
+        they end): `SyncQueue.map` with this udf's function (sdk/mapping.py)."""
+        return self.queue_for(submit.pop("dispatch", None)).map(
+            self.fn,
+            inputs,
+            ordered=ordered,
+            return_exceptions=return_exceptions,
+            chunk_size=chunk_size,
+            **submit,
+        )
+
+    def starmap(self, inputs: Iterable[Any], **kw: Any) -> MapResults:
+        """`map` with each input a tuple of arguments."""
+        return self.queue_for(kw.pop("dispatch", None)).starmap(self.fn, inputs, **kw)
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Submit and wait for the result (`_timeout` seconds, default 30): one round trip, as

@@ -117,6 +117,10 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "description": "locality: the host id whose tier holds the payload's objects",
             },
+            "map_id": {
+                "type": "string",
+                "description": "the map this job is an item of (listed by ?map= on /invocations)",
+            },
         },
     ),
     "SubmitBatch": {
@@ -366,7 +370,7 @@ def document(apis: list[Api]) -> dict[str, Any]:
 
 # -- jobs and the dashboard (routes_jobs.py, routes_dashboard.py) ------------------------------
 
-QUERY_TYPES.update({"queue": STR, "before": STR, "window": NUM, "step": NUM})
+QUERY_TYPES.update({"queue": STR, "before": STR, "map": STR, "window": NUM, "step": NUM})
 SCHEMAS.update(
     {
         "InvocationList": _obj({"invocations": {"type": "array", "items": _ref("Invocation")}}),

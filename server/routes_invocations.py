@@ -52,6 +52,7 @@ ITEM_FIELDS = (
     "host",
     "id",
     "objects",
+    "map_id",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
@@ -82,6 +83,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 host=_host(item),
                 id=item.text("id"),
                 objects=_objects(item),
+                map_id=item.text("map_id"),
             )
         )
     wait_s = _wait_s(call)

@@ -27,6 +27,7 @@ async def list_invocations(call: Call) -> dict[str, Any]:
         state=q.text("state") or None,
         limit=q.integer("limit", 50),
         before=q.text("before") or None,
+        map_id=q.text("map") or None,
     )
     return {"invocations": rows}
 
@@ -42,9 +43,9 @@ ROUTES = [
         "/invocations",
         list_invocations,
         "Invocations of the namespace, newest first, without payload/result bytes; "
-        "filter by ?queue and ?state, page with ?before=<id>",
+        "filter by ?queue and ?state (or ?map=<map id> alone), page with ?before=<id>",
         response="InvocationList",
-        query=("queue", "state", "limit", "before"),
+        query=("queue", "state", "limit", "before", "map"),
         scopes=(READ,),
     ),
     Api(

@@ -135,8 +135,10 @@ class Plane(Protocol):
         state: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        map_id: str | None = None,
     ) -> list[Invocation]:
-        """Newest first, filtered; rows carry no result bytes (read one by id for that)."""
+        """Newest first, filtered; rows carry no result bytes (read one by id for that).
+        `map_id`: the jobs of one map (sdk/mapping.py) instead of the queue / state filters."""
 
     def retry(self, inv_id: str) -> Invocation:
         """Requeue a failed / killed / timeout invocation as a new attempt of the same id."""

@@ -425,11 +425,12 @@ class Dispatch:
         state: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        map_id: str | None = None,
     ) -> list[Invocation]:
         """Newest first; rows carry no result bytes (`invocation(id)` reads one with it)."""
         self._swept()
         return self.store.invocations(
-            self.namespace, queue=queue, state=state, limit=limit, before=before
+            self.namespace, queue=queue, state=state, limit=limit, before=before, map_id=map_id
         )
 
     def retry(self, inv_id: str) -> Invocation:

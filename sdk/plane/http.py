@@ -100,6 +100,8 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["id"] = r.id
     if r.objects:  # likewise: a server before objects refuses the field
         item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
+    if r.map_id is not None:
+        item["map_id"] = r.map_id
     return item
 
 
@@ -851,10 +853,12 @@ class HttpDispatch:
         state: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        map_id: str | None = None,
     ) -> list[Invocation]:
         """Newest first; rows carry no result bytes (`invocation(id)` reads one with it)."""
         params: dict[str, Any] = {"limit": limit}
-        for key, value in (("queue", queue), ("state", state), ("before", before)):
+        filters = (("queue", queue), ("state", state), ("before", before), ("map", map_id))
+        for key, value in filters:
             if value is not None:
                 params[key] = value
         data = self._request("GET", "/invocations", params=params)

@@ -383,6 +383,21 @@ FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
+-- name: list_invocations_map
+-- The jobs of one map (migration 27), newest first, on index invocations_map.
+SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+FROM invocations
+WHERE namespace = :ns AND map_id = :map_id
+ORDER BY id DESC LIMIT :limit;
+
+-- name: list_invocations_map_before
+SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+FROM invocations
+WHERE namespace = :ns AND map_id = :map_id AND id < :before
+ORDER BY id DESC LIMIT :limit;
+
 -- name: retry_terminal
 -- `jobs retry`: a failed / killed / timeout invocation back to queued as one more attempt. The
 -- attempt budget grows by one when it is spent, so the claim and the lease sweep allow it.
@@ -544,9 +559,10 @@ RETURNING id;
 -- its locality hint and the objects it owns; a key already used inserts nothing, and the store
 -- reads the existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
-    timeout_s, created_at, deadline_at, signature, locality_host, locality_until, objects)
+    timeout_s, created_at, deadline_at, signature, locality_host, locality_until, objects,
+    map_id)
 VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at, :signature, :locality_host, :locality_until, :objects)
+    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 

@@ -487,3 +487,12 @@ ALTER TABLE invocations ADD COLUMN objects TEXT;
 {postgres_only}         + CAST(substr(CAST(CAST(floor(greatest(0, seconds) * 1000000) AS bigint) AS text), 1, 2)
 {postgres_only}             AS integer)
 {postgres_only} $$;
+
+-- migration: 27
+-- Map (issue 36, sdk/mapping.py): the jobs of one `f.map(...)` carry its id, so `lakeshore jobs
+-- ls --map ID`, `GET .../invocations?map=ID` and the dashboard list them. NULL for every other
+-- job; the index holds only mapped rows and serves the listing as the listing indexes of
+-- migration 19 do (equalities, then id).
+ALTER TABLE invocations ADD COLUMN map_id TEXT;
+CREATE INDEX IF NOT EXISTS invocations_map
+    ON invocations (namespace, map_id, id) WHERE map_id IS NOT NULL;

@@ -41,6 +41,7 @@ from .base import (
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
+    check_map_id,
     check_submit,
     claim_of,
     invocation_of,
@@ -145,6 +146,7 @@ class InvocationStore(QueueStore):
                     locality_host=req.host,
                     locality_until=locality.window_end(info, req.host, now),
                     objects=owned_objects(req.objects),
+                    map_id=req.map_id,
                 )
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
@@ -634,12 +636,14 @@ class InvocationStore(QueueStore):
         state: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        map_id: str | None = None,
     ) -> list[Invocation]:
         """Newest first, filtered; rows carry no result bytes (read one by id for its result).
 
         `before` pages: pass the last id of a page to get the next, older one. Each filter
         combination has its own statement and index (queries.sql, list_invocations), so a page
-        costs the same at any depth.
+        costs the same at any depth. `map_id`: one map's jobs (sdk/mapping.py), alone or with
+        `before`; a map is one queue's, and its states are for `status` to count.
         """
         if queue is not None:
             check_name(queue)
@@ -649,10 +653,24 @@ class InvocationStore(QueueStore):
             raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
         if before is not None and not (before.isascii() and before.isalnum() and len(before) <= 64):
             raise InvalidArgument(f"before must be an invocation id, got {before!r}")
-        params = {"ns": ns, "queue": queue, "state": state, "before": before, "limit": limit}
+        if map_id is not None:
+            check_map_id(map_id)
+            if queue is not None or state is not None:
+                raise InvalidArgument(
+                    "a map's listing takes no queue or state filter: list it by map alone "
+                    "(and page with before)"
+                )
+        params = {
+            "ns": ns,
+            "queue": queue,
+            "state": state,
+            "before": before,
+            "limit": limit,
+            "map_id": map_id,
+        }
         params = {k: v for k, v in params.items() if v is not None}
         with self.connector.transaction(write=False) as tx:
-            rows = tx.all(listing_statement(queue, state, before), **params)
+            rows = tx.all(listing_statement(queue, state, before, map_id), **params)
         return [invocation_of(r) for r in rows]
 
     def retry(self, ns: str, inv_id: str) -> Invocation:
@@ -692,11 +710,14 @@ class InvocationStore(QueueStore):
         return invocation_of(row)
 
 
-def listing_statement(queue: str | None, state: str | None, before: str | None) -> str:
+def listing_statement(
+    queue: str | None, state: str | None, before: str | None, map_id: str | None = None
+) -> str:
     """The list_invocations statement for these filters: one per combination, so that each
     seeks on its own index instead of testing optional filters row by row (queries.sql)."""
     return (
         "list_invocations"
+        + ("_map" if map_id is not None else "")
         + ("_queue" if queue is not None else "")
         + ("_state" if state is not None else "")
         + ("_before" if before is not None else "")

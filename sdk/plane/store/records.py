@@ -74,6 +74,17 @@ def check_submit(req: SubmitRequest) -> None:
             f"limit), got {req.timeout_s!r}"
         )
     check_host(req.host)
+    if req.map_id is not None:
+        check_map_id(req.map_id)
+
+
+def check_map_id(value: object) -> str:
+    """A map's id (sdk/mapping.py mints a ULID): letters and digits, at most 64."""
+    if not (isinstance(value, str) and 0 < len(value) <= 64 and value.isascii()) or not (
+        value.isalnum()
+    ):
+        raise InvalidArgument(f"map id must be 1 to 64 ASCII letters or digits, got {value!r}")
+    return value
 
 
 def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
