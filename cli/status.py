@@ -123,6 +123,7 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "state": state,
         "depth": int(stats.get("pending", 0)),
         "running": int(stats.get("running", 0)),
+        "scheduled": int(stats.get("scheduled", 0)),
         "daemons": int(stats.get("daemon_count", 0)),
         "slots": int(stats.get("slots", 0)),
         "rate_per_s": rate,
@@ -190,7 +191,9 @@ def _rate_text(row: dict[str, Any]) -> str:
 def render(snap: dict[str, Any]) -> Group:
     """The three tables of a snapshot, times as ages."""
     now = float(snap["at"])
-    queues = Table("queue", "state", "depth", "running", "daemons", "slots", "rate", "oldest")
+    queues = Table(
+        "queue", "state", "depth", "running", "scheduled", "daemons", "slots", "rate", "oldest"
+    )
     queues.title = f"queues in {snap['namespace']}"
     for q in snap["queues"]:
         queues.add_row(
@@ -198,6 +201,7 @@ def render(snap: dict[str, Any]) -> Group:
             q["state"],
             str(q["depth"]),
             str(q["running"]),
+            str(q.get("scheduled", 0)),
             str(q["daemons"]),
             str(q["slots"]),
             _rate_text(q),

@@ -476,14 +476,21 @@ class SyncQueue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        delay_s: float | None = None,
+        at: Any = None,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
         `timeout_s` bounds the job's run; `block_s` bounds how long a submit waits for room on a
         queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
-        it from the payload's `priority_field`; otherwise it is 0.
+        it from the payload's `priority_field`; otherwise it is 0. `delay_s` or `at` (a
+        datetime, naive read as UTC, or epoch seconds) holds the job as `scheduled` until then
+        (sdk/workflow.py).
         """
+        from .workflow import with_due
+
         req = self._request(payload, envelope, key, priority, max_attempts, timeout_s)
+        req = with_due(req, delay_s, at)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
     @_through_plane
@@ -785,6 +792,8 @@ class Queue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        delay_s: float | None = None,
+        at: Any = None,
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -795,6 +804,8 @@ class Queue:
             max_attempts=max_attempts,
             timeout_s=timeout_s,
             block_s=block_s,
+            delay_s=delay_s,
+            at=at,
         )
 
     async def submit_many(

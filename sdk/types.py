@@ -17,8 +17,12 @@ from .errors import InvalidArgument
 if TYPE_CHECKING:
     from .storage import StorageRef
 
-State = Literal["queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout"]
-LIVE_STATES: tuple[State, ...] = ("queued", "running")
+State = Literal[
+    "queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout", "scheduled"
+]
+#: Not ended yet. `scheduled`: submitted with a delay, not claimable before its due time
+#: (sdk/workflow.py); a claim or the sweep makes it queued then.
+LIVE_STATES: tuple[State, ...] = ("queued", "running", "scheduled")
 TERMINAL_STATES: tuple[State, ...] = ("succeeded", "failed", "cancelled", "killed", "timeout")
 STATES: tuple[State, ...] = LIVE_STATES + TERMINAL_STATES
 
@@ -142,6 +146,11 @@ class SubmitRequest:
     #: The map this job is one item (or chunk) of (sdk/mapping.py): `jobs ls --map ID` lists
     #: them. None: a job of its own.
     map_id: str | None = None
+    #: Delays (sdk/workflow.py): not claimable for this many seconds after the plane accepts
+    #: the submit, or before `at` (epoch seconds); the job waits in state `scheduled`. At most
+    #: one of the two; neither (or a time already past): queued at once.
+    delay_s: float | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,9 @@ class SubmitOptions:
     max_attempts: int = 3
     #: remote() only: how long to wait for the result.
     timeout: float = 30.0
+    #: submit() only: held as `scheduled` this long, or until then (sdk/workflow.py).
+    delay_s: float | None = None
+    at: Any = None
 
     @classmethod
     def take(cls, kwargs: dict[str, Any]) -> SubmitOptions:
@@ -85,6 +88,8 @@ class SubmitOptions:
             timeout_s=_option(kwargs, "_timeout_s", (int, float), None),
             max_attempts=_option(kwargs, "_max_attempts", int, 3),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
+            delay_s=_option(kwargs, "_delay_s", (int, float), None),
+            at=kwargs.pop("_at", None),
         )
 
 
@@ -149,6 +154,8 @@ class UDF(Generic[P, R]):
             priority=opts.priority,
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
+            delay_s=opts.delay_s,
+            at=opts.at,
         )
 
     def map(

@@ -100,6 +100,7 @@ SCHEMAS: dict[str, Any] = {
             "slots": INT,
             "running": INT,
             "pending": INT,
+            "scheduled": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
         }
@@ -120,6 +121,13 @@ SCHEMAS: dict[str, Any] = {
             "map_id": {
                 "type": "string",
                 "description": "the map this job is an item of (listed by ?map= on /invocations)",
+            },
+            "delay_s": {
+                "type": "number",
+                "description": "held as 'scheduled' this many seconds, then queued",
+            },
+            "at": {
+                "description": "held as 'scheduled' until this time: epoch seconds or ISO 8601",
             },
         },
     ),

@@ -53,6 +53,8 @@ ITEM_FIELDS = (
     "id",
     "objects",
     "map_id",
+    "delay_s",
+    "at",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
@@ -84,6 +86,8 @@ async def submit(call: Call) -> dict[str, Any]:
                 id=item.text("id"),
                 objects=_objects(item),
                 map_id=item.text("map_id"),
+                delay_s=item.number("delay_s"),
+                at=_at(item),
             )
         )
     wait_s = _wait_s(call)
@@ -135,6 +139,25 @@ async def submit(call: Call) -> dict[str, Any]:
     if owed is not None:
         await synced(call.store, owed)
     return {"ids": ids, "invocation": inv}
+
+
+def _at(item: Fields) -> float | None:
+    """A submit item's `at`: epoch seconds, or an ISO 8601 string (no zone: UTC)."""
+    value = item.data.get("at")
+    if value is None or not isinstance(value, str):
+        return item.number("at")
+    import datetime as dt
+
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(
+            f"'at' must be epoch seconds or an ISO 8601 time (2030-01-01T03:00:00+01:00), "
+            f"got {value[:64]!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
 
 
 def _wait_s(call: Call, key: str = "wait") -> float:

@@ -102,6 +102,10 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
     if r.map_id is not None:
         item["map_id"] = r.map_id
+    if r.delay_s is not None:
+        item["delay_s"] = r.delay_s
+    if r.at is not None:
+        item["at"] = r.at
     return item
 
 

@@ -217,7 +217,7 @@ RETURNING id, kill_requested;
 -- name: cancel_queued
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
     error = 'cancelled before it started'
-WHERE id = :id AND namespace = :ns AND state = 'queued'
+WHERE id = :id AND namespace = :ns AND state IN ('queued', 'scheduled')
 RETURNING id;
 
 -- name: request_kill
@@ -273,7 +273,7 @@ UPDATE workers SET state = :state WHERE id = :id;
 -- name: cancel_queue_backlog
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
     error = 'the queue was deleted before it started'
-WHERE namespace = :ns AND queue = :queue AND state = 'queued'
+WHERE namespace = :ns AND queue = :queue AND state IN ('queued', 'scheduled')
 RETURNING id;
 
 -- name: queue_running_workers
@@ -555,14 +555,15 @@ WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', '
 RETURNING id;
 
 -- name: insert_invocation_signed
+-- :state is 'queued', or 'scheduled' until :not_before (a delayed submit, sdk/workflow.py).
 -- Insert a queued invocation with its payload's signature (NULL when the plane has no key),
 -- its locality hint and the objects it owns; a key already used inserts nothing, and the store
 -- reads the existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
     timeout_s, created_at, deadline_at, signature, locality_host, locality_until, objects,
-    map_id)
-VALUES (:id, :ns, :queue, 'queued', :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id)
+    map_id, not_before)
+VALUES (:id, :ns, :queue, :state, :priority, :key, :payload, :max_attempts, :timeout_s, :now,
+    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id, :not_before)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -587,7 +588,10 @@ DELETE FROM leader_leases WHERE name = :name AND holder = :holder;
 -- name: locality_next
 -- When the next locality window of these queues ends (sdk/plane/locality.py): an idle claim
 -- wakes then instead of at its safety poll. Index invocations_locality: hinted queued rows only.
-SELECT MIN(locality_until) AS next_window FROM invocations
+SELECT MIN(locality_until) AS next_window, (
+    SELECT MIN(not_before) FROM invocations
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'scheduled'
+) AS next_due FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now;
 
 -- name: queue_for_claim
@@ -598,6 +602,9 @@ SELECT q.*, (
     SELECT MIN(locality_until) FROM invocations
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND locality_until > :now
 ) AS next_window, (
+    SELECT MIN(not_before) FROM invocations
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'scheduled'
+) AS next_due, (
     SELECT COALESCE(SUM(n), 0) FROM queue_counts
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued'
 ) AS queued
@@ -617,3 +624,24 @@ SELECT MIN(at) AS at FROM queue_rollup WHERE namespace = :ns;
 -- name: retention_trim_rollup
 -- Rollup rows of :ns from seconds before :upto (retention: at most a minute's rows a batch).
 DELETE FROM queue_rollup WHERE namespace = :ns AND at < :upto;
+
+-- name: promote_due
+-- Delays (issue 36, sdk/workflow.py): scheduled jobs of these queues whose time has come, to
+-- queued, oldest due first, a bounded batch at a time (a claim that found one due runs this
+-- before it claims; index invocations_scheduled_queue of migration 32). not_before stays: it
+-- is in the past, and the claims' own test on it passes.
+UPDATE invocations SET state = 'queued'
+WHERE id IN (
+    SELECT id FROM invocations
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'scheduled' AND not_before <= :now
+    ORDER BY not_before LIMIT :limit {skip_locked})
+RETURNING id;
+
+-- name: promote_due_all
+-- The sweep's: every namespace's due scheduled jobs (index invocations_scheduled).
+UPDATE invocations SET state = 'queued'
+WHERE id IN (
+    SELECT id FROM invocations
+    WHERE state = 'scheduled' AND not_before <= :now
+    ORDER BY not_before LIMIT :limit {skip_locked})
+RETURNING id, namespace, queue;

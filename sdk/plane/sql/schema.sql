@@ -496,3 +496,14 @@ ALTER TABLE invocations ADD COLUMN objects TEXT;
 ALTER TABLE invocations ADD COLUMN map_id TEXT;
 CREATE INDEX IF NOT EXISTS invocations_map
     ON invocations (namespace, map_id, id) WHERE map_id IS NOT NULL;
+
+-- migration: 32
+-- Delays (issue 36, sdk/workflow.py): a job submitted with delay_s / at waits in state
+-- 'scheduled' with its due time in not_before (the column retries already use) until a claim
+-- or the sweep promotes it to queued. Both indexes hold scheduled rows only: a claim asks when
+-- its queues' next one is due (and promotes those due) by the first, the sweep every
+-- namespace's by the second.
+CREATE INDEX IF NOT EXISTS invocations_scheduled_queue
+    ON invocations (namespace, queue, not_before) WHERE state = 'scheduled';
+CREATE INDEX IF NOT EXISTS invocations_scheduled
+    ON invocations (not_before) WHERE state = 'scheduled';

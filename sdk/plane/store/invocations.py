@@ -26,7 +26,7 @@ from ...types import (
     normalize_kind,
     storable_text,
 )
-from .. import locality
+from .. import delays, locality
 from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
 from ..steal import claim_with_steal_delay
@@ -44,6 +44,7 @@ from .records import (
     check_map_id,
     check_submit,
     claim_of,
+    due_time,
     invocation_of,
     owned_objects,
     queue_info_of,
@@ -124,27 +125,31 @@ class InvocationStore(QueueStore):
                 return ids, [[] for _ in claimers]
             info = self._queue_for_submit(tx, ns, queue, now, row)
             admit(tx, info, requests, now)
-            deadline_at = deadline_for(info, now)
             for i in order:
                 req = requests[i]
                 key = self.signing_key
+                # A delayed job's start deadline and locality window run from its due time.
+                due = due_time(req, now)
+                start = now if due is None else due
                 row = tx.one(
                     "insert_invocation_signed",
                     id=ids[i],
                     ns=ns,
                     queue=queue,
+                    state="queued" if due is None else "scheduled",
+                    not_before=start if due is not None else 0,
                     priority=float(req.priority),
                     key=req.key,
                     payload=req.payload,
                     max_attempts=req.max_attempts,
                     timeout_s=req.timeout_s,
                     now=now,
-                    deadline_at=deadline_at,
+                    deadline_at=deadline_for(info, start),
                     signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
                     if key
                     else None,
                     locality_host=req.host,
-                    locality_until=locality.window_end(info, req.host, now),
+                    locality_until=locality.window_end(info, req.host, start),
                     objects=owned_objects(req.objects),
                     map_id=req.map_id,
                 )
@@ -352,13 +357,17 @@ class InvocationStore(QueueStore):
         # Queues that hold nothing queued (an ack's claim that finds them empty, an idle
         # long-poll's safety poll) need no claim statement: the counters are exact, and this
         # transaction's own sweep has already counted what it requeued.
-        empty = window is not None and not window["queued"]
+        promoted = window is not None and delays.promote_if_due(tx, params, window)
+        empty = window is not None and not window["queued"] and not promoted
         rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit)
         if not rows:
             if window is None:
                 window = tx.one("locality_next", ns=ns, queues=names, now=now)
-            at = None if window is None else window["next_window"]
-            locality.wake_at_window(self.waker, ns, names, at)
+                if window is not None and delays.promote_if_due(tx, params, window):
+                    rows = self._claim_rows(tx, resolved, temperature, params, limit)
+            if window is not None:
+                locality.wake_at_window(self.waker, ns, names, window["next_window"])
+                delays.wake_when_due(self.waker, ns, names, window["next_due"], now)
         return Claimed(rows, expired, bool(rows) and self._makes_room(tx, ns, rows, known))
 
     def _makes_room(
@@ -441,12 +450,13 @@ class InvocationStore(QueueStore):
         return moved
 
     def _sweep(self, tx: Transaction, now: float) -> int:
+        due = delays.promote_all_due(tx, now)
         timed_out = tx.all("expire_deadlines", now=now)
         requeued = tx.all("requeue_expired", now=now)
         ended = tx.all("end_expired", now=now)
         for row in ended:  # an ERROR frame, so a stream raises as result() does
             self._append(tx, row["id"], "ERROR", msgpack.packb(row["error"]), now)
-        return len(timed_out) + len(requeued) + len(ended)
+        return due + len(timed_out) + len(requeued) + len(ended)
 
     def ack(
         self,

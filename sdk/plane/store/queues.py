@@ -214,7 +214,7 @@ class QueueStore(WorkerStore):
         with self.connector.transaction(write=False) as tx:
             counts = {
                 s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
-                for s in ("queued", "running")
+                for s in ("queued", "running", "scheduled")
             }
         return {
             "queue": name,
@@ -223,6 +223,7 @@ class QueueStore(WorkerStore):
             "slots": slots,
             "running": counts["running"],
             "pending": counts["queued"],
+            "scheduled": counts["scheduled"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
             "locality_wait_s": locality.wait_s(info),
         }

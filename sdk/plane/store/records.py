@@ -76,6 +76,41 @@ def check_submit(req: SubmitRequest) -> None:
     check_host(req.host)
     if req.map_id is not None:
         check_map_id(req.map_id)
+    check_due(req.delay_s, req.at)
+
+
+#: The longest delay a submit may ask for (a year): further is a mistake of units.
+MAX_DELAY_S = 366 * 86400.0
+
+
+def check_due(delay_s: object, at: object) -> None:
+    """A delayed submit's `delay_s` or `at`: finite seconds from now (0..a year), or an epoch
+    time; not both."""
+    if delay_s is not None and at is not None:
+        raise InvalidArgument("give delay_s or at, not both")
+    if delay_s is not None and (
+        isinstance(delay_s, bool)
+        or not isinstance(delay_s, (int, float))
+        or not 0 <= delay_s <= MAX_DELAY_S
+    ):
+        raise InvalidArgument(
+            f"delay_s must be a number of seconds from 0 to {MAX_DELAY_S:.0f} (a year), "
+            f"got {delay_s!r}"
+        )
+    if at is not None and (
+        isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= at < 2**40
+    ):
+        raise InvalidArgument(
+            f"at must be a time as epoch seconds (or, over HTTP, an ISO 8601 string), got {at!r}"
+        )
+    if at is not None and at > time.time() + MAX_DELAY_S:
+        raise InvalidArgument(f"at is more than a year ahead ({at!r}): at most {MAX_DELAY_S:.0f} s")
+
+
+def due_time(req: SubmitRequest, now: float) -> float | None:
+    """When a delayed submit becomes claimable, or None when it is claimable at once."""
+    due = now + req.delay_s if req.delay_s is not None else req.at
+    return due if due is not None and due > now else None
 
 
 def check_map_id(value: object) -> str:
