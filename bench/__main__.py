@@ -95,6 +95,9 @@ def jobs() -> list[Job]:
     from . import locality
 
     out.append(("locality", "lakeshore http, hosts A and B", locality.measure))
+    from . import mapping
+
+    out.append(("map", "lakeshore http (sqlite), q.map of no-ops", mapping.measure))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
     from . import depth
