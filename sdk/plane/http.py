@@ -10,7 +10,6 @@ module imports only httpx and msgpack, so a producer never pulls in the server s
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import json
 import os
 import random
@@ -35,7 +34,6 @@ from ..errors import (
     ServerBusy,
     Unavailable,
 )
-from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
     Ack,
@@ -169,31 +167,6 @@ def _mint_id() -> str:
     return str(ULID())
 
 
-def _loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _token_from_home(url: str) -> str | None:
-    """The box's admin token (written by a `lakeshore server` on this box), for that server only.
-
-    It is sent to loopback addresses and nowhere else: `--url` pointing at another host (a typo,
-    a hostile link) must not receive this box's admin token. Any other server needs an explicit
-    token (`--token`, LAKESHORE_TOKEN).
-    """
-    if not _loopback(url):
-        return None
-    try:
-        return (home() / "token").read_text().strip() or None
-    except OSError:
-        return None
-
-
 def check_url(url: str) -> str:
     """A control plane's base URL, or InvalidArgument naming what is wrong and the form it takes.
 
@@ -259,9 +232,10 @@ class HttpDispatch:
     """A plane behind `lakeshore server`: `HttpDispatch("http://127.0.0.1:8765")`.
 
     `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
-    server's first start); `namespace` defaults to LAKESHORE_NAMESPACE, then `default`. For an
-    https URL, `verify` says which certificates to trust (tls.py): None reads
-    LAKESHORE_CA_BUNDLE, else the public roots.
+    server's first start) when every URL reaches the server that wrote it (home_token.py);
+    `namespace` defaults to LAKESHORE_NAMESPACE, then `default`. For an https URL, `verify`
+    says which certificates to trust (tls.py): None reads LAKESHORE_CA_BUNDLE, else the public
+    roots.
     """
 
     def __init__(
@@ -283,7 +257,11 @@ class HttpDispatch:
         self._at = 0
         self._switch = threading.Lock()
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
-        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home(self.urls[0])
+        token = token or os.environ.get("LAKESHORE_TOKEN")
+        if not token:
+            from .home_token import home_token  # the token file, its record: only when needed
+
+            token = home_token(self.urls)
         headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
         if token:
             headers["authorization"] = f"Bearer {check_token(token)}"

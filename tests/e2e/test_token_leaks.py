@@ -2,13 +2,22 @@
 
 (a) A daemon's token is never on its command line, which every user reads in `ps`: it comes
 from `--token-file` or the environment, also when the local provider starts the daemon.
+(c) The admin token a server writes to its home goes to that server only: another port of the
+same box is another server, which any user may run.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import jobs
 import pytest
@@ -18,6 +27,7 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.providers.base import LaunchSpec
 from dreamlake.lakeshore.providers.local import LocalProvider
+from tests.support.server import LAUNCH, server_process
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +135,86 @@ def test_token_and_token_file_on_one_command_line_are_refused(
 
     assert daemon.wait(timeout=30) == 2
     assert "give --token or --token-file, not both" in daemon.log_tail()
+
+
+# -- (c) the box's admin token goes to the server that wrote it, and nowhere else ---------------
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Another server on this box: it notes each request's headers and refuses it."""
+
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append({k.lower(): v for k, v in self.headers.items()})
+        body = json.dumps({"error": {"code": "unauthorized", "message": "who are you?"}}).encode()
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def stranger() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A listening socket on another port of this box: its URL and the headers it received."""
+    seen: list[dict[str, str]] = []
+    handler = type("Seen", (Recorder,), {"seen": seen})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lakeshore ...` as a user of this box runs it: its home, no token of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESHORE_")}
+    env["LAKESHORE_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-c", LAUNCH, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_home_token_goes_to_the_server_that_wrote_it_and_not_to_another_port(
+    server: Any, stranger: tuple[str, list[dict[str, str]]]
+) -> None:
+    url, seen = stranger
+
+    elsewhere = cli(server.home, "queues", "ls", "--url", url)
+
+    assert seen, elsewhere.stderr  # the request reached the stranger...
+    assert all("authorization" not in headers for headers in seen)  # ...without the token
+    assert server.token not in json.dumps(seen)
+
+    issuer = cli(server.home, "queues", "ls", "--url", server.url, "--json")
+    assert issuer.returncode == 0, issuer.stderr
+    assert any(row["name"] == "default" for row in json.loads(issuer.stdout))
+
+
+def test_a_restarted_server_is_reached_on_its_new_port_and_a_stopped_one_on_none(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    with server_process(home) as first:
+        port = urlsplit(first.url).port
+        assert json.loads((home / "token.address").read_text())["listen"] == [["127.0.0.1", port]]
+    assert not (home / "token.address").exists()  # stopped: its port is anyone's again
+
+    with server_process(home) as second:  # the same store and token, another free port
+        assert second.token == first.token and second.url != first.url
+        assert cli(home, "queues", "ls", "--url", second.url).returncode == 0
+        refused = cli(home, "queues", "ls", "--url", first.url)
+        assert refused.returncode != 0
