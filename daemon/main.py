@@ -2,8 +2,9 @@
 
 Every option can also come from the environment as LAKESHORE_DAEMON_<OPTION> (click's
 auto_envvar_prefix: LAKESHORE_DAEMON_CONCURRENCY=4), so a systemd EnvironmentFile configures a
-box without editing the unit; --url, --token and --namespace read LAKESHORE_URL, LAKESHORE_TOKEN
-and LAKESHORE_NAMESPACE like every other Lakeshore command.
+box without editing the unit; --url, --token, --token-file and --namespace read LAKESHORE_URL,
+LAKESHORE_TOKEN, LAKESHORE_TOKEN_FILE and LAKESHORE_NAMESPACE like every other Lakeshore command.
+Once read, the token and the signing key leave the environment the daemon's jobs inherit.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..storage import open_storage
 from ..types import DEFAULT_QUEUE, check_name
 from ..worker import default_name
 from . import log
+from .credentials import seal_process
 from .systemd import Notifier
 from .worker import EXIT_CONFIG, Daemon, DaemonConfig
 
@@ -201,6 +203,7 @@ def daemon_command(
     except DispatchError as exc:
         log.get_logger().error("daemon.plane_error", error=str(exc))
         raise PlaneRefused(f"{type(exc).__name__}: {exc}") from None
+    seal_process()  # the token and key are read: none of it reaches a job (credentials.py)
     try:
         metrics = _metrics(metrics_port, metrics_addr)
         daemon = Daemon(plane, config, notifier=Notifier.from_env(), metrics=metrics)

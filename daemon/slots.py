@@ -51,6 +51,7 @@ from ..work.slot import (
     format_failure,
     summarise_failure,
 )
+from .credentials import job_credentials
 from .inventory import Gpu
 from .log import get_logger
 
@@ -113,19 +114,26 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             return
         if message is None:
             return
-        _, inv_id, payload, attempt, queue = message
+        _, inv_id, payload, attempt, queue, job_token = message
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
             conn.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref
 
-        try:
-            # dls.run inside the body: this attempt, the daemon's --storage (LAKESHORE_STORAGE).
-            result = run_body(
-                codec.decode(payload), emit, handler, inv_id=inv_id, attempt=attempt, queue=queue
-            )
-            reply: tuple[str, str, Any] = ("ok", inv_id, spill.dumps(result))
-        except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
-            reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
+        # The job's own token, for the body and for the spill of what it returns; gone after.
+        with job_credentials(job_token):
+            try:
+                # dls.run in the body: this attempt, the daemon's --storage (LAKESHORE_STORAGE).
+                result = run_body(
+                    codec.decode(payload),
+                    emit,
+                    handler,
+                    inv_id=inv_id,
+                    attempt=attempt,
+                    queue=queue,
+                )
+                reply: tuple[str, str, Any] = ("ok", inv_id, spill.dumps(result))
+            except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
+                reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
         try:
             conn.send(reply)
         except OSError:
@@ -511,9 +519,10 @@ class ProcessSlot(SlotBase):
                 pass
 
 
-def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str]:
-    """What the child reads to run a job (`child_main`)."""
-    return ("run", claim.id, claim.payload, claim.attempt, claim.queue)
+def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str, str | None]:
+    """What the child reads to run a job (`child_main`): with the job's own token, never the
+    daemon's."""
+    return ("run", claim.id, claim.payload, claim.attempt, claim.queue, claim.job_token)
 
 
 def spawn_context() -> SpawnContext:

@@ -185,6 +185,9 @@ class Claim:
     priority: float = 0.0
     #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
     signature: str | None = None
+    #: A token for the job's own code, in place of its worker's (plane/job_token.py): minted by
+    #: a server that signs, None on an embedded plane.
+    job_token: str | None = None
 
 
 class Ack(NamedTuple):

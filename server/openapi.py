@@ -183,6 +183,11 @@ SCHEMAS: dict[str, Any] = {
             "timeout_s": NUM,
             "priority": NUM,
             "signature": _nullable(STR),
+            "job_token": {
+                **_nullable(STR),
+                "description": "a token for the job's own code, in place of the worker's: its "
+                "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
+            },
         }
     ),
     "ClaimResult": _obj(

@@ -13,7 +13,8 @@ from typing import Any
 
 from .. import codec
 from ..errors import DispatchError, Forbidden, InvalidArgument
-from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
+from ..plane.auth import JOB, MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
+from ..plane.job_token import with_job_tokens
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import reading
 from ..storage import StorageRef
@@ -269,6 +270,9 @@ async def claim(call: Call) -> dict[str, Any]:
         # Nobody will read these claims: give them back now rather than after the lease runs out.
         await call.run(lambda: [call.store.release(c.id, c.lease) for c in got])
         got = []
+    key = call.store.signing_key
+    if got and key is not None and call.token is not None:
+        got = with_job_tokens(key, got, call.token)  # what the jobs hold instead of the worker's
     if batch:
         out["claims"] = got
     else:
@@ -572,6 +576,6 @@ ROUTES = [
         status=201,
         body="PostFrame",
         response="Seq",
-        scopes=(SUBMIT_DATA, WORK),
+        scopes=(SUBMIT_DATA, WORK, JOB),
     ),
 ]

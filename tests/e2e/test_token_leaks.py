@@ -2,6 +2,8 @@
 
 (a) A daemon's token is never on its command line, which every user reads in `ps`: it comes
 from `--token-file` or the environment, also when the local provider starts the daemon.
+(b) A job's process holds none of its daemon's credentials (environment, first environment, the
+daemon's own), only a token of its own that cannot act as the worker and dies with the attempt.
 (c) The admin token a server writes to its home goes to that server only: another port of the
 same box is another server, which any user may run.
 """
@@ -24,7 +26,9 @@ import pytest
 from daemon_harness import JOBS_PATH, DaemonProcess, wait_until
 
 import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.errors import Unauthorized
 from dreamlake.lakeshore.plane import HttpDispatch
+from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.providers.base import LaunchSpec
 from dreamlake.lakeshore.providers.local import LocalProvider
 from tests.support.server import LAUNCH, server_process
@@ -218,3 +222,94 @@ def test_a_restarted_server_is_reached_on_its_new_port_and_a_stopped_one_on_none
         assert cli(home, "queues", "ls", "--url", second.url).returncode == 0
         refused = cli(home, "queues", "ls", "--url", first.url)
         assert refused.returncode != 0
+
+
+# -- (b) a job holds none of its daemon's credentials, only a token of its own -------------------
+
+
+def serving_daemon(
+    server: Any, tmp_path: Path, namespace: str, token: str, queue: str
+) -> DaemonProcess:
+    """A daemon given its token and the signing key as systemd gives them: in its environment."""
+    key = (server.home / "signing.key").read_text().strip()
+    env = {
+        "LAKESHORE_URL": server.url,
+        "LAKESHORE_TOKEN": token,
+        "LAKESHORE_NAMESPACE": namespace,
+        "LAKESHORE_SIGNING_KEY": key,
+    }
+    return DaemonProcess(tmp_path, f"{queue}-daemon", ["-q", queue, "-c", "2"], env=env).ready()
+
+
+def test_a_job_finds_none_of_its_daemons_credentials(
+    server: Any, tenant: Any, tenant_plane: HttpDispatch, tmp_path: Path
+) -> None:
+    key = (server.home / "signing.key").read_text().strip()
+    daemon = serving_daemon(server, tmp_path, tenant.namespace, tenant.token, "creds")
+    try:
+        q = dls.SyncQueue("creds", dispatch=tenant_plane)
+        found = q.result(q.submit(dls.thunk(jobs.credentials_in_reach)), timeout=30)
+    finally:
+        daemon.stop()
+
+    for secret in (tenant.token, key):
+        assert secret not in json.dumps(found["env"])
+        assert secret not in found["proc_self_environ"]  # what the process started with
+    assert str(found["env"]["LAKESHORE_TOKEN"]).startswith("lksj_")  # its own, below
+    if os.geteuid() != 0:  # root reads every process's environment whatever the daemon does
+        assert found["daemon_environ"] is None
+
+
+def test_a_jobs_token_cannot_act_as_its_worker_and_ends_with_its_attempt(
+    server: Any, tenant: Any, tenant_plane: HttpDispatch, tmp_path: Path
+) -> None:
+    daemon = serving_daemon(server, tmp_path, tenant.namespace, tenant.token, "thief")
+    try:
+        q = dls.SyncQueue("thief", dispatch=tenant_plane)
+        tried = q.result(q.submit(dls.thunk(jobs.act_as_a_worker, "thief", 7)), timeout=30)
+
+        for verb in ("claim", "ack", "renew", "register"):
+            kind, message = tried[verb]
+            assert kind == "Forbidden", (verb, tried[verb])
+            assert "needs a token with the 'work' scope" in message
+            assert "this token's scopes: job, read, submit-data, submit-code" in message
+        kind, follow_up = tried["submit"]  # what a job may do: its daemon's token could
+        assert kind == "ok" and q.result(follow_up, timeout=30) == 49
+        assert tried["put"][0] == "ok"
+    finally:
+        daemon.stop()
+
+    token = tried["token"]
+    assert token.startswith("lksj_") and tenant.token not in json.dumps(tried)
+
+    def refused() -> bool:
+        try:
+            HttpDispatch(server.url, token=token, namespace=tenant.namespace).count("thief")
+        except Unauthorized:
+            return True
+        return False
+
+    wait_until(refused, timeout=30, what="the job's token to die with its attempt")
+
+
+def test_a_work_only_daemons_jobs_still_spill_through_the_plane_and_submit_nothing(
+    server: Any, tenant: Any, tenant_plane: HttpDispatch, tmp_path: Path
+) -> None:
+    store = open_store(server.store_path)
+    try:
+        work_only = store.create_token(tenant.namespace, label="gpu", scopes=["work"])
+    finally:
+        store.close()
+    daemon = serving_daemon(server, tmp_path, tenant.namespace, work_only, "spill")
+    try:
+        q = dls.SyncQueue("spill", dispatch=tenant_plane)
+        big = q.result(q.submit(dls.thunk(jobs.big_result, 1_000_000)), timeout=60)
+        tried = q.result(q.submit(dls.thunk(jobs.act_as_a_worker, "spill", 3)), timeout=30)
+    finally:
+        daemon.stop()
+
+    assert big == b"r" * 1_000_000  # written to the plane tier with the job's token
+    assert tried["put"][0] == "ok"
+    kind, message = tried["submit"]
+    assert kind == "Forbidden" and "this token's scopes: job" in message
+    assert tried["claim"][0] == "Forbidden"

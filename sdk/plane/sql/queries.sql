@@ -306,6 +306,10 @@ UPDATE namespaces SET org = :org WHERE name = :ns;
 -- name: auth_list_namespaces
 SELECT name, org, created_at FROM namespaces ORDER BY name;
 
+-- name: auth_job_of
+-- A job token's invocation: it opens its namespace while the attempt it was minted for runs.
+SELECT namespace, state, lease FROM invocations WHERE id = :id;
+
 -- name: key_exists
 SELECT 1 AS found FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :key;
 
