@@ -23,7 +23,6 @@ the key). A server without a signing key mints none, and its daemons' jobs get n
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import hashlib
@@ -49,10 +48,10 @@ def _key(signing_key: bytes) -> bytes:
 
 def _mac(signing_key: bytes, namespace: str, inv_id: str, lease: str, scopes: str) -> str:
     message = "\0".join((namespace, inv_id, lease, scopes)).encode("utf-8")
-    digest = hmac.new(_key(signing_key), message, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    return hmac.digest(_key(signing_key), message, "sha256").hex()
 
 
+@functools.lru_cache(maxsize=256)  # one per claiming token's scopes: a claim pays a lookup
 def job_scopes(holder: TokenScope) -> str:
     """The scopes a job of `holder`'s claims gets, as its token spells them (`job+read+...`)."""
     return "+".join([JOB, *(s for s in INHERITED if holder.allows(s))])

@@ -8,6 +8,7 @@ closed to other processes of its user.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,14 +30,23 @@ from dreamlake.lakeshore.types import Claim, SubmitRequest
 KEY = b"k" * 32
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
-    sql = open_store(tmp_path / "plane.db")
-    sql.signing_key = KEY
-    try:
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    """The store a server checks job tokens on, in both dialects."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "postgres":
+            root = str(Path(__file__).resolve().parents[2])
+            if root not in sys.path:  # `tests.support` imports however pytest was started
+                sys.path.insert(0, root)
+            from tests.support.postgres import postgres_schema
+
+            target: str | Path = stack.enter_context(postgres_schema())
+        else:
+            target = tmp_path / "plane.db"
+        sql = open_store(target)
+        stack.callback(sql.close)
+        sql.signing_key = KEY
         yield sql
-    finally:
-        sql.close()
 
 
 def claimed(store: SqlStore, holder: TokenScope, queue: str = "q") -> Claim:
