@@ -5,10 +5,10 @@ settles every job of its queues. So, once `lakeshore-daemon` has read its secret
 
 - `seal_process` takes them out of the environment its job processes inherit (LAKESHORE_TOKEN,
   LAKESHORE_TOKEN_FILE, any other LAKESHORE_*TOKEN* a shared EnvironmentFile brings, and the
-  payload-signing key), and makes the daemon non-dumpable (Linux `PR_SET_DUMPABLE`): a job runs
-  as the daemon's user, and could otherwise read the daemon's first environment, which
-  /proc/<daemon>/environ keeps whatever the daemon removes, or its memory. Only root reads them
-  then. A job's own process is dumpable as usual (exec resets it).
+  payload-signing key or its file's path), and makes the daemon non-dumpable (Linux
+  `PR_SET_DUMPABLE`): a job runs as the daemon's user, and could otherwise read the daemon's
+  first environment, which /proc/<daemon>/environ keeps whatever the daemon removes, or its
+  memory. Only root reads them then. A job's own process is dumpable as usual (exec resets it).
 - `job_credentials` puts one job's own token (plane/job_token.py) in its process's environment
   while that job runs, and takes it away after, with any plane the job opened with it.
 
@@ -25,14 +25,15 @@ from collections.abc import Iterator, MutableMapping
 
 #: Where a job, and the SDK in it, finds its token.
 TOKEN_ENV = "LAKESHORE_TOKEN"
-#: Secrets that are no token but must not reach a job either.
-SECRET_ENV = ("LAKESHORE_SIGNING_KEY",)
+#: Words in the names of the Lakeshore variables that hold a secret, or name its file.
+SECRET_WORDS = ("TOKEN", "SIGNING")
 _PR_SET_DUMPABLE = 4
 
 
 def secret(name: str) -> bool:
-    """Whether an environment variable holds (or names the file of) a daemon's secret."""
-    return name in SECRET_ENV or (name.startswith("LAKESHORE_") and "TOKEN" in name)
+    """Whether an environment variable holds (or names the file of) a daemon's secret: a token
+    or the payload-signing key (LAKESHORE_SIGNING_KEY, LAKESHORE_DAEMON_SIGNING_KEY_FILE)."""
+    return name.startswith("LAKESHORE_") and any(word in name for word in SECRET_WORDS)
 
 
 def seal_process(environ: MutableMapping[str, str] | None = None) -> list[str]:

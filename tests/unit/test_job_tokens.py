@@ -139,6 +139,7 @@ def test_the_daemons_secrets_leave_its_environment_and_nothing_else_does() -> No
         "LAKESHORE_TOKEN_FILE": "/etc/lakeshore/worker.token",
         "LAKESHORE_CONTROLLER_PLANE_TOKEN": "lks_plane",
         "LAKESHORE_SIGNING_KEY": "ab" * 32,
+        "LAKESHORE_DAEMON_SIGNING_KEY_FILE": "/etc/lakeshore/signing.key",
         "LAKESHORE_URL": "http://cp:8765",
         "LAKESHORE_NAMESPACE": "ns",
         "CUDA_VISIBLE_DEVICES": "0",
@@ -149,6 +150,7 @@ def test_the_daemons_secrets_leave_its_environment_and_nothing_else_does() -> No
 
     assert removed == [
         "LAKESHORE_CONTROLLER_PLANE_TOKEN",
+        "LAKESHORE_DAEMON_SIGNING_KEY_FILE",
         "LAKESHORE_SIGNING_KEY",
         "LAKESHORE_TOKEN",
         "LAKESHORE_TOKEN_FILE",
