@@ -29,7 +29,7 @@ from ...types import (
 from .. import locality
 from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
-from ..steal import claim_with_steal_delay
+from ..steal import steal_aged, stealing
 from ..wakeup import work_key
 from .base import (
     MAX_BATCH,
@@ -93,7 +93,11 @@ class InvocationStore(QueueStore):
 
         A claim already waiting when the job arrives takes it with the commit that makes it,
         instead of being woken to claim it in a transaction of its own. Each claim picks its
-        jobs as `claim_many` would, so handing one over never reorders a queue."""
+        jobs as `claim_many` would (its kind, its steal rule), so handing one over never
+        reorders a queue nor lets a job be stolen early; but only from `queue`, though it may
+        serve others: they had nothing for it when it last looked, and a transaction that took
+        this queue's counter rows must not go on to lock another queue's (two such submits
+        would deadlock on Postgres)."""
         check_name(queue)
         for req in requests:
             check_submit(req)
@@ -151,9 +155,8 @@ class InvocationStore(QueueStore):
                     assert row is not None  # the conflict that suppressed the insert
                 ids[i] = row["id"]
             for params, c in claiming:
-                # The queue row read above says the kind of a claim on this queue alone.
-                kind = c.kind if c.kind or list(c.queues) != [queue] else info.kind
-                handed.append(self._claim_in(tx, params, kind, c.temperature, c.limit, info))
+                claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
+                handed.append(claimed)
         if sum(len(h.rows) for h in handed) < len(requests):
             # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
             self.waker.notify(work=[work_key(ns, queue)], reads=False)
@@ -330,8 +333,13 @@ class InvocationStore(QueueStore):
         temperature: float,
         limit: int,
         known: QueueInfo | None = None,
+        within: str | None = None,
     ) -> Claimed:
-        """Claim up to `limit` rows; `known`, a queue row this transaction read already."""
+        """Claim up to `limit` rows; `known`, a queue row this transaction read already;
+        `within`, the one queue to take from (a submit's hand-off), else any of the claim's.
+
+        Every claim comes here, whichever path asked: the kind is chosen and the steal rule
+        applied (`_claim_rows`) in one place."""
         ns, names, now = params["ns"], params["queues"], params["now"]
         expired = 0
         if now - self._swept_at >= SWEEP_EVERY_S:
@@ -351,7 +359,7 @@ class InvocationStore(QueueStore):
         # long-poll's safety poll) need no claim statement: the counters are exact, and this
         # transaction's own sweep has already counted what it requeued.
         empty = window is not None and not window["queued"]
-        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit)
+        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit, within)
         if not rows:
             if window is None:
                 window = tx.one("locality_next", ns=ns, queues=names, now=now)
@@ -391,17 +399,26 @@ class InvocationStore(QueueStore):
         temperature: float,
         params: dict[str, Any],
         limit: int,
+        within: str | None,
     ) -> list[Row]:
-        """Up to `limit` claimed rows, in the order single claims would have taken them."""
+        """Up to `limit` claimed rows, in the order single claims would have taken them: in
+        `kind` order from the queues free to take now, then what has waited out its queue's
+        steal delay (steal.py)."""
+        free, delayed = stealing(tx, params["ns"], params["queues"], within)
+        rows = self._claim_free(tx, kind, temperature, {**params, "queues": free}, limit)
+        return rows + steal_aged(tx, params, delayed, limit - len(rows))
+
+    def _claim_free(
+        self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any], limit: int
+    ) -> list[Row]:
+        if not params["queues"]:
+            return []
         if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
             batch = tx.all("claim_fifo_batch", lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
         rows: list[Row] = []
-        for _ in range(limit):
-            one = {**params, "lease": secrets.token_hex(16)}
-            row = claim_with_steal_delay(
-                tx, one, lambda p: self._claim_row(tx, kind, temperature, p)
-            )
+        while len(rows) < limit:
+            row = self._claim_row(tx, kind, temperature, {**params, "lease": secrets.token_hex(16)})
             if row is None:
                 break
             rows.append(row)
