@@ -1,6 +1,7 @@
 -- Every statement the plane runs, by name. Parameters are :named; a list parameter expands to
 -- one placeholder per element; {skip_locked} is the dialect's row-lock clause (empty on SQLite,
--- whose writers are already serialised by BEGIN IMMEDIATE).
+-- whose writers are already serialised by BEGIN IMMEDIATE); {claimable} is the fragment of that
+-- name below (sdk/plane/queries.py expands fragments before the dialect's words).
 
 -- name: ensure_namespace
 INSERT INTO namespaces (name, org, created_at) VALUES (:ns, :org, :now)
@@ -57,26 +58,29 @@ WHERE namespace = :ns AND queue = :queue AND state = :state;
 SELECT queue, state, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state IN ('queued', 'running') GROUP BY queue, state;
 
+-- fragment: claimable
+-- What a claim may take, written once for every claim statement (and the boltzmann levels a
+-- claim picks from), each of which adds only which queues: a queued job of the claimer's
+-- namespace whose retry backoff is over (not_before), whose deadline (deadline_cutoff_s) has
+-- not passed, that is not held for another host (locality_until, migration 16: a column of the
+-- row the walk reads anyway, NULL on every unhinted row) and whose queue is not archived.
+namespace = :ns AND state = 'queued' AND not_before <= :now
+    AND (deadline_at IS NULL OR deadline_at >= :now)
+    AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+    AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+
 -- name: priority_levels
 SELECT priority, count(*) AS n FROM invocations
-WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-  AND (deadline_at IS NULL OR deadline_at >= :now)
-  AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-  AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+WHERE queue IN (:queues) AND {claimable}
 GROUP BY priority;
 
 -- name: claim_fifo
--- Every claim below passes by a job held for another host (locality_until, migration 16) until
--- its window ends: a column of the row the walk reads anyway, NULL on every unhinted row.
 UPDATE invocations
 SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND {claimable}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature;
@@ -89,10 +93,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id IN (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND {claimable}
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature;
@@ -103,10 +104,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND {claimable}
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature;
@@ -117,10 +115,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND priority = :priority
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND priority = :priority AND {claimable}
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature;
@@ -444,11 +439,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND not_before <= :now
-      AND created_at <= :aged
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue = :queue AND created_at <= :aged AND {claimable}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature;
