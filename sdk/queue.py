@@ -89,6 +89,7 @@ def encode_submit(
     timeout_s: float | None,
     run: str | None = None,
     protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
+    max_preemptions: int | None = None,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
     written in, or the function that picks it, asked only if something is pickled."""
@@ -114,6 +115,7 @@ def encode_submit(
         timeout_s=timeout_s if timeout_s is not None else getattr(body, "timeout_s", None),
         host=host,
         objects=owned,
+        max_preemptions=max_preemptions,
     )
 
 
@@ -460,14 +462,19 @@ class SyncQueue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        max_preemptions: int | None = None,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
         `timeout_s` bounds the job's run; `block_s` bounds how long a submit waits for room on a
         queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
-        it from the payload's `priority_field`; otherwise it is 0.
+        it from the payload's `priority_field`; otherwise it is 0. `max_preemptions`: how many
+        times its box may go away under it (not charged to `max_attempts`); None: the queue's
+        `admission.max_preemptions`, else 20.
         """
-        req = self._request(payload, envelope, key, priority, max_attempts, timeout_s)
+        req = self._request(
+            payload, envelope, key, priority, max_attempts, timeout_s, max_preemptions
+        )
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
     @_through_plane
@@ -479,6 +486,7 @@ class SyncQueue:
         priority: float | None = None,
         max_attempts: int = 3,
         timeout_s: float | None = None,
+        max_preemptions: int | None = None,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
@@ -491,6 +499,7 @@ class SyncQueue:
             timeout_s,
             self.run_id,
             self._protocol(),
+            max_preemptions,
         )
 
     def _protocol(self) -> Callable[[], int]:
@@ -738,6 +747,7 @@ class Queue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        max_preemptions: int | None = None,
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -748,6 +758,7 @@ class Queue:
             max_attempts=max_attempts,
             timeout_s=timeout_s,
             block_s=block_s,
+            max_preemptions=max_preemptions,
         )
 
     async def submit_many(

@@ -52,12 +52,20 @@ ITEM_FIELDS = (
     "host",
     "id",
     "objects",
+    "max_preemptions",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
 WAIT_HINT = f"the server holds a request at most {MAX_WAIT_S:g} s; ask again to wait longer"
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
+
+
+def _max_preemptions(item: Fields) -> int | None:
+    """An item's max_preemptions (issue 35); None: its queue's, else the default."""
+    if item.data.get("max_preemptions") is None:
+        return None
+    return item.integer("max_preemptions", 0)
 
 
 async def submit(call: Call) -> dict[str, Any]:
@@ -82,6 +90,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 host=_host(item),
                 id=item.text("id"),
                 objects=_objects(item),
+                max_preemptions=_max_preemptions(item),
             )
         )
     wait_s = _wait_s(call)
@@ -363,14 +372,28 @@ async def end(call: Call) -> None:
 
 async def release(call: Call) -> dict[str, bool]:
     b = call.body
-    b.only("lease")
+    b.only("lease", "outcome", "cause")
     lease = b.req_text("lease")
+    outcome, cause = b.text("outcome") or "unrun", b.text("cause") or "notice"
 
     def run() -> bool:
         _owned(call.store, call.ns, call.param("id"))
-        return call.store.release(call.param("id"), lease)
+        return call.store.release(call.param("id"), lease, outcome=outcome, cause=cause)
 
     return {"released": await call.run(run)}
+
+
+async def checkpoint(call: Call) -> dict[str, bytes | None]:
+    """Issue 35: the job's last checkpoint, an encoded Ref (the state is in storage)."""
+    b = call.body
+    b.only("lease", "checkpoint")
+    lease, data = b.req_text("lease"), b.blob("checkpoint")
+    if data is None:
+        raise InvalidArgument("field 'checkpoint' is required: the encoded Ref of the state")
+    previous = await call.run(
+        lambda: call.store.checkpoint(call.param("id"), lease, data, ns=call.ns)
+    )
+    return {"previous": previous}
 
 
 async def renew(call: Call) -> dict[str, dict[str, bool]]:
@@ -542,6 +565,16 @@ ROUTES = [
         "Give a claimed job back unrun",
         body="Release",
         response="Released",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/checkpoint",
+        checkpoint,
+        "Record the job's last checkpoint (the encoded Ref of its state in durable storage) "
+        "under the attempt's lease; answers the one it replaced",
+        body="Checkpoint",
+        response="Checkpointed",
         scopes=(WORK,),
     ),
     Api(

@@ -359,8 +359,13 @@ class Dispatch:
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
         self.store.end(inv_id, lease, state=state, error=error)
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        return self.store.release(inv_id, lease)
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        return self.store.release(inv_id, lease, outcome=outcome, cause=cause)
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        return self.store.checkpoint(inv_id, lease, checkpoint, ns=self.namespace)
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         return self.store.renew(leases, lease_s)

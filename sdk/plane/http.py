@@ -98,6 +98,8 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["host"] = r.host
     if r.id is not None:
         item["id"] = r.id
+    if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
+        item["max_preemptions"] = r.max_preemptions
     if r.objects:  # likewise: a server before objects refuses the field
         item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
     return item
@@ -171,7 +173,8 @@ class _Replica:
 #: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
 #: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
 _REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames)|leases/renew"
+    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint)"
+    r"|leases/renew"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 
@@ -760,9 +763,23 @@ class HttpDispatch:
             {"lease": lease, "state": state, "error": storable_text(error)},
         )
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", {"lease": lease})
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        body: dict[str, Any] = {"lease": lease}
+        if outcome != "unrun":  # only then: a server before issue 35 refuses the fields
+            body |= {"outcome": outcome, "cause": cause}
+        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", body)
         return bool(data["released"])
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        data = self._request(
+            "POST",
+            f"/invocations/{_segment(inv_id)}/checkpoint",
+            {"lease": lease, "checkpoint": checkpoint},
+        )
+        previous = data.get("previous")
+        return None if previous is None else bytes(previous)
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         if not leases:

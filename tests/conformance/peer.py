@@ -208,8 +208,10 @@ class PeerOps:
                 self.plane.cancel(submitted[i - 3])
         return len(submitted)
 
-    def op_release(self, id: str, lease: str) -> bool:
-        return self.plane.release(id, lease)
+    def op_release(
+        self, id: str, lease: str, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        return self.plane.release(id, lease, outcome=outcome, cause=cause)
 
     def op_renew(self, leases: list[str], lease_s: float) -> dict[str, bool]:
         return self.plane.renew(leases, lease_s)

@@ -38,6 +38,7 @@ from .base import (
     SWEEP_EVERY_S,
     new_id,
 )
+from .preemption import PreemptionStore, check_outcome, set_preemption_limit
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
@@ -62,7 +63,7 @@ class Claimed(NamedTuple):
     room: bool
 
 
-class InvocationStore(QueueStore):
+class InvocationStore(PreemptionStore, QueueStore):
     """Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
 
     def submit(
@@ -153,6 +154,8 @@ class InvocationStore(QueueStore):
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
+                else:
+                    set_preemption_limit(tx, row["id"], req, info)
                 ids[i] = row["id"]
             for params, c in claiming:
                 claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
@@ -560,7 +563,13 @@ class InvocationStore(QueueStore):
                 state = "queued" if retried else "failed"
             if state == "failed":
                 if tx.one(
-                    "settle_terminal", id=inv_id, lease=lease, state="failed", error=error, now=now
+                    "settle_terminal",
+                    id=inv_id,
+                    lease=lease,
+                    state="failed",
+                    error=error,
+                    now=now,
+                    cause="error",
                 ):
                     self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
                 else:
@@ -576,15 +585,29 @@ class InvocationStore(QueueStore):
         error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
-            if tx.one("settle_terminal", id=inv_id, lease=lease, state=state, error=error, now=now):
+            cause = _END_CAUSE[state]
+            if tx.one(
+                "settle_terminal",
+                id=inv_id,
+                lease=lease,
+                state=state,
+                error=error,
+                now=now,
+                cause=cause,
+            ):
                 self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
             else:
                 self._refuse_settle(tx, inv_id, lease, state, "end")
                 return
         self.waker.notify()
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        """Give a claimed job back unrun (a draining daemon), without spending an attempt."""
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        """Give a claimed job back: `unrun` (a draining daemon) without spending an attempt;
+        `preempted` (its box is going away) as a preemption (preemption.py), for `cause`."""
+        if check_outcome(outcome) == "preempted":
+            return self._release_preempted(inv_id, lease, cause)
         with self.connector.transaction() as tx:
             done = tx.one("release", id=inv_id, lease=lease) is not None
         if done:
@@ -707,6 +730,10 @@ class InvocationStore(QueueStore):
         self.waker.notify()
         assert row is not None
         return invocation_of(row)
+
+
+#: The cause an `end` records (issue 35): the daemon ends an attempt for these reasons only.
+_END_CAUSE = {"killed": "cancel", "timeout": "timeout", "failed": "died"}
 
 
 def listing_statement(queue: str | None, state: str | None, before: str | None) -> str:
