@@ -264,7 +264,9 @@ SCHEMAS: dict[str, Any] = {
     ),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
     "Heartbeat": _obj({"load": OBJ, "state": STR}),
-    "WorkerState": _obj({"state": {"enum": ["alive", "draining", "gone"]}}, ("state",)),
+    "WorkerState": _obj(
+        {"state": {"enum": ["alive", "draining", "preempting", "gone"]}}, ("state",)
+    ),
 }
 
 QUERY_TYPES = {
@@ -436,7 +438,11 @@ SCHEMAS.update(
             ("events", "now"),
         ),
         "FleetWorkerState": _obj(
-            {"namespace": STR, "ref": STR, "state": {"enum": ["alive", "draining", "gone"]}},
+            {
+                "namespace": STR,
+                "ref": STR,
+                "state": {"enum": ["alive", "draining", "preempting", "gone"]},
+            },
             ("namespace", "ref", "state"),
         ),
         "FleetLeader": _obj(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from planes import PlaneEnv, eventually
 
-from dreamlake.lakeshore.errors import DispatchError, InvalidArgument
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost
 
 
 def test_a_preempted_job_is_requeued_at_once_without_spending_an_attempt(
@@ -153,3 +154,58 @@ def test_ends_record_their_cause_and_listings_show_preemptions(plane: PlaneEnv) 
     rows = {r.id: r for r in plane.dispatch.invocations(queue="gpu")}
     assert rows[killed].preemptions == 0 and rows[killed].max_preemptions == 20
     assert rows[timed].ended_by == "timeout"
+
+
+def _checkpoint_blob(n: int) -> bytes:
+    """An encoded spilled Ref, as a worker writes one to the row (the object is not read)."""
+    ref = dls.Ref(id=f"{n:026d}", size=10, digest="0" * 32, storage="file:///nowhere", spilled=True)
+    return dls.encode(ref)
+
+
+def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    first, second = _checkpoint_blob(1), _checkpoint_blob(2)
+
+    assert plane.dispatch.checkpoint(job.id, job.lease, first) is None
+    assert plane.dispatch.checkpoint(job.id, job.lease, second) == first
+    assert q.status(inv).checkpoint == second
+
+    plane.dispatch.release(job.id, job.lease, outcome="preempted")
+    (again,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    assert again.checkpoint == second  # the next attempt is handed its state's Ref
+    with pytest.raises(LeaseLost, match="the previous checkpoint stays"):
+        plane.dispatch.checkpoint(job.id, job.lease, first)  # the old attempt's lease
+    assert q.status(inv).checkpoint == second
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x91\x01", b"x" * 5000])
+def test_a_checkpoint_that_is_not_a_ref_is_refused(plane: PlaneEnv, bad: bytes) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    plane.dispatch.checkpoint(job.id, job.lease, _checkpoint_blob(1))
+
+    with pytest.raises(InvalidArgument, match="encoded Ref of an object in durable storage"):
+        plane.dispatch.checkpoint(job.id, job.lease, bad)
+
+    assert q.status(inv).checkpoint == _checkpoint_blob(1)
+
+
+def test_a_resume_frame_continues_the_journal_and_streams_pass_over_it(
+    plane: PlaneEnv,
+) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    plane.dispatch.post(job.id, "VALUE", dls.encode("before"), lease=job.lease)
+    plane.dispatch.release(job.id, job.lease, outcome="preempted")
+    (again,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    plane.dispatch.post(again.id, "RESUME", dls.encode({"attempt": 2}), lease=again.lease)
+    plane.dispatch.post(again.id, "VALUE", dls.encode("after"), lease=again.lease)
+    plane.dispatch.ack(again.id, again.lease, dls.encode("done"))
+
+    frames = plane.dispatch.frames(inv)
+    assert [(f.seq, f.kind) for f in frames] == [(0, "VALUE"), (1, "RESUME"), (2, "VALUE")]
+    assert list(q.stream(inv, timeout=5)) == ["before", "after"]

@@ -258,9 +258,10 @@ VALUES (:id, :ns, :name, :queues, :host, :pid, :info, '{}', 'alive', :now, :now)
 UPDATE workers SET state = 'gone' WHERE namespace = :ns AND name = :name AND state != 'gone';
 
 -- name: heartbeat_worker
--- An operator's drain (or a retirement) outlives the daemon's own report of being alive.
+-- An operator's drain (or a retirement, or a preemption notice) outlives the daemon's own
+-- report of being alive.
 UPDATE workers SET heartbeat_at = :now, load = :load,
-    state = CASE WHEN state IN ('gone', 'draining') THEN state ELSE :state END
+    state = CASE WHEN state IN ('gone', 'draining', 'preempting') THEN state ELSE :state END
 WHERE id = :id
 RETURNING queues, state;
 
