@@ -78,3 +78,14 @@ def steps_run(log: str) -> list[tuple[int, int]]:
         (int(a), int(s))
         for a, s in (line.split() for line in path.read_text().splitlines() if line)
     ]
+
+
+def checkpoint_too_big(size: int) -> dict[str, Any]:
+    """Checkpoint a small state, then one of `size` bytes the storage refuses: what it said,
+    and the checkpoint that stayed."""
+    dls.run.checkpoint({"step": 1})
+    try:
+        dls.run.checkpoint({"step": 2, "blob": np.zeros(size, dtype=np.uint8)})
+    except dls.DispatchError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "last": dls.run.last_checkpoint()}
+    return {"error": None, "last": dls.run.last_checkpoint()}
