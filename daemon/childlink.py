@@ -12,6 +12,7 @@ The parent's side of the same messages is in slots.py (`ProcessSlot._checkpoint`
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from multiprocessing.connection import Connection
@@ -58,10 +59,7 @@ class ChildPipe:
     def _route(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "run":
-            inv_id = message[1]
-            self._link = AttemptLink(
-                lambda data, inv_id=inv_id: self._save(inv_id, data), message[5]
-            )
+            self._link = AttemptLink(functools.partial(self._save, message[1]), message[5])
             self._jobs.put((message, self._link))
         elif kind == "checkpointed":
             self._answers.put((message[1], message[2]))

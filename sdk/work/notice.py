@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core import WorkerConfig
+    from .slot import Slot
 
 
 class Preemptible:
     """The notice state of a worker core (mixed into `WorkerCore`)."""
 
-    config: Any
-    slots: list[Any]
+    config: WorkerConfig
+    slots: list[Slot]
     _log: Any
     _free: threading.Condition
 
