@@ -529,6 +529,7 @@ class ProcessSlot(SlotBase):
 
     def _checkpoint(self, claim: Claim, child: Child, data: bytes) -> None:
         """Store a checkpoint the child sent, then answer it (the child waits for the answer)."""
+        started = time.perf_counter()
         try:
             answer: tuple[bytes | None, tuple[str, str] | None] = (
                 self._sink.checkpoint(claim, data),
@@ -540,6 +541,13 @@ class ProcessSlot(SlotBase):
             answer = (None, ("storage_error", f"the checkpoint was not stored: {exc!r}"))
         with contextlib.suppress(OSError):  # a child that died meanwhile is found next
             child.send(("checkpointed", claim.id, answer))
+        self._log.debug(
+            "job.checkpointed",
+            invocation=claim.id,
+            bytes=len(data),
+            ms=round(1000 * (time.perf_counter() - started), 2),
+            error=answer[1][1] if answer[1] else None,
+        )
 
     def _tell(self, deadline: float | None) -> None:
         """Pass a preemption notice to the running job's child (`dls.run.preempting`). One
