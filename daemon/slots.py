@@ -54,6 +54,7 @@ from typing import Any
 from ..errors import DispatchError
 from ..types import Claim
 from ..work.slot import (
+    ABORT_CAUSES,
     DEADLINE_WAIT_CHUNK_S,
     AbortReason,
     JobSink,
@@ -441,10 +442,13 @@ class ProcessSlot(SlotBase):
             abort = self._take_abort(claim.id, drain=woken)
             if abort is not None:
                 reason, grace = abort
+                if reason in ABORT_CAUSES:
+                    self._sink.note_cause(claim, ABORT_CAUSES[reason])
                 child.terminate(grace)
                 self._child = None
                 return abort_outcome(reason)
             if deadline is not None and time.monotonic() >= deadline:
+                self._sink.note_cause(claim, "timeout")
                 child.terminate(self.kill_grace_s)
                 self._child = None
                 return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")

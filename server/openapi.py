@@ -227,6 +227,8 @@ SCHEMAS: dict[str, Any] = {
         ("lease",),
     ),
     "Checkpoint": _obj({"lease": STR, "checkpoint": BYTES}, ("lease", "checkpoint")),
+    "Cause": _obj({"lease": STR, "cause": {"enum": list(END_CAUSES)}}, ("lease", "cause")),
+    "Noted": _obj({"noted": BOOL}),
     "Checkpointed": _obj({"previous": _nullable(BYTES)}),
     "Released": _obj({"released": BOOL}),
     "Renew": _obj({"leases": STRS, "lease_s": NUM}),

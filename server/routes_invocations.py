@@ -383,6 +383,17 @@ async def release(call: Call) -> dict[str, bool]:
     return {"released": await call.run(run)}
 
 
+async def note_cause(call: Call) -> dict[str, bool]:
+    """Issue 35: why the worker is about to end this attempt, before it signals the job."""
+    b = call.body
+    b.only("lease", "cause")
+    lease, cause = b.req_text("lease"), b.req_text("cause")
+    noted = await call.run(
+        lambda: call.store.note_cause(call.param("id"), lease, cause, ns=call.ns)
+    )
+    return {"noted": noted}
+
+
 async def checkpoint(call: Call) -> dict[str, bytes | None]:
     """Issue 35: the job's last checkpoint, an encoded Ref (the state is in storage)."""
     b = call.body
@@ -565,6 +576,15 @@ ROUTES = [
         "Give a claimed job back unrun",
         body="Release",
         response="Released",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/cause",
+        note_cause,
+        "Record why the worker is about to end this running attempt, before it signals the job",
+        body="Cause",
+        response="Noted",
         scopes=(WORK,),
     ),
     Api(

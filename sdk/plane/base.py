@@ -108,6 +108,10 @@ class Plane(Protocol):
         """Give a claimed job back: `unrun` leaves its attempt unspent; `preempted` counts a
         preemption for `cause` (issue 35) and fails a job past its max_preemptions (False)."""
 
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        """Record why the worker is about to end a running attempt (types.END_CAUSES), before
+        it signals the job; False if the attempt is no longer this lease's."""
+
     def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
         """Make `checkpoint` (the encoded Ref of the state in durable storage) the job's last,
         under the attempt's lease; returns the one it replaced, for the caller to delete."""

@@ -364,6 +364,9 @@ class Dispatch:
     ) -> bool:
         return self.store.release(inv_id, lease, outcome=outcome, cause=cause)
 
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        return self.store.note_cause(inv_id, lease, cause, ns=self.namespace)
+
     def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
         return self.store.checkpoint(inv_id, lease, checkpoint, ns=self.namespace)
 

@@ -173,7 +173,7 @@ class _Replica:
 #: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
 #: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
 _REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint)"
+    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
     r"|leases/renew"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
@@ -771,6 +771,12 @@ class HttpDispatch:
             body |= {"outcome": outcome, "cause": cause}
         data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", body)
         return bool(data["released"])
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        data = self._request(
+            "POST", f"/invocations/{_segment(inv_id)}/cause", {"lease": lease, "cause": cause}
+        )
+        return bool(data["noted"])
 
     def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
         data = self._request(

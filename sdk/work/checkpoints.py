@@ -59,6 +59,15 @@ def mark_resume(core: WorkerCore, claim: Claim) -> None:
         core._log.warning("job.resume_unmarked", invocation=claim.id, error=str(exc))
 
 
+def note_cause(core: WorkerCore, claim: Claim, cause: str) -> None:
+    """One try at recording why the attempt is about to end; a failure is logged and the kill
+    goes ahead (the settle that follows records the cause again)."""
+    try:
+        core.plane.note_cause(claim.id, claim.lease, cause)
+    except Exception as exc:
+        core._log.warning("job.cause_unrecorded", invocation=claim.id, error=str(exc))
+
+
 def store_checkpoint(plane: Any, storage: str | None, claim: Claim, data: bytes) -> bytes:
     """Store `data` (a codec encoding) as `claim`'s checkpoint; the encoded Ref on its row.
 

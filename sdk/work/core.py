@@ -410,11 +410,12 @@ class WorkerCore(Preemptible, JobSink):
         return claims
 
     def _take(self, claims: Sequence[Claim]) -> bool:
-        """Buffer what was claimed and start what fits; False (all released) once draining."""
-        if self._draining.is_set():
+        """Buffer what was claimed and start what fits; False (all released) once draining.
+        A claim that lands after claiming paused (a rebalance) goes back unrun too."""
+        if self._draining.is_set() or self.claiming_paused:
             for claim in claims:
                 self._release_unstarted(claim)
-            return False
+            return not self._draining.is_set()
         for claim in claims:
             if self._refused(claim):
                 continue
@@ -726,6 +727,9 @@ class WorkerCore(Preemptible, JobSink):
 
     def post_resume(self, claim: Claim) -> None:
         checkpoints.mark_resume(self, claim)
+
+    def note_cause(self, claim: Claim, cause: str) -> None:
+        checkpoints.note_cause(self, claim, cause)
 
     def _settle_preempted(self, claim: Claim, outcome: Outcome, log: Any) -> None:
         """Give a preempted attempt back (issue 35): requeued at once, not charged."""

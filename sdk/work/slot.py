@@ -57,6 +57,10 @@ class JobSink(Protocol):
     def post_resume(self, claim: Claim) -> None:
         """Mark in the journal that this attempt takes the job up again (a RESUME frame)."""
 
+    def note_cause(self, claim: Claim, cause: str) -> None:
+        """Record on the row why the slot is about to end the attempt, before it signals the
+        job (issue 35); best effort, and never long: the kill does not wait on an outage."""
+
 
 class Slot(Protocol):
     """The slot side, called from the core's threads; only the slot's own thread settles."""
@@ -252,6 +256,11 @@ def abort_error(reason: AbortReason) -> str:
         "release": "released unfinished: the worker stopped before the job did",
         "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
     }[reason]
+
+
+#: The cause a slot records before it ends an attempt on request (a lost lease: none, the row
+#: is no longer the slot's to write).
+ABORT_CAUSES: dict[AbortReason, str] = {"killed": "cancel", "release": "notice"}
 
 
 def abort_outcome(reason: AbortReason) -> Outcome:

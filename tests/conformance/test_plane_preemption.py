@@ -209,3 +209,19 @@ def test_a_resume_frame_continues_the_journal_and_streams_pass_over_it(
     frames = plane.dispatch.frames(inv)
     assert [(f.seq, f.kind) for f in frames] == [(0, "VALUE"), (1, "RESUME"), (2, "VALUE")]
     assert list(q.stream(inv, timeout=5)) == ["before", "after"]
+
+
+def test_the_cause_is_noted_under_the_lease_before_the_end(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+
+    assert plane.dispatch.note_cause(job.id, job.lease, "timeout") is True
+
+    row = q.status(inv)
+    assert (row.state, row.ended_by) == ("running", "timeout")
+    with pytest.raises(InvalidArgument, match="unknown end cause 'whim'"):
+        plane.dispatch.note_cause(job.id, job.lease, "whim")
+    plane.dispatch.end(job.id, job.lease, state="timeout", error="too slow")
+    assert plane.dispatch.note_cause(job.id, job.lease, "notice") is False  # not running
+    assert q.status(inv).ended_by == "timeout"

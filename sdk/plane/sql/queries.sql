@@ -649,3 +649,10 @@ SELECT checkpoint, lease, state FROM invocations WHERE id = :id {for_update};
 UPDATE invocations SET checkpoint = :checkpoint
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
 RETURNING id;
+
+-- name: note_cause
+-- Why the worker is about to end a running attempt (issue 35), written before it signals the
+-- job: a daemon that dies between the two leaves the cause it decided, never one guessed later.
+UPDATE invocations SET ended_by = :cause
+WHERE id = :id AND lease = :lease AND state = 'running'
+RETURNING id;

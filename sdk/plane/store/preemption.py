@@ -92,6 +92,15 @@ class PreemptionStore(StoreBase):
         self.waker.notify()
         return requeued
 
+    def note_cause(self, inv_id: str, lease: str, cause: str, *, ns: str | None = None) -> bool:
+        """Record why the worker is about to end this attempt, before it signals the job;
+        False when the attempt is no longer this lease's (nothing is written)."""
+        cause = check_cause(cause)
+        with self.connector.transaction() as tx:
+            if ns is not None and tx.one("get_invocation", id=inv_id, ns=ns) is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            return tx.one("note_cause", id=inv_id, lease=lease, cause=cause) is not None
+
     def checkpoint(
         self, inv_id: str, lease: str, checkpoint: bytes, *, ns: str | None = None
     ) -> bytes | None:
