@@ -176,7 +176,9 @@ class Invocation:
     #: `max_attempts`; past `max_preemptions` the job fails.
     preemptions: int = 0
     max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
-    #: Why the last attempt ended, as its worker decided it (END_CAUSES); None before any did.
+    #: Why the last attempt that ended other than by success ended, as its worker decided it
+    #: (END_CAUSES): kept once the job succeeds (a resumed job still says what interrupted
+    #: it); None while no attempt ended that way.
     ended_by: str | None = None
     #: The job's last checkpoint: the encoded Ref of its state in durable storage (None: none).
     checkpoint: bytes | None = None
