@@ -33,7 +33,15 @@ KIND_ALIASES: dict[str, Kind] = {
 QueueState = Literal["active", "draining", "archived"]
 QUEUE_STATES: tuple[QueueState, ...] = ("active", "draining", "archived")
 
-FrameKind = Literal["VALUE", "ERROR", "END"]
+FrameKind = Literal["VALUE", "ERROR", "END", "RESUME"]
+
+#: Preemptions a job survives unless its submit or its queue says otherwise (issue 35).
+DEFAULT_MAX_PREEMPTIONS = 20
+MAX_PREEMPTIONS_LIMIT = 1000
+#: Why an attempt ended, as the worker decided it before it signalled the job (`ended_by`):
+#: a notice that the box is going away, a kill asked by cancel, the run's timeout, the job's
+#: process dying, the job's own error, its worker lost with the lease, a command exiting 75.
+END_CAUSES = ("notice", "cancel", "timeout", "died", "error", "daemon_lost", "exit75")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
@@ -139,6 +147,9 @@ class SubmitRequest:
     #: Objects the submit made that the payload names only inside a pickle (a thunk's spilled
     #: array arguments): retention deletes them with the row, which it cannot find otherwise.
     objects: tuple[StorageRef, ...] = ()
+    #: How many preemptions the job survives (issue 35); None: its queue's
+    #: `admission.max_preemptions`, else DEFAULT_MAX_PREEMPTIONS.
+    max_preemptions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,16 @@ class Invocation:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    #: Attempts that a preemption ended (issue 35): counted in `attempt`, not against
+    #: `max_attempts`; past `max_preemptions` the job fails.
+    preemptions: int = 0
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    #: Why the last attempt that ended other than by success ended, as its worker decided it
+    #: (END_CAUSES): kept once the job succeeds (a resumed job still says what interrupted
+    #: it); None while no attempt ended that way.
+    ended_by: str | None = None
+    #: The job's last checkpoint: the encoded Ref of its state in durable storage (None: none).
+    checkpoint: bytes | None = None
 
     @property
     def terminal(self) -> bool:
@@ -185,6 +206,10 @@ class Claim:
     priority: float = 0.0
     #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
     signature: str | None = None
+    #: Issue 35: how many attempts before this one a preemption ended, and the checkpoint the
+    #: job left (an encoded Ref), which `dls.run.last_checkpoint()` reads in the body.
+    preemptions: int = 0
+    checkpoint: bytes | None = None
     #: A token for the job's own code, in place of its worker's (plane/job_token.py): minted by
     #: a server that signs, None on an embedded plane.
     job_token: str | None = None

@@ -1,7 +1,8 @@
 """`@udf`: a function bound to a queue, still callable locally, submitted by value.
 
 `f.submit(...)` takes the function's own arguments; the options of the submit are underscored
-(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`) so they never collide with them.
+(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_max_preemptions`) so they
+never collide with them.
 
 `queue=` is a queue object or a queue name. With a name, the decorator builds the queue and picks
 its class from the other arguments: `priority_field=` -> PriorityQueue, `temperature=` or
@@ -69,6 +70,7 @@ class SubmitOptions:
     dispatch: Plane | None = None
     timeout_s: float | None = None
     max_attempts: int = 3
+    max_preemptions: int | None = None
     #: remote() only: how long to wait for the result.
     timeout: float = 30.0
 
@@ -81,6 +83,7 @@ class SubmitOptions:
             dispatch=_option(kwargs, "_dispatch", Plane, None),
             timeout_s=_option(kwargs, "_timeout_s", (int, float), None),
             max_attempts=_option(kwargs, "_max_attempts", int, 3),
+            max_preemptions=_option(kwargs, "_max_preemptions", int, None),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
         )
 
@@ -146,6 +149,7 @@ class UDF(Generic[P, R]):
             priority=opts.priority,
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
+            max_preemptions=opts.max_preemptions,
         )
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -2,6 +2,10 @@
 
 The statements are the plane's semantics; a dialect only fills in its few words ({blob},
 {skip_locked}, ...) and its parameter style, so SQLite and Postgres run the same text.
+
+A condition several statements must share word for word is a `-- fragment: <name>` section,
+which a statement of the same file names as `{<name>}`, as it names a dialect word: every claim
+says what a claimable job is through `{claimable}`, so no claim can drift from the others.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
-_SECTION = re.compile(r"^-- (name|migration): *(\S+)\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^-- (name|migration|fragment): *(\S+)\s*$", re.MULTILINE)
 _WORD = re.compile(r"\{([a-z_]+)\}")
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -65,10 +69,34 @@ POSTGRES = Dialect(
 
 
 def _sections(filename: str) -> dict[str, str]:
+    """The statements (or migrations) of `filename` by name, its fragments expanded."""
     text = resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+    return expand_fragments(text)
+
+
+def expand_fragments(text: str) -> dict[str, str]:
+    """The `name` and `migration` sections of `text`, each `{fragment}` they name replaced by
+    that `fragment` section's body (its own leading comment lines dropped: they explain the
+    fragment, not the statement it lands in)."""
     parts = _SECTION.split(text)
     # parts = [preamble, kind, name, body, kind, name, body, ...]
-    return {parts[i + 1]: parts[i + 2].strip() for i in range(1, len(parts) - 2, 3)}
+    sections = [(parts[i], parts[i + 1], parts[i + 2].strip()) for i in range(1, len(parts), 3)]
+    fragments = {name: _uncommented(body) for kind, name, body in sections if kind == "fragment"}
+    clashes = fragments.keys() & (SQLITE.words.keys() | POSTGRES.words.keys())
+    if clashes:
+        raise ValueError(f"fragment names {sorted(clashes)} are dialect words; rename them")
+
+    def expand(match: re.Match[str]) -> str:
+        return fragments.get(match.group(1), match.group(0))
+
+    return {name: _WORD.sub(expand, body) for kind, name, body in sections if kind != "fragment"}
+
+
+def _uncommented(body: str) -> str:
+    lines = body.splitlines()
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    return "\n".join(lines).strip()
 
 
 @cache

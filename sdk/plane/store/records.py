@@ -14,6 +14,8 @@ from ...errors import InvalidArgument
 from ...ids import ulid_time
 from ...storage import StorageRef
 from ...types import (
+    DEFAULT_MAX_PREEMPTIONS,
+    MAX_PREEMPTIONS_LIMIT,
     Claim,
     Invocation,
     QueueInfo,
@@ -64,6 +66,7 @@ def check_submit(req: SubmitRequest) -> None:
         raise InvalidArgument(f"priority must be a finite number, got {req.priority!r}")
     if not isinstance(req.max_attempts, int) or not 1 <= req.max_attempts <= 1000:
         raise InvalidArgument(f"max_attempts must be an integer 1..1000, got {req.max_attempts!r}")
+    check_max_preemptions(req.max_preemptions, "max_preemptions")
     if req.timeout_s is not None and (
         isinstance(req.timeout_s, bool)
         or not isinstance(req.timeout_s, (int, float))
@@ -74,6 +77,19 @@ def check_submit(req: SubmitRequest) -> None:
             f"limit), got {req.timeout_s!r}"
         )
     check_host(req.host)
+
+
+def check_max_preemptions(value: object, what: str) -> None:
+    """None (the default) or a whole number of preemptions a job survives, 0 to the limit."""
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_PREEMPTIONS_LIMIT
+    ):
+        raise InvalidArgument(
+            f"{what} must be an integer 0..{MAX_PREEMPTIONS_LIMIT} (how many preemptions a job "
+            f"survives; leave it out for {DEFAULT_MAX_PREEMPTIONS}), got {value!r}"
+        )
 
 
 def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +113,14 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_admission(value: dict[str, Any]) -> dict[str, Any]:
-    known = {"max_depth", "on_full", "rate_limit", "deadline_cutoff_s", "locality_wait_s"}
+    known = {
+        "max_depth",
+        "on_full",
+        "rate_limit",
+        "deadline_cutoff_s",
+        "locality_wait_s",
+        "max_preemptions",
+    }
     unknown = set(value) - known
     if unknown:
         raise InvalidArgument(
@@ -112,6 +135,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
             raise InvalidArgument(
                 f"admission.{field} must be a positive number up to 2**63-1, got {_shown(v)}"
             )
+    check_max_preemptions(value.get("max_preemptions"), "admission.max_preemptions")
     wait = value.get("locality_wait_s")
     if wait is not None and not (_in_range(wait, 0, low_open=False) and wait <= MAX_WAIT_S):
         raise InvalidArgument(
@@ -169,6 +193,10 @@ def invocation_of(row: Row) -> Invocation:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        preemptions=row["preemptions"],
+        max_preemptions=row["max_preemptions"],
+        ended_by=row["ended_by"],
+        checkpoint=_blob(row["checkpoint"]),
     )
 
 
@@ -184,7 +212,14 @@ def claim_of(row: Row) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         timeout_s=row["timeout_s"],
         priority=row["priority"],
+        preemptions=row["preemptions"],
+        checkpoint=_blob(row["checkpoint"]),
     )
+
+
+def _blob(value: Any) -> bytes | None:
+    """Stored bytes as bytes (Postgres hands back memoryview), None as None."""
+    return None if value is None else bytes(value)
 
 
 def queue_info_of(row: Row) -> QueueInfo:
