@@ -5,11 +5,12 @@ ignore signals. In a child it can be killed (kill, timeout, drain) and its GPU m
 with the process; the daemon and the other slots carry on. Why spawn, not fork: a forked child of
 a process that touched CUDA (or just holds threads and locks) is unsafe; spawn starts clean.
 
-Why the parent does all plane traffic: the child holds no lease, no token and no connection, so a
+Why the parent does all plane traffic: the child holds no lease, no worker token (only its job's
+own, which cannot settle or post: credentials.py) and none of the daemon's connections, so a
 stale or runaway child can never settle or post; every frame and settle is fenced by the lease the
 parent holds. The child only decodes, runs `run_body`, and writes messages on a pipe:
 
-    parent -> child   ("run", invocation id, payload bytes, attempt, queue) | None (exit)
+    parent -> child   ("run", invocation id, payload bytes, attempt, queue, job token) | None
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
                                            | ("error", id, (traceback, one-line summary))
