@@ -139,6 +139,9 @@ class SubmitRequest:
     #: Objects the submit made that the payload names only inside a pickle (a thunk's spilled
     #: array arguments): retention deletes them with the row, which it cannot find otherwise.
     objects: tuple[StorageRef, ...] = ()
+    #: What the job needs to run (sdk/resources.py): None states nothing, and the queue's
+    #: default applies; {} asks for nothing.
+    resources: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,15 @@ class Invocation:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    #: What was asked (sdk/resources.py), after the udf's and the queue's defaults; {}: none.
+    resources: dict[str, Any] = field(default_factory=dict)
+    #: Where the attempt runs or ran: {worker, gpus: [{index, uuid, name, share}], ...}.
+    placement: dict[str, Any] | None = None
+    #: Why a queued job waits, for machines: resources | reserved_for:<id> |
+    #: waiting_for_capacity | unschedulable; None when nothing was found to say.
+    pending_reason: str | None = None
+    #: Why no live daemon of its queue could ever run it, in words; None when one could.
+    unschedulable_reason: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -185,6 +197,8 @@ class Claim:
     priority: float = 0.0
     #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
     signature: str | None = None
+    #: What the job asked for (sdk/resources.py), for the daemon to place it; {}: nothing.
+    resources: dict[str, Any] = field(default_factory=dict)
 
 
 class Ack(NamedTuple):
@@ -206,6 +220,8 @@ class ClaimArgs(NamedTuple):
     kind: str | None = None
     temperature: float = 1.0
     host: str | None = None
+    #: What the claimer has free (sdk/resources.py `Free`); None: hand it any job.
+    free: dict[str, Any] | None = None
 
     def keywords(self) -> dict[str, Any]:
         """Everything but the queues, as `claim_many` and `ack_and_claim` take it."""
@@ -232,6 +248,8 @@ class QueueInfo:
     admission: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: The request of a job submitted here without one (sdk/resources.py); {}: none.
+    resources: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

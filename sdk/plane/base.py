@@ -59,6 +59,7 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> Claim | None: ...
     def claim_many(
         self,
@@ -71,8 +72,12 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         """Up to `limit` jobs in one durable write; waits up to wait_s for the first.
+
+        `free` is what the claimer has free (`resources.check_free`): only a job whose request
+        fits is handed over, one at a time.
 
         `host` is the claimer's host id (`objects.host_id()`): a job whose objects live in
         another host's tier is left to that host for its queue's `locality_wait_s`. None: a
@@ -91,6 +96,7 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """`ack_many(acks)`, then `claim_many(...)`: a worker's one call per job. The acks
         commit before any wait (with the claim, when a job is there); per ack, the refusal
@@ -103,6 +109,9 @@ class Plane(Protocol):
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str: ...
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None: ...
     def release(self, inv_id: str, lease: str) -> bool: ...
+    def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
+        """Record where the attempt holding `lease` runs (its worker, GPUs): issue 34."""
+
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]: ...
 
     # queues

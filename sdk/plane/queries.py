@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
-_SECTION = re.compile(r"^-- (name|migration): *(\S+)\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^-- (name|migration|fragment): *(\S+)\s*$", re.MULTILINE)
 _WORD = re.compile(r"\{([a-z_]+)\}")
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -46,6 +46,8 @@ SQLITE = Dialect(
         "postgres_only": "--",
         # ... and one that starts with {sqlite_only} is SQLite's: its trigger syntax, say.
         "sqlite_only": "",
+        # `text REGEXP pattern`: the connector registers the function (sqlite.py).
+        "regexp": "REGEXP",
     },
     param_style=":{}",
 )
@@ -59,21 +61,41 @@ POSTGRES = Dialect(
         "for_update": "FOR UPDATE",
         "postgres_only": "",
         "sqlite_only": "--",
+        "regexp": "~",
     },
     param_style="%({})s",
 )
 
 
-def _sections(filename: str) -> dict[str, str]:
+def _sections(filename: str, kind: str = "") -> dict[str, str]:
+    """The file's sections by name; with `kind`, only the sections of that kind."""
     text = resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
     parts = _SECTION.split(text)
     # parts = [preamble, kind, name, body, kind, name, body, ...]
-    return {parts[i + 1]: parts[i + 2].strip() for i in range(1, len(parts) - 2, 3)}
+    return {
+        parts[i + 1]: parts[i + 2].strip()
+        for i in range(1, len(parts) - 2, 3)
+        if parts[i] == (kind or parts[i]) and (kind or parts[i] != "fragment")
+    }
+
+
+#: A statement holding `{fits}` is two: as written without the fragment (a claim from a worker
+#: that sends no free resources: its plan unchanged), and `<name>_fit` with it.
+FITS = "fits"
 
 
 @cache
 def queries(dialect: Dialect) -> dict[str, str]:
-    return {name: dialect.render(sql) for name, sql in _sections("queries.sql").items()}
+    fragments = _sections("queries.sql", "fragment")
+    out: dict[str, str] = {}
+    for name, sql in _sections("queries.sql").items():
+        text = dialect.render(sql)
+        marker = "{" + FITS + "}"
+        if marker in text:
+            out[f"{name}_fit"] = text.replace(marker, dialect.render(fragments[FITS]))
+            text = text.replace(marker + "\n", "").replace(marker, "")
+        out[name] = text
+    return out
 
 
 @cache

@@ -45,7 +45,8 @@ SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :k
 
 -- name: get_invocation
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, result, created_at, started_at, finished_at
+    kill_requested, worker, error, result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -57,11 +58,26 @@ WHERE namespace = :ns AND queue = :queue AND state = :state;
 SELECT queue, state, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state IN ('queued', 'running') GROUP BY queue, state;
 
+-- fragment: fits
+-- A claim from a worker that sends what it has free (issue 34, sdk/resources.py) takes only a
+-- job that fits in it: its GPUs (a fraction below 1 on the GPU with the most room, from 1 up
+-- that many GPUs nobody uses), of a type and memory it has, its CPUs and memory. Columns of the
+-- row the walk reads anyway (migration 24); NULL gpus is a job that states none: the worker's
+-- --gpus-per-job. gpu_type is a pattern of the acceptable names (`gpu_type_pattern`),
+-- searched in the names of the worker's GPUs with room.
+AND (COALESCE(gpus, :default_gpus) = 0 OR (
+    (CASE WHEN COALESCE(gpus, :default_gpus) < 1 THEN :gpu_share ELSE :gpus_whole END)
+        >= COALESCE(gpus, :default_gpus)
+    AND (gpu_memory_gb IS NULL OR gpu_memory_gb <= :gpu_memory_gb)
+    AND (gpu_type IS NULL OR :gpu_names {regexp} gpu_type)))
+AND (cpus IS NULL OR cpus <= :cpus) AND (memory_gb IS NULL OR memory_gb <= :memory_gb)
+
 -- name: priority_levels
 SELECT priority, count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
   AND (deadline_at IS NULL OR deadline_at >= :now)
   AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+  {fits}
   AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
 GROUP BY priority;
 
@@ -76,10 +92,11 @@ WHERE id = (
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND (deadline_at IS NULL OR deadline_at >= :now)
       AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+      {fits}
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources;
 
 -- name: claim_fifo_batch
 -- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
@@ -92,10 +109,11 @@ WHERE id IN (
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND (deadline_at IS NULL OR deadline_at >= :now)
       AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+      {fits}
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources;
 
 -- name: claim_filo
 UPDATE invocations
@@ -106,10 +124,11 @@ WHERE id = (
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND (deadline_at IS NULL OR deadline_at >= :now)
       AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+      {fits}
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources;
 
 -- name: claim_level
 UPDATE invocations
@@ -120,10 +139,11 @@ WHERE id = (
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
       AND priority = :priority
       AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+      {fits}
       AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources;
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
@@ -329,56 +349,64 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 -- queue equals it") let neither SQLite nor a generic Postgres plan seek on them: 2.3 s for 20
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND queue = :queue
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
@@ -601,3 +629,21 @@ SELECT MIN(at) AS at FROM queue_rollup WHERE namespace = :ns;
 -- name: retention_trim_rollup
 -- Rollup rows of :ns from seconds before :upto (retention: at most a minute's rows a batch).
 DELETE FROM queue_rollup WHERE namespace = :ns AND at < :upto;
+
+-- name: set_invocation_resources
+-- A submit's request (issue 34) on the row it just inserted: what was asked, and the same as
+-- the columns the `fits` fragment compares. Only submits that state one (or whose queue has a
+-- default) run it, so a plain submit writes what it always did.
+UPDATE invocations SET resources = :resources, gpus = :gpus, gpu_type = :gpu_type,
+    gpu_memory_gb = :gpu_memory_gb, cpus = :cpus, memory_gb = :memory_gb
+WHERE id = :id;
+
+-- name: set_queue_resources
+UPDATE queues SET resources = :resources, updated_at = :now WHERE namespace = :ns AND name = :name;
+
+-- name: place_invocation
+-- Where a claimed attempt runs (the daemon picks its GPUs): fenced by the attempt's lease, so a
+-- stale worker cannot write over the placement of a newer attempt.
+UPDATE invocations SET placement = :placement, pending_reason = NULL, unschedulable_reason = NULL
+WHERE id = :id AND lease = :lease AND state = 'running'
+RETURNING id;

@@ -11,6 +11,7 @@ import msgpack
 
 from ... import signing
 from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
+from ...resources import check_free, fit_params
 from ...types import (
     DEFAULT_QUEUE,
     Ack,
@@ -38,6 +39,7 @@ from .base import (
     SWEEP_EVERY_S,
     new_id,
 )
+from .placement import asked, fitted, write_request
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
@@ -47,6 +49,9 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+
+#: Claim parameters the priority_levels statements do not bind.
+_NOT_LEVELS = frozenset({"expires", "worker", "lease"})
 
 #: Told, after an ack's commit and before anyone is woken, the invocations it ended by id.
 OnEnded = Callable[[Mapping[str, Invocation]], None]
@@ -104,7 +109,7 @@ class InvocationStore(QueueStore):
         ids = [req.id or new_id() for req in requests]
         order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
         claiming = [
-            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host), c)
+            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host, c.free), c)
             for c in claimers
         ]
         handed: list[Claimed] = []
@@ -149,6 +154,8 @@ class InvocationStore(QueueStore):
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
+                elif (wanted := asked(req.resources, info)) is not None:
+                    write_request(tx, ids[i], wanted)
                 ids[i] = row["id"]
             for params, c in claiming:
                 # The queue row read above says the kind of a claim on this queue alone.
@@ -248,15 +255,18 @@ class InvocationStore(QueueStore):
         kind: str | None = None,
         temperature: float = 1.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
 
         One commit for the batch is the point: a daemon that prefetches pays one durable write
         per batch instead of one per job. Each job is picked as a single claim would pick it,
         so a batch never reorders a queue. `host` is the claimer's host id: a job held for
-        another host is passed by until its locality window ends (plane/locality.py).
+        another host is passed by until its locality window ends (plane/locality.py). `free`
+        is what the claimer has free (`resources.check_free`): then only a job that fits is
+        taken, and one at most, since the next one's fit depends on where this one goes.
         """
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
         # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
         # (the worker's settle is then refused and they run again), and skipping its fsync
         # takes one of the three disk flushes out of every job's path.
@@ -278,6 +288,7 @@ class InvocationStore(QueueStore):
         temperature: float = 1.0,
         host: str | None = None,
         on_ended: OnEnded | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """Settle `acks` as succeeded and claim as `claim_many` does, in one transaction:
         the worker that just finished a job takes its next one with the commit that records the
@@ -285,7 +296,7 @@ class InvocationStore(QueueStore):
         itself, and the claim still runs. `on_ended` as `ack_many` takes it."""
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
         with self.connector.transaction() as tx:
             # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
@@ -306,13 +317,16 @@ class InvocationStore(QueueStore):
         lease_s: float,
         limit: int,
         host: str | None,
+        free: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A claim's checked parameters, as its statements bind them."""
+        """A claim's checked parameters, as its statements bind them (with `free`, the
+        `fits` fragment's too: `fitted` tells)."""
         names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
         check_host(host)
         now = time.time()
+        fit = {} if free is None else fit_params(check_free(free))
         return {
             "ns": ns,
             "queues": names,
@@ -320,6 +334,7 @@ class InvocationStore(QueueStore):
             "expires": now + lease_s,
             "worker": worker,
             "host": host,
+            **fit,
         }
 
     def _claim_in(
@@ -393,7 +408,9 @@ class InvocationStore(QueueStore):
         limit: int,
     ) -> list[Row]:
         """Up to `limit` claimed rows, in the order single claims would have taken them."""
-        if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
+        if fitted(params):
+            limit = 1  # the next job's fit depends on where the claimer puts this one
+        elif limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
             batch = tx.all("claim_fifo_batch", lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
         rows: list[Row] = []
@@ -414,21 +431,21 @@ class InvocationStore(QueueStore):
     def _claim_row(
         self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
     ) -> Row | None:
+        fit = "_fit" if fitted(params) else ""
         if kind == "fifo":
-            return tx.one("claim_fifo", **params)
+            return tx.one("claim_fifo" + fit, **params)
         if kind == "filo":
-            return tx.one("claim_filo", **params)
+            return tx.one("claim_filo" + fit, **params)
         levels = tx.all(
-            "priority_levels",
-            ns=params["ns"],
-            queues=params["queues"],
-            now=params["now"],
-            host=params["host"],
+            "priority_levels" + fit,
+            **{k: v for k, v in params.items() if k not in _NOT_LEVELS},
         )
         if not levels:
             return None
         level = boltzmann_level([(r["priority"], r["n"]) for r in levels], temperature)
-        return tx.one("claim_level", priority=level, **params) or tx.one("claim_fifo", **params)
+        return tx.one("claim_level" + fit, priority=level, **params) or tx.one(
+            "claim_fifo" + fit, **params
+        )
 
     def sweep(self) -> int:
         """End or requeue every attempt whose lease ran out; returns how many moved."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import InvalidArgument
 from ...ids import ulid_time
+from ...resources import check_optional
 from ...storage import StorageRef
 from ...types import (
     Claim,
@@ -74,6 +75,7 @@ def check_submit(req: SubmitRequest) -> None:
             f"limit), got {req.timeout_s!r}"
         )
     check_host(req.host)
+    check_optional(req.resources)
 
 
 def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +171,16 @@ def invocation_of(row: Row) -> Invocation:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        resources=_json_object(row.get("resources")),
+        placement=_json_object(row.get("placement")) or None,
+        pending_reason=row.get("pending_reason"),
+        unschedulable_reason=row.get("unschedulable_reason"),
     )
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """A JSON object column (resources, placement); NULL reads as {}."""
+    return json.loads(text) if text else {}
 
 
 def claim_of(row: Row) -> Claim:
@@ -184,6 +195,7 @@ def claim_of(row: Row) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         timeout_s=row["timeout_s"],
         priority=row["priority"],
+        resources=_json_object(row.get("resources")),
     )
 
 
@@ -198,6 +210,7 @@ def queue_info_of(row: Row) -> QueueInfo:
         admission=json.loads(row["admission"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        resources=_json_object(row.get("resources")),
     )
 
 
