@@ -176,7 +176,7 @@ def describe(request: Mapping[str, Any]) -> str:
 
 #: What a claimer may say it has free (`check_free`), and what a missing figure means: no
 #: GPU, no limit on CPUs or memory, `--gpus-per-job` 0.
-FREE_KEYS = {
+FREE_KEYS: dict[str, Any] = {
     "gpus_whole": 0.0,
     "gpu_share": 0.0,
     "gpu_names": (),

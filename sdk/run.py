@@ -26,6 +26,7 @@ same code runs in a notebook.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -63,6 +64,8 @@ class JobContext:
     storage_at: str | Storage | None = field(repr=False)
     post: Callable[[Any], None]
     queue: str | None = None
+    #: The GPUs the job was placed on, as its CUDA_VISIBLE_DEVICES numbers them (issue 34).
+    gpus: tuple[int, ...] = ()
 
     @cached_property
     def storage(self) -> Storage:
@@ -79,6 +82,13 @@ _RESERVED = ("_spill/", "_objects/")
 
 class NotInJob(DispatchError):
     code = "not_in_job"
+
+
+def _placed_gpus() -> tuple[int, ...]:
+    """The GPUs a daemon placed this job on: its child's LAKESHORE_GPUS (a child sees one
+    placement; the daemon replaces a child whose GPUs differ from the next job's)."""
+    text = os.environ.get("LAKESHORE_GPUS", "")
+    return tuple(int(i) for i in text.split(",") if i.strip().isdigit())
 
 
 def current() -> JobContext | None:
@@ -99,7 +109,7 @@ def job(
 
     A job starts at the storage root: scopes of whoever called the worker do not leak in.
     """
-    ctx = JobContext(inv_id, attempt, storage, post, queue)
+    ctx = JobContext(inv_id, attempt, storage, post, queue, _placed_gpus())
     job_token = _JOB.set(ctx)
     scope_token = _SCOPE.set("")
     try:
@@ -198,7 +208,11 @@ def post(value: Any = None) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`dls.run.id`, `.attempt`, `.queue` (None outside a job) and `.storage`, read live."""
+    """`dls.run.id`, `.attempt`, `.queue` (None outside a job), `.gpus` and `.storage`, read
+    live."""
+    if name == "gpus":  # a list, as `dls.run.gpus` documents; [] outside a placed job
+        ctx = _JOB.get()
+        return list(ctx.gpus) if ctx is not None else []
     if name in ("id", "attempt", "queue"):
         ctx = _JOB.get()
         return getattr(ctx, name) if ctx is not None else None
@@ -208,4 +222,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), "id", "attempt", "queue", "storage"])
+    return sorted([*globals(), "id", "attempt", "queue", "storage", "gpus"])

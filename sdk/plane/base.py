@@ -77,7 +77,7 @@ class Plane(Protocol):
         """Up to `limit` jobs in one durable write; waits up to wait_s for the first.
 
         `free` is what the claimer has free (`resources.check_free`): only a job whose request
-        fits is handed over, one at a time.
+        fits is handed over, and one at a time while GPUs, CPUs or memory are counted.
 
         `host` is the claimer's host id (`objects.host_id()`): a job whose objects live in
         another host's tier is left to that host for its queue's `locality_wait_s`. None: a

@@ -143,3 +143,17 @@ def host_that_read(ref: Any) -> dict[str, Any]:
     from dreamlake.lakeshore import objects
 
     return {"host": objects.host_id(), "sum": float(dls.get(ref).sum())}
+
+
+def placed(directory: str | None = None, peers: int = 1) -> dict[str, Any]:
+    """The GPUs this job's process sees and `dls.run.gpus`; with `directory`, first wait until
+    `peers` jobs run at once (proves they overlap)."""
+    import dreamlake.lakeshore as dls
+
+    if directory is not None:
+        wait_for_peers(directory, peers)
+    return {
+        "pid": os.getpid(),
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": dls.run.gpus,
+    }

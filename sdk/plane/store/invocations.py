@@ -39,7 +39,7 @@ from .base import (
     SWEEP_EVERY_S,
     new_id,
 )
-from .placement import asked, fitted, write_request
+from .placement import asked, fitted, scarce, write_request
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
@@ -408,10 +408,11 @@ class InvocationStore(QueueStore):
         limit: int,
     ) -> list[Row]:
         """Up to `limit` claimed rows, in the order single claims would have taken them."""
-        if fitted(params):
+        if scarce(params):
             limit = 1  # the next job's fit depends on where the claimer puts this one
         elif limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
-            batch = tx.all("claim_fifo_batch", lease=secrets.token_hex(16), limit=limit, **params)
+            name = "claim_fifo_batch_fit" if fitted(params) else "claim_fifo_batch"
+            batch = tx.all(name, lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
         rows: list[Row] = []
         for _ in range(limit):

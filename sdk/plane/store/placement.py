@@ -11,10 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InvalidArgument, LeaseLost, NotFound
-from ...resources import check_resources, request_columns
+from ...resources import FREE_KEYS, check_resources, request_columns
 from ...types import QueueInfo
 from ..connector import Transaction
 from .base import StoreBase
+
+#: The CPUs or memory of a claimer that does not count them (`resources.FREE_KEYS`).
+UNCOUNTED = float(FREE_KEYS["cpus"])
 
 #: The most a placement may weigh as JSON: a few GPUs' indexes, UUIDs and names.
 MAX_PLACEMENT_BYTES = 16 * 1024
@@ -30,6 +33,18 @@ def asked(request: Mapping[str, Any] | None, queue: QueueInfo) -> dict[str, Any]
 def fitted(params: Mapping[str, Any]) -> bool:
     """Whether a claim's parameters carry what its claimer has free (`fit_params`)."""
     return "gpu_share" in params
+
+
+def scarce(params: Mapping[str, Any]) -> bool:
+    """Whether a fitted claim's figures run out: GPUs, or counted CPUs or memory. Then it
+    takes one job, since the next one's fit depends on where the claimer puts this one. A
+    worker with no GPU and nothing counted fits every job it may take at once."""
+    return fitted(params) and (
+        params["gpus_whole"] > 0
+        or params["gpu_share"] > 0
+        or params["cpus"] < UNCOUNTED
+        or params["memory_gb"] < UNCOUNTED
+    )
 
 
 def write_request(tx: Transaction, inv_id: str, request: Mapping[str, Any]) -> None:

@@ -1,0 +1,109 @@
+"""GPU placement on a real daemon (issue 34): declared GPUs on a CPU box, jobs asking for
+whole GPUs, fractions and types; each job's child sees exactly its GPUs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import jobs
+import pytest
+from daemon_harness import DaemonProcess
+
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.plane import Dispatch
+
+pytestmark = pytest.mark.slow
+
+QUEUE = "gpu-box"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lakeshore")
+
+
+@pytest.fixture(scope="module")
+def plane(home: Path) -> Iterator[Dispatch]:
+    with Dispatch(home / "lakeshore.db") as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def daemon(home: Path, plane: Dispatch) -> Iterator[DaemonProcess]:
+    args = ["--queue", QUEUE, "--gpus", "4", "--gpu-type", H100, "--gpu-memory-gb", "80"]
+    proc = DaemonProcess(home, "gpu-box-1", [*args, "--lease-s", "5", "--cpus", "8"])
+    try:
+        yield proc.ready()
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def q(plane: Dispatch, daemon: DaemonProcess) -> dls.SyncQueue:
+    return dls.SyncQueue(QUEUE, dispatch=plane)
+
+
+def test_the_worker_row_offers_the_declared_gpus(plane: Dispatch, daemon: DaemonProcess) -> None:
+    row = plane.worker("gpu-box-1")
+    assert [g["name"] for g in row.info["gpus"]] == [H100] * 4
+    assert row.info["concurrency"] == 4  # one slot per GPU by default
+    assert row.info["resources"]["gpus"] == 4 and row.info["resources"]["cpus"] == 8
+
+
+def test_a_whole_gpu_job_sees_exactly_its_gpus_and_the_row_says_where(
+    q: dls.SyncQueue,
+) -> None:
+    two = q.submit(dls.thunk(jobs.placed), resources={"gpus": 2, "gpu_type": "h100"})
+    seen = q.result(two, timeout=30)
+
+    assert seen["gpus"] == [int(i) for i in seen["cuda"].split(",")] and len(seen["gpus"]) == 2
+    placement = q.status(two).placement
+    assert placement is not None and placement["worker"] == "gpu-box-1"
+    assert [g["index"] for g in placement["gpus"]] == seen["gpus"]
+    assert {g["uuid"] for g in placement["gpus"]} == {f"declared-{i}" for i in seen["gpus"]}
+    assert placement["gpu_type"] == "h100"
+
+
+def test_two_half_gpu_jobs_share_one_gpu_at_the_same_time(q: dls.SyncQueue, home: Path) -> None:
+    meet = str(home / "halves")
+    halves = [q.submit(dls.thunk(jobs.placed, meet, 2), resources={"gpus": 0.5}) for _ in range(2)]
+    seen = [q.result(i, timeout=30) for i in halves]
+
+    assert seen[0]["cuda"] == seen[1]["cuda"] and len(seen[0]["gpus"]) == 1
+    assert seen[0]["pid"] != seen[1]["pid"]
+    shares = [q.status(i).placement["gpus"][0]["share"] for i in halves]  # type: ignore[index]
+    assert shares == [0.5, 0.5]
+
+
+def test_one_four_gpu_job_then_four_one_gpu_jobs_with_no_restart(
+    q: dls.SyncQueue, home: Path, daemon: DaemonProcess
+) -> None:
+    big = q.submit(dls.thunk(jobs.placed), resources={"gpus": 4})
+    assert sorted(q.result(big, timeout=30)["gpus"]) == [0, 1, 2, 3]
+
+    meet = str(home / "ones")
+    ones = [q.submit(dls.thunk(jobs.placed, meet, 4), resources={"gpus": 1}) for _ in range(4)]
+    seen = [q.result(i, timeout=60) for i in ones]
+    assert sorted(s["cuda"] for s in seen) == ["0", "1", "2", "3"]
+    assert daemon.proc.poll() is None
+
+
+def test_a_job_asking_for_what_the_box_lacks_is_not_claimed(q: dls.SyncQueue) -> None:
+    a100 = q.submit(dls.thunk(jobs.placed), resources={"gpus": 1, "gpu_type": "A100"})
+    cpus = q.submit(dls.thunk(jobs.placed), resources={"cpus": 16})
+    fits = q.submit(dls.thunk(jobs.placed), resources={"gpus": 1, "gpu_type": ["A100", "H100"]})
+
+    assert q.result(fits, timeout=30)["gpus"] != []
+    assert q.status(fits).placement["gpu_type"] == "H100"  # type: ignore[index]
+    assert q.status(a100).state == "queued" and q.status(cpus).state == "queued"
+    q.cancel(a100)
+    q.cancel(cpus)
+
+
+def test_a_job_that_asks_for_no_gpu_sees_none(q: dls.SyncQueue) -> None:
+    seen = q.result(q.submit(dls.thunk(jobs.placed)), timeout=30)
+    assert seen["cuda"] == "" and seen["gpus"] == []
+    assert os.environ.get("LAKESHORE_GPUS") is None  # the test process was never placed
