@@ -52,7 +52,7 @@ def write_request(tx: Transaction, inv_id: str, request: Mapping[str, Any]) -> N
     tx.all(
         "set_invocation_resources",
         id=inv_id,
-        resources=json.dumps(dict(request), sort_keys=True),
+        resources=json.dumps(dict(request)),
         **request_columns(request),
     )
 

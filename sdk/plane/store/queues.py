@@ -74,7 +74,7 @@ class QueueStore(WorkerStore):
         tx: Transaction, ns: str, name: str, request: dict[str, Any], now: float
     ) -> None:
         """A queue's default request (issue 34): what a job submitted without one asks for."""
-        text = json.dumps(request, sort_keys=True)
+        text = json.dumps(request)  # in the order check_resources lists the keys
         tx.all("set_queue_resources", ns=ns, name=name, resources=text, now=now)
 
     def queue(self, ns: str, name: str) -> QueueInfo:
