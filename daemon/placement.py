@@ -32,6 +32,8 @@ class Placed:
     memory_gb: float = 0.0
     #: The acceptable type the job got, when it asked for some (the first it could have).
     gpu_type: str | None = None
+    #: When the job surely ends (its start + timeout_s, epoch seconds); None: no timeout.
+    deadline: float | None = None
 
     @property
     def indexes(self) -> list[int]:
@@ -86,18 +88,47 @@ class Placer:
                 "default_gpus": self.default_gpus,
             }
             held = list(self._held.values())
+            used = dict(self._used)
         if self.cpus is not None:
             out["cpus"] = max(0.0, self.cpus - sum(p.cpus for p in held))
         if self.memory_gb is not None:
             out["memory_gb"] = max(0.0, self.memory_gb - sum(p.memory_gb for p in held))
+        if self.gpus:  # what a reservation for the head of the queue needs (no starvation)
+            out["box"] = self._box(held, used)
         return out
+
+    def _box(self, held: list[Placed], used: dict[int, int]) -> dict[str, Any]:
+        """What the box has in all, and when its running jobs surely free whole GPUs."""
+        box: dict[str, Any] = {
+            "gpus_whole": len(self.gpus),
+            "gpu_share": 1.0,
+            "gpu_names": sorted({g.name for g in self.gpus}),
+            "gpu_memory_gb": max(g.memory_mb / 1024 for g in self.gpus),
+            "default_gpus": self.default_gpus,
+        }
+        if self.cpus is not None:
+            box["cpus"] = self.cpus
+        if self.memory_gb is not None:
+            box["memory_gb"] = self.memory_gb
+        steps: list[list[float]] = []
+        left = dict(used)
+        for placed in sorted((p for p in held if p.deadline is not None), key=_deadline):
+            for gpu, share in placed.gpus:
+                left[gpu.index] = left.get(gpu.index, 0) - round(share * _UNITS)
+            whole = sum(1 for g in self.gpus if left.get(g.index, 0) <= 0)
+            steps.append([float(placed.deadline or 0), float(whole)])
+        box["whole_free_at"] = steps
+        return box
 
     def could_ever(self, request: Mapping[str, Any]) -> bool:
         """Whether this box, empty, could run the job (for the reservation of the head)."""
         return self._pick(request, dict.fromkeys((g.index for g in self.gpus), 0)) is not None
 
-    def place(self, inv_id: str, request: Mapping[str, Any]) -> Placed | None:
-        """Take what the job asks for; None when it does not fit what is free now."""
+    def place(
+        self, inv_id: str, request: Mapping[str, Any], deadline: float | None = None
+    ) -> Placed | None:
+        """Take what the job asks for; None when it does not fit what is free now.
+        `deadline`: when the job surely ends (its timeout), for reservations."""
         with self._lock:
             if inv_id in self._held:
                 return self._held[inv_id]
@@ -119,6 +150,7 @@ class Placer:
                 cpus=float(request.get("cpus") or 0),
                 memory_gb=float(request.get("memory_gb") or 0),
                 gpu_type=gpu_type,
+                deadline=deadline,
             )
             for gpu, share in gpus:
                 self._used[gpu.index] = self._used.get(gpu.index, 0) + round(share * _UNITS)
@@ -174,6 +206,10 @@ class Placer:
         if len(whole) < wanted:
             return None
         return tuple((g, 1.0) for g in whole[: int(wanted)]), chosen
+
+
+def _deadline(placed: Placed) -> float:
+    return placed.deadline or 0.0
 
 
 def declared_gpus(count: int, name: str | None, memory_gb: float | None) -> list[Gpu]:

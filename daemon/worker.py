@@ -8,6 +8,7 @@ systemd's READY / WATCHDOG / STATUS / STOPPING, and SIGTERM as a drain (sdk/sign
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -161,7 +162,8 @@ class Daemon(WorkerCore):
         placer = self._placer
         if placer is None:
             return True
-        placed = placer.place(claim.id, claim.resources)
+        deadline = None if claim.timeout_s is None else time.time() + claim.timeout_s
+        placed = placer.place(claim.id, claim.resources, deadline)
         if placed is None:  # the store's figures and the placer's disagree: give it back
             self._log.warning("job.unplaced", invocation=claim.id, resources=claim.resources)
             self._settle_call(claim, "release", lambda: self.plane.release(claim.id, claim.lease))

@@ -184,6 +184,7 @@ FREE_KEYS: dict[str, Any] = {
     "cpus": _MAX_AMOUNT,
     "memory_gb": _MAX_AMOUNT,
     "default_gpus": 0.0,
+    "box": None,
 }
 
 
@@ -201,7 +202,9 @@ def check_free(value: object) -> dict[str, Any]:
         )
     out: dict[str, Any] = dict(FREE_KEYS)
     for key, given in value.items():
-        if key == "gpu_names":
+        if key == "box":
+            out[key] = None if given is None else _check_box(given)
+        elif key == "gpu_names":
             if not isinstance(given, (list, tuple)) or not all(
                 isinstance(n, str) and 0 < len(n) <= 256 for n in given
             ):
@@ -210,6 +213,26 @@ def check_free(value: object) -> dict[str, Any]:
         else:
             out[key] = float(_amount(given, f"free.{key}"))
     return out
+
+
+def _check_box(value: object) -> dict[str, Any]:
+    """`free.box`: what the claimer has in all, and when running jobs surely free whole GPUs
+    (`whole_free_at`: [[epoch seconds, whole GPUs free by then], ...], from their timeouts).
+    With it, a claim reserves for the head the box could run but not now (no starvation)."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgument("free.box must be an object")
+    box = check_free({k: v for k, v in value.items() if k != "whole_free_at"})
+    box["box"] = None
+    steps = value.get("whole_free_at", [])
+    if not isinstance(steps, (list, tuple)) or not all(
+        isinstance(s, (list, tuple)) and len(s) == 2 for s in steps
+    ):
+        raise InvalidArgument("free.box.whole_free_at must be a list of [time, GPUs] pairs")
+    box["whole_free_at"] = [
+        (float(_number(t, "free.box.whole_free_at")), float(_number(n, "free.box.whole_free_at")))
+        for t, n in steps
+    ]
+    return box
 
 
 def fit_params(free: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ has free, and where an attempt runs: the same on every plane."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytest
@@ -159,3 +160,30 @@ def test_placement_is_written_under_the_lease_and_read_back(plane: PlaneEnv) -> 
     with pytest.raises(LeaseLost, match="placement refused"):
         plane.dispatch.place(got.id, "not-the-lease", {"worker": "other"})
     assert q.status(job).placement == placement
+
+
+def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
+    plane: PlaneEnv,
+) -> None:
+    q = plane.queue("res-reserve")
+    big = q.submit("big", resources={"gpus": 4})
+    small = q.submit("small", resources={"gpus": 1})
+    quick = q.submit("quick", resources={"gpus": 1}, timeout_s=30)
+    box = {"gpus_whole": 4, "gpu_share": 1.0, "gpu_names": [H100], "gpu_memory_gb": 80}
+    soon = time.time() + 60  # the running jobs' timeouts free all four GPUs by then
+
+    held = plane.dispatch.claim(
+        ["res-reserve"], worker="w", free=free(gpus_whole=2, box={**box, "whole_free_at": []})
+    )
+    assert held is None  # no running job surely ends: nothing may delay the head
+    backfill = plane.dispatch.claim(
+        ["res-reserve"],
+        worker="w",
+        free=free(gpus_whole=2, box={**box, "whole_free_at": [[soon, 4]]}),
+    )
+    assert backfill is not None and backfill.id == quick  # ends (30 s) before 60 s
+    assert q.status(small).state == "queued"
+    head = plane.dispatch.claim(
+        ["res-reserve"], worker="w", free=free(gpus_whole=4, box={**box, "whole_free_at": []})
+    )
+    assert head is not None and head.id == big

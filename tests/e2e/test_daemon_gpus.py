@@ -4,12 +4,14 @@ whole GPUs, fractions and types; each job's child sees exactly its GPUs."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import jobs
 import pytest
-from daemon_harness import DaemonProcess
+from daemon_harness import JOBS_PATH, DaemonProcess, daemon_env, wait_until
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import Dispatch
@@ -107,3 +109,65 @@ def test_a_job_that_asks_for_no_gpu_sees_none(q: dls.SyncQueue) -> None:
     seen = q.result(q.submit(dls.thunk(jobs.placed)), timeout=30)
     assert seen["cuda"] == "" and seen["gpus"] == []
     assert os.environ.get("LAKESHORE_GPUS") is None  # the test process was never placed
+
+
+#: Another process keeps 1-GPU jobs of 2 s queued until the stop file appears.
+STREAM = """
+import sys, time
+from pathlib import Path
+import dreamlake.lakeshore as dls
+import jobs
+from dreamlake.lakeshore.plane import Dispatch
+
+db, stop = sys.argv[1], Path(sys.argv[2])
+with Dispatch(db) as plane:
+    q = dls.SyncQueue("gpu-box", dispatch=plane)
+    while not stop.exists():
+        if q.count("queued") < 3:
+            q.submit(dls.thunk(jobs.sleep_for, 2.0), resources={"gpus": 1})
+        time.sleep(0.05)  # the pace of a load generator, not a wait for anything
+"""
+
+
+def test_a_four_gpu_job_is_not_starved_by_a_stream_of_one_gpu_jobs(
+    q: dls.SyncQueue, plane: Dispatch, home: Path
+) -> None:
+    stop = home / "stop-stream"
+    env = daemon_env(home, {"PYTHONPATH": JOBS_PATH})
+    stream = subprocess.Popen(
+        [sys.executable, "-c", STREAM, str(home / "lakeshore.db"), str(stop)], env=env
+    )
+    try:
+        wait_until(lambda: q.count("running") >= 4, timeout=60, what="four small jobs running")
+        big = q.submit(dls.thunk(jobs.placed), resources={"gpus": 4})
+        q.result(big, timeout=60)
+        big_row = q.status(big)
+        assert big_row.started_at is not None and big_row.finished_at is not None
+
+        def resumed() -> bool:
+            rows = plane.invocations(queue=QUEUE, limit=200)
+            return any(
+                r.resources == {"gpus": 1} and (r.started_at or 0) > big_row.finished_at
+                for r in rows
+            )
+
+        wait_until(resumed, timeout=60, what="the small jobs to resume")
+    finally:
+        stop.touch()
+        stream.wait(30)
+    rows = [r for r in plane.invocations(queue=QUEUE, limit=1000) if r.resources == {"gpus": 1}]
+    for r in rows:
+        if r.state == "queued":
+            q.cancel(r.id)
+    ran = [r for r in rows if r.started_at is not None]
+    before = [r for r in ran if r.started_at < big_row.started_at]
+    after = [r for r in ran if r.started_at > big_row.started_at]
+    assert before and after
+    last_end = max(r.finished_at or big_row.started_at for r in before)
+    # It started once the small jobs running then had ended, within 3 s of the last end ...
+    assert last_end <= big_row.started_at <= last_end + 3.0
+    # ... and no small job started while it waited or ran: they resumed after it.
+    assert all(r.started_at >= big_row.finished_at for r in after)
+    assert all(
+        r.started_at >= big_row.finished_at for r in ran if r.created_at > big_row.created_at
+    )

@@ -26,7 +26,7 @@ def test_whole_gpus_come_from_unused_ones_and_go_back_when_the_job_ends() -> Non
     three = placer.place("three", {"gpus": 3})
     assert three is not None and three.indexes == [1, 2, 3]
     assert placer.place("one", {"gpus": 1}) is None  # GPU 0 is shared, not whole
-    assert placer.free() | {"gpu_names": []} == {
+    assert placer.free() | {"gpu_names": [], "box": None} == {
         "gpus_whole": 0,
         "gpu_share": 0.5,
         "gpu_names": [],
@@ -34,6 +34,7 @@ def test_whole_gpus_come_from_unused_ones_and_go_back_when_the_job_ends() -> Non
         "default_gpus": 0.0,
         "cpus": 8.0,
         "memory_gb": 64.0,
+        "box": None,
     }
 
     placer.release("three")
@@ -58,3 +59,14 @@ def test_type_memory_cpus_and_the_default_request() -> None:
         "gpus": [{"index": 1, "uuid": "u1", "name": "NVIDIA H100", "share": 1.0}],
         "gpu_type": "h100",
     }
+
+
+def test_the_box_says_when_running_jobs_surely_free_whole_gpus() -> None:
+    placer = box()
+    placer.place("long", {"gpus": 1}, deadline=200.0)
+    placer.place("short", {"gpus": 2}, deadline=100.0)
+    placer.place("forever", {"gpus": 0.5})  # no timeout: never counted as ending
+
+    whole = placer.free()["box"]
+    assert whole["gpus_whole"] == 4 and whole["gpu_share"] == 1.0
+    assert whole["whole_free_at"] == [[100.0, 2.0], [200.0, 3.0]]

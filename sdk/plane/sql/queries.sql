@@ -647,3 +647,42 @@ UPDATE queues SET resources = :resources, updated_at = :now WHERE namespace = :n
 UPDATE invocations SET placement = :placement, pending_reason = NULL, unschedulable_reason = NULL
 WHERE id = :id AND lease = :lease AND state = 'running'
 RETURNING id;
+
+-- name: queued_head
+-- The head of a fifo claim among the jobs a worker could ever run (issue 34, no starvation):
+-- the `fits` fragment bound to what the worker has in all, not what it has free. A worker
+-- whose head does not fit what is free reserves for it (store/reservation.py).
+SELECT id, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb FROM invocations
+WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
+  AND (deadline_at IS NULL OR deadline_at >= :now)
+  AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+  {fits}
+  AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+ORDER BY priority DESC, id ASC LIMIT 1;
+
+-- name: claim_id
+-- Claim the head a worker reserved for, once it fits: still queued, or nothing.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources;
+
+-- name: claim_backfill
+-- While a worker reserves for its head, only a job that fits what is free and surely ends
+-- (its timeout_s) before the reservation could start (:start_bound) may run meanwhile.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = (
+    SELECT id FROM invocations
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
+      AND (deadline_at IS NULL OR deadline_at >= :now)
+      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+      {fits}
+      AND timeout_s IS NOT NULL AND timeout_s <= :start_bound - :now
+      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources;

@@ -39,7 +39,7 @@ from .base import (
     SWEEP_EVERY_S,
     new_id,
 )
-from .placement import asked, fitted, scarce, write_request
+from .placement import BOX, asked, fitted, scarce, write_request
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
@@ -49,6 +49,7 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+from .reservation import claim_reserving
 
 #: Claim parameters the priority_levels statements do not bind.
 _NOT_LEVELS = frozenset({"expires", "worker", "lease"})
@@ -326,7 +327,10 @@ class InvocationStore(QueueStore):
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
         check_host(host)
         now = time.time()
-        fit = {} if free is None else fit_params(check_free(free))
+        checked = None if free is None else check_free(free)
+        fit = {} if checked is None else fit_params(checked)
+        if checked is not None and checked["box"] is not None:
+            fit[BOX] = checked["box"]  # taken out before any statement binds it
         return {
             "ns": ns,
             "queues": names,
@@ -408,6 +412,12 @@ class InvocationStore(QueueStore):
         limit: int,
     ) -> list[Row]:
         """Up to `limit` claimed rows, in the order single claims would have taken them."""
+        box = params.get(BOX)
+        if box is not None:
+            params = {k: v for k, v in params.items() if k != BOX}
+            if kind == "fifo" and scarce(params):
+                row = claim_reserving(tx, params, box)
+                return [row] if row is not None else []
         if scarce(params):
             limit = 1  # the next job's fit depends on where the claimer puts this one
         elif limit > 1 and kind == "fifo" and len(params["queues"]) == 1:

@@ -19,6 +19,10 @@ from .base import StoreBase
 #: The CPUs or memory of a claimer that does not count them (`resources.FREE_KEYS`).
 UNCOUNTED = float(FREE_KEYS["cpus"])
 
+#: Where a claim's parameters keep what its worker has in all (`free.box`), for the
+#: reservation (reservation.py); no statement binds it.
+BOX = "_box"
+
 #: The most a placement may weigh as JSON: a few GPUs' indexes, UUIDs and names.
 MAX_PLACEMENT_BYTES = 16 * 1024
 
