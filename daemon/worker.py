@@ -199,14 +199,12 @@ class Daemon(WorkerCore):
             labels=dict(self.config.labels),
             gpus_per_job=self.config.gpus_per_job,
         )
-        # What jobs are placed against (the unschedulable sweep reads it): declared figures
-        # where given, else what was detected.
+        # What jobs are placed against (the unschedulable sweep reads it): the GPUs offered,
+        # and the CPUs and memory declared to be counted.
         facts["resources"] = {
             "gpus": len(self._gpus or []),
-            "cpus": self.config.cpus if self.config.cpus is not None else facts["cpus"],
-            "memory_gb": self.config.memory_gb
-            if self.config.memory_gb is not None
-            else round(facts["memory_mb"] / 1024, 1),
+            "cpus": self.config.cpus,  # None: not counted (--cpus not given)
+            "memory_gb": self.config.memory_gb,
         }
         return facts
 

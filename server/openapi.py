@@ -144,6 +144,7 @@ SCHEMAS: dict[str, Any] = {
             "pending": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
+            "unschedulable": INT,
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),

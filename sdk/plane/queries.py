@@ -48,6 +48,9 @@ SQLITE = Dialect(
         "sqlite_only": "",
         # `text REGEXP pattern`: the connector registers the function (sqlite.py).
         "regexp": "REGEXP",
+        # NULL-safe (in)equality.
+        "is": "IS",
+        "is_not": "IS NOT",
     },
     param_style=":{}",
 )
@@ -62,6 +65,8 @@ POSTGRES = Dialect(
         "postgres_only": "",
         "sqlite_only": "--",
         "regexp": "~",
+        "is": "IS NOT DISTINCT FROM",
+        "is_not": "IS DISTINCT FROM",
     },
     param_style="%({})s",
 )

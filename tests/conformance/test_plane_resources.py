@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from planes import PlaneEnv
+from planes import PlaneEnv, eventually
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost
@@ -187,3 +187,43 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
         ["res-reserve"], worker="w", free=free(gpus_whole=4, box={**box, "whole_free_at": []})
     )
     assert head is not None and head.id == big
+
+
+def h200_box(queue: str, name: str, gpus: int = 1) -> dict[str, Any]:
+    """A daemon's worker row as `lakeshore-daemon --gpus N --gpu-type 'NVIDIA H200'` writes it."""
+    return {
+        "queues": [queue],
+        "info": {
+            "gpus": [
+                {"index": i, "uuid": f"u{i}", "name": "NVIDIA H200", "memory_mb": 143771}
+                for i in range(gpus)
+            ],
+            "gpus_per_job": 0,
+            "resources": {"gpus": gpus, "cpus": None, "memory_gb": None},
+        },
+    }
+
+
+def test_a_job_no_live_daemon_could_run_is_named_until_one_could(plane: PlaneEnv) -> None:
+    queue = "res-unsched"
+    q = plane.queue(queue)
+    plane.dispatch.register_worker("small-box", **h200_box(queue, "small-box"))
+    stuck = q.submit("x", resources={"gpus": 2, "gpu_type": "H100"})
+    fine = q.submit("y", resources={"gpus": 1})
+
+    row = eventually(lambda: (r := q.status(stuck)).pending_reason == "unschedulable" and r)
+    assert row.unschedulable_reason == (
+        "needs 2 GPUs of type H100; the daemons on queue res-unsched have at most "
+        "1 x NVIDIA H200 (140 GB)"
+    )
+    assert q.status(fine).pending_reason is None
+    assert plane.dispatch.stats(queue)["unschedulable"] == 1
+
+    plane.dispatch.register_worker("big-box", **h200_box(queue, "big-box", gpus=8))
+    plane.dispatch.patch_queue(queue, {"admission": {"unschedulable_fail_after_s": 0.1}})
+    assert eventually(lambda: q.status(stuck).pending_reason == "unschedulable")  # still H100
+    failed = eventually(lambda: (r := q.status(stuck)).state == "failed" and r)
+    assert failed.error is not None and failed.error.startswith("needs 2 GPUs of type H100")
+
+    h200 = q.submit("z", resources={"gpus": 4, "gpu_type": "H200"})
+    assert q.status(h200).pending_reason is None  # big-box could run it

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import jobs
 import pytest
+from click.testing import CliRunner
 from daemon_harness import JOBS_PATH, DaemonProcess, daemon_env, wait_until
 
 import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.cli.main import cli
 from dreamlake.lakeshore.plane import Dispatch
 
 pytestmark = pytest.mark.slow
@@ -103,6 +105,25 @@ def test_a_job_asking_for_what_the_box_lacks_is_not_claimed(q: dls.SyncQueue) ->
     assert q.status(a100).state == "queued" and q.status(cpus).state == "queued"
     q.cancel(a100)
     q.cancel(cpus)
+
+
+def test_a_job_the_box_could_never_run_is_named_in_jobs_show(q: dls.SyncQueue, home: Path) -> None:
+    eight = q.submit(dls.thunk(jobs.placed), resources={"gpus": 8, "gpu_type": "H100"})
+    row = wait_until(
+        lambda: (r := q.status(eight)).pending_reason == "unschedulable" and r,
+        timeout=15,
+        what="the sweep to name it",
+    )
+    assert row.unschedulable_reason == (
+        "needs 8 GPUs of type H100; the daemons on queue gpu-box have at most "
+        "4 x NVIDIA H100 80GB HBM3 (80 GB), 8 CPUs"
+    )
+    env = {"LAKESHORE_HOME": str(home), "LAKESHORE_URL": ""}
+    shown = CliRunner().invoke(cli, ["jobs", "show", eight], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "unschedulable: needs 8 GPUs of type H100" in " ".join(shown.output.split())
+    assert "8 GPUs of type H100" in shown.output  # the resources row
+    q.cancel(eight)
 
 
 def test_a_job_that_asks_for_no_gpu_sees_none(q: dls.SyncQueue) -> None:

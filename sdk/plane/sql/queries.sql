@@ -686,3 +686,47 @@ WHERE id = (
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature, resources;
+
+-- name: queued_shapes
+-- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
+-- the ones no live daemon of their queue could ever run; the oldest of each, for the queue's
+-- unschedulable_fail_after_s.
+SELECT namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason,
+    count(*) AS n, MIN(resources) AS sample
+FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason;
+
+-- name: live_workers
+-- Every worker row that heartbeats (all namespaces): what the sweep checks requests against.
+SELECT namespace, name, queues, info FROM workers
+WHERE heartbeat_at >= :since AND state <> 'gone';
+
+-- name: set_pending
+-- One request's queued jobs in a queue get a pending reason (NULL clears it), rows whose reason
+-- differs only. {is} compares NULLs as equal: NULL columns are parts of a request too.
+UPDATE invocations SET pending_reason = :reason, unschedulable_reason = :words
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb
+  AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
+RETURNING id;
+
+-- name: fail_unschedulable
+-- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,
+-- fail with the reason instead of waiting forever.
+UPDATE invocations SET state = 'failed', error = :words, finished_at = :now
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb AND created_at <= :before
+RETURNING id;
+
+-- name: unschedulable_counts
+-- lakeshore_jobs_unschedulable, per queue (index invocations_shapes).
+SELECT namespace, queue, count(*) AS n FROM invocations
+WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'unschedulable'
+GROUP BY namespace, queue;
+
+-- name: unschedulable_in_queue
+SELECT count(*) AS n FROM invocations
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND pending_reason = 'unschedulable';

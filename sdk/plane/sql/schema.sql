@@ -507,3 +507,9 @@ ALTER TABLE invocations ADD COLUMN placement TEXT;
 ALTER TABLE invocations ADD COLUMN pending_reason TEXT;
 ALTER TABLE invocations ADD COLUMN unschedulable_reason TEXT;
 ALTER TABLE queues ADD COLUMN resources TEXT NOT NULL DEFAULT '{}';
+-- What the unschedulable sweep reads (store/schedulable.py): the shapes of queued jobs that
+-- state a request, per queue, and how many of each carry which pending reason; only those rows,
+-- so a queue of plain jobs costs it nothing however deep.
+CREATE INDEX IF NOT EXISTS invocations_shapes ON invocations
+    (namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason)
+    WHERE state = 'queued' AND resources IS NOT NULL;

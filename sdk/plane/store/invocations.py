@@ -32,6 +32,7 @@ from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
 from ..steal import claim_with_steal_delay
 from ..wakeup import work_key
+from . import schedulable
 from .base import (
     MAX_BATCH,
     RETRY_BASE_S,
@@ -459,12 +460,20 @@ class InvocationStore(QueueStore):
         )
 
     def sweep(self) -> int:
-        """End or requeue every attempt whose lease ran out; returns how many moved."""
+        """End or requeue every attempt whose lease ran out; returns how many moved. At most
+        every few seconds, also name the queued jobs no live daemon could run (schedulable.py)."""
+        now = time.time()
         with self.connector.transaction() as tx:
-            moved = self._sweep(tx, time.time())
+            moved = self._sweep(tx, now)
+            if schedulable.due(self._judged_at, now):
+                self._judged_at = now
+                moved += schedulable.sweep(tx, now, self._append_error)
         if moved:
             self.waker.notify()
         return moved
+
+    def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
+        self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
 
     def _sweep(self, tx: Transaction, now: float) -> int:
         timed_out = tx.all("expire_deadlines", now=now)

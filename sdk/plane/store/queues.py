@@ -245,6 +245,7 @@ class QueueStore(WorkerStore):
                 s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
                 for s in ("queued", "running")
             }
+            unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
         return {
             "queue": name,
             "namespace": ns,
@@ -254,4 +255,6 @@ class QueueStore(WorkerStore):
             "pending": counts["queued"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
             "locality_wait_s": locality.wait_s(info),
+            # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).
+            "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
         }

@@ -99,7 +99,14 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_admission(value: dict[str, Any]) -> dict[str, Any]:
-    known = {"max_depth", "on_full", "rate_limit", "deadline_cutoff_s", "locality_wait_s"}
+    known = {
+        "max_depth",
+        "on_full",
+        "rate_limit",
+        "deadline_cutoff_s",
+        "locality_wait_s",
+        "unschedulable_fail_after_s",
+    }
     unknown = set(value) - known
     if unknown:
         raise InvalidArgument(
@@ -108,7 +115,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         )
     if value.get("on_full", "reject") not in ON_FULL:
         raise InvalidArgument(f"admission.on_full must be reject|block, got {value['on_full']!r}")
-    for field in ("max_depth", "rate_limit", "deadline_cutoff_s"):
+    for field in ("max_depth", "rate_limit", "deadline_cutoff_s", "unschedulable_fail_after_s"):
         v = value.get(field)
         if v is not None and not _in_range(v, 0, low_open=True):
             raise InvalidArgument(
