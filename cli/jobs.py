@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -44,7 +43,7 @@ from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..types import STATES, TERMINAL_STATES, Frame, Invocation
 from . import output
-from .output import hidden_alias, plain_table
+from .output import hidden_alias, plain_table, when
 from .params import count
 
 if TYPE_CHECKING:
@@ -139,11 +138,6 @@ def invocation_json(inv: Invocation) -> dict[str, Any]:
     row = asdict(inv)
     row["result"] = plain(preview(inv.result))
     return row
-
-
-def when(ts: float | None, *, short: bool = False) -> str:
-    fmt = "%m-%d %H:%M:%S" if short else "%Y-%m-%d %H:%M:%S"
-    return datetime.fromtimestamp(ts).strftime(fmt) if ts else "-"
 
 
 def span(seconds: float | None) -> str:

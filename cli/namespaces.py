@@ -7,11 +7,9 @@ routes; without, they open the store directly (cli/admin_target.py).
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from .admin_target import admin_options, admin_target
-from .output import emit_json, json_option
+from .output import emit_json, json_option, plain_table, when
 
 
 @click.group("namespaces")
@@ -53,10 +51,10 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
     if as_json:
         emit_json(rows)  # created_at as ISO 8601, as every listing
         return
-    table = Table("name", "org", "created_at")
-    for r in rows:
-        table.add_row(str(r["name"]), str(r["org"] or ""), str(r["created_at"]))
-    Console().print(table)
+    plain_table(
+        ("name", "org", "created"),
+        ((r["name"], r["org"] or "-", when(r["created_at"])) for r in rows),
+    )
 
 
 @namespaces.command("orgs")
@@ -70,8 +68,8 @@ def orgs(as_json: bool, url: str | None, token: str | None, store: str | None) -
     if as_json:
         emit_json(rows)
         return
-    table = Table("org", "namespaces")
-    for r in rows:
-        members = r["namespaces"]
-        table.add_row(str(r["name"]), ", ".join(members if isinstance(members, list) else ()))
-    Console().print(table)
+    plain_table(("org", "namespaces"), ((r["name"], _joined(r["namespaces"])) for r in rows))
+
+
+def _joined(names: object) -> str:
+    return ", ".join(str(n) for n in names) if isinstance(names, list) else ""

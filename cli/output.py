@@ -29,6 +29,14 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
+def when(ts: object, *, short: bool = False) -> str:
+    """An epoch time as a table shows it: local time to the second (`short`: without the year),
+    '-' for none. Every listing's times go through here, so no verb prints a raw epoch."""
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not ts:
+        return "-"
+    return datetime.fromtimestamp(ts).strftime("%m-%d %H:%M:%S" if short else "%Y-%m-%d %H:%M:%S")
+
+
 def age(seconds: float | None) -> str:
     """A duration as a person reads it at a glance: 850ms, 42s, 4.2m, 3.1h, 2.0d; '-' if none."""
     if seconds is None:

@@ -13,7 +13,6 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,7 +26,7 @@ from ..plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
 from ..plane.options import plane_options
 from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .controller import controller_figures
-from .output import emit_json, hidden_alias, plain_table
+from .output import emit_json, hidden_alias, plain_table, when
 from .params import count, seconds
 
 if TYPE_CHECKING:
@@ -73,10 +72,6 @@ def _emit_json(value: Any) -> None:
     emit_json(_plain(value))
 
 
-def _when(ts: Any) -> str:
-    return datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S") if ts else ""
-
-
 def _json_object(text: str, option: str) -> Any:
     try:
         return json.loads(text)
@@ -111,8 +106,8 @@ def _print_queue(info: Any, console: Console) -> None:
         "locality_wait_s",
         f"{DEFAULT_LOCALITY_WAIT_S:g} (default)" if wait is None else f"{float(wait):g}",
     )
-    table.add_row("created", _when(info.created_at))
-    table.add_row("updated", _when(info.updated_at))
+    table.add_row("created", when(info.created_at))
+    table.add_row("updated", when(info.updated_at))
     console.print(table)
 
 
@@ -372,7 +367,7 @@ def events(
     table = Table("at", "event", *(["detail"] if verbose else []))
     for r in rows:
         extra = [json.dumps(r.get("detail", {}), sort_keys=True)] if verbose else []
-        table.add_row(_when(r["at"]), str(r["kind"]), *extra)
+        table.add_row(when(r["at"]), str(r["kind"]), *extra)
     Console().print(table)
 
 

@@ -133,7 +133,8 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     type=seconds(0),
     default=60.0,
     show_default=True,
-    help="On SIGTERM, how long running jobs may finish before they are released.",
+    help="On a drain (daemon drain NAME without --preempt), how long running jobs may "
+    "finish before they are released. SIGTERM is a preemption notice: --preempt-grace-s.",
 )
 @click.option(
     "--kill-grace-s",
@@ -141,6 +142,23 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     default=10.0,
     show_default=True,
     help="Between SIGTERM and SIGKILL when a job is killed, timed out or released.",
+)
+@click.option(
+    "--preempt-grace-s",
+    type=seconds(0),
+    default=30.0,
+    show_default=True,
+    help="On a preemption notice (SIGTERM, daemon drain --preempt, an EC2 spot notice), how "
+    "long running jobs get to checkpoint and stop (never past the notice's own deadline) "
+    "before they are killed and requeued as preemptions.",
+)
+@click.option(
+    "--spot-notice",
+    type=click.Choice(["none", "ec2"]),
+    default="none",
+    show_default=True,
+    help="Watch for spot interruption notices: ec2 polls the instance metadata service "
+    "(IMDSv2) every few seconds; a rebalance recommendation only stops claiming.",
 )
 @click.option(
     "--storage",
@@ -201,6 +219,8 @@ def daemon_command(
     lease_s: float,
     drain_timeout_s: float,
     kill_grace_s: float,
+    preempt_grace_s: float,
+    spot_notice: str,
     storage: str | None,
     labels: tuple[str, ...],
     signing_key_file: str | None,
@@ -239,6 +259,8 @@ def daemon_command(
         cpus=cpus,
         memory_gb=memory_gb,
         auto_concurrency=concurrency is None,
+        preempt_grace_s=preempt_grace_s,
+        spot_notice=None if spot_notice == "none" else spot_notice,
     )
     try:
         plane = open_plane(url, token, namespace)

@@ -62,6 +62,8 @@ class DaemonConfig(WorkerConfig):
     memory_gb: float | None = None
     #: `--concurrency` not given: one slot per GPU, at least one.
     auto_concurrency: bool = False
+    #: Where spot interruption notices come from (issue 35): None, or "ec2" (daemon/spot.py).
+    spot_notice: str | None = None
 
 
 class Daemon(WorkerCore):
@@ -102,7 +104,9 @@ class Daemon(WorkerCore):
                     close()
 
     def _on_first_signal(self, signum: int) -> None:
-        self.drain(f"signal {signum}")
+        # SIGTERM is how systemd, Kubernetes and Slurm say the box (or the pod) is going away:
+        # a preemption notice (issue 35), whose jobs may checkpoint and come back elsewhere.
+        self.preempt(f"signal {signum}")
 
     def _on_second_signal(self, signum: int) -> None:
         self.stop_now(f"second signal {signum}")
@@ -215,6 +219,14 @@ class Daemon(WorkerCore):
 
     def _ready_fields(self) -> dict[str, Any]:
         return {"gpus": [g.index for g in self._gpus or []]}
+
+    def _on_ready(self) -> None:
+        super()._on_ready()
+        if self.config.spot_notice == "ec2":
+            from .spot import SpotWatcher
+
+            watcher = SpotWatcher(self, self._halt)
+            self._spawn_thread("lakeshore-spot", watcher.run)
 
     def _start_slots(self, factory: SlotFactory) -> bool:
         started = super()._start_slots(factory)

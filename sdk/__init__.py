@@ -13,12 +13,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # `dls.storage` is the function (it shadows the module: import names from it with
-# `from dreamlake.lakeshore.storage import ...`); `dls.run` is the in-job module.
-from . import context, run
+# `from dreamlake.lakeshore.storage import ...`); `dls.run` is the in-job module (lazy, below).
+from . import context
+from .attempt import Preempted
 from .codec import decode, encode
 from .envelope import Envelope, Thunk, thunk
 from .errors import DecodeError, DispatchError, QueueFullError
-from .plane import Dispatch, Plane
+from .plane import Plane
 from .queue import (
     BoltzmannQueue,
     FILOQueue,
@@ -33,27 +34,32 @@ from .queue import (
     UnknownQueueWarning,
 )
 from .ref import Ref
-from .run import scope
 from .storage import StorageRef, storage
 from .topic import Topic
 from .udf import UDF, udf
 
 if TYPE_CHECKING:
-    from . import spill
+    from . import run, spill
     from .objects import get, put
+    from .plane.dispatch import Dispatch
     from .plane.http import HttpDispatch
+    from .run import scope
     from .worker import run_worker
 
 __version__ = "0.4.0"
 
-#: Imported on first use, not with the package: a producer script pays for none of them. They
-#: weigh more than the rest of the package together (httpx and the CLI it loads when click is
-#: installed; the object store and python-ulid; the worker core). Name -> (module, attribute).
+#: Imported on first use, not with the package: a producer script pays only for the plane it
+#: opens. They weigh more than the rest of the package together (the SQL store and SQLite;
+#: httpx and the CLI it loads when click is installed; the object store and python-ulid; the
+#: worker core; `dls.run`, which only a job reads). Name -> (module, attribute).
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "Dispatch": (".plane.dispatch", "Dispatch"),
     "HttpDispatch": (".plane.http", "HttpDispatch"),
     "get": (".objects", "get"),
     "put": (".objects", "put"),
     "spill": (".spill", None),
+    "run": (".run", None),
+    "scope": (".run", "scope"),
     "run_worker": (".worker", "run_worker"),
 }
 
@@ -85,6 +91,7 @@ __all__ = [
     "Job",
     "Plane",
     "Pool",
+    "Preempted",
     "PriorityQueue",
     "Queue",
     "QueueFullError",

@@ -16,10 +16,8 @@ import difflib
 import functools
 import inspect
 import os
-import socket
 import threading
 import time
-import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -36,7 +34,6 @@ from .plane.base import Plane
 from .plane.default import default_plane
 from .plane.reference import reference as plane_reference
 from .plane.reference import resolve as resolve_plane
-from .plane.store import check_elasticity
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
 from .resources import check_optional
@@ -59,6 +56,8 @@ class Job:
 
 
 def worker_identity() -> str:
+    import socket  # a worker's: a producer's import does not pay for it
+
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -92,6 +91,7 @@ def encode_submit(
     run: str | None = None,
     protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
     resources: Mapping[str, Any] | None = None,
+    max_preemptions: int | None = None,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
     written in, or the function that picks it, asked only if something is pickled. `resources`
@@ -120,6 +120,7 @@ def encode_submit(
         host=host,
         objects=owned,
         resources=asked,
+        max_preemptions=max_preemptions,
     )
 
 
@@ -208,6 +209,14 @@ def check_priority_field(field: object) -> str | None:
     return field
 
 
+def _checked_elasticity(elasticity: Mapping[str, Any]) -> dict[str, Any]:
+    """The store's own check, so a handle refuses what every plane refuses; imported here, not
+    with the SDK, because it brings the whole store (a third of the import) to a producer."""
+    from .plane.store import check_elasticity
+
+    return check_elasticity(dict(elasticity))
+
+
 _ABSENT: Any = object()
 
 
@@ -286,7 +295,7 @@ class SyncQueue:
         self.temperature = check_temperature(temperature)
         self.priority_field = check_priority_field(priority_field)
         self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
-        self.elasticity = check_elasticity(dict(elasticity)) if elasticity is not None else None
+        self.elasticity = _checked_elasticity(elasticity) if elasticity is not None else None
         #: The request of a job submitted here without one, kept on the queue row.
         self.resources = check_optional(resources, "queue resources")
         self._dispatch = dispatch
@@ -471,16 +480,27 @@ class SyncQueue:
         timeout_s: float | None = None,
         block_s: float = 30.0,
         resources: Mapping[str, Any] | None = None,
+        max_preemptions: int | None = None,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
         `timeout_s` bounds the job's run; `block_s` bounds how long a submit waits for room on a
         queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
-        it from the payload's `priority_field`; otherwise it is 0. `resources` is what the job
-        needs to run (GPUs, CPUs, memory: `dreamlake.lakeshore.resources`); without it, a udf's,
-        else the queue's.
+        it from the payload's `priority_field`; otherwise it is 0. `max_preemptions`: how many
+        times its box may go away under it (not charged to `max_attempts`); None: the queue's
+        `admission.max_preemptions`, else 20. `resources` is what the job needs to run (GPUs,
+        CPUs, memory: `dreamlake.lakeshore.resources`); without it, a udf's, else the queue's.
         """
-        req = self._request(payload, envelope, key, priority, max_attempts, timeout_s, resources)
+        req = self._request(
+            payload,
+            envelope,
+            key,
+            priority,
+            max_attempts,
+            timeout_s,
+            resources=resources,
+            max_preemptions=max_preemptions,
+        )
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
     @_through_plane
@@ -493,6 +513,7 @@ class SyncQueue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         resources: Mapping[str, Any] | None = None,
+        max_preemptions: int | None = None,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
@@ -505,7 +526,8 @@ class SyncQueue:
             timeout_s,
             self.run_id,
             self._protocol(),
-            resources,
+            resources=resources,
+            max_preemptions=max_preemptions,
         )
 
     def _protocol(self) -> Callable[[], int]:
@@ -691,6 +713,8 @@ class SyncQueue:
         try:
             yield job
         except BaseException as exc:
+            import traceback  # a worker's, loaded at its first failure
+
             self.nack(job, error="".join(traceback.format_exception(exc)), retry=True)
             raise
         self.ack(job)
@@ -759,6 +783,7 @@ class Queue:
         timeout_s: float | None = None,
         block_s: float = 30.0,
         resources: Mapping[str, Any] | None = None,
+        max_preemptions: int | None = None,
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -770,6 +795,7 @@ class Queue:
             timeout_s=timeout_s,
             block_s=block_s,
             resources=resources,
+            max_preemptions=max_preemptions,
         )
 
     async def submit_many(

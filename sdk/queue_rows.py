@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 from .errors import Conflict, InvalidArgument, NotFound
 from .plane.base import Plane
-from .plane.store import check_elasticity
 from .types import QueueInfo, normalize_kind
 
 __all__ = [
@@ -57,6 +56,8 @@ class RowSpec:
     name: str
     #: The kind the row is created with: fifo, priority, filo or boltzmann.
     kind: str
+    #: As `check_elasticity` returns it (the handle checks it when it is made), so it compares
+    #: equal to the row's own when the two agree.
     elasticity: dict[str, Any] | None = None
     description: str | None = None
     #: Create a missing row with the fields above; patch a differing elasticity / description.
@@ -122,7 +123,7 @@ def _reconcile(plane: Plane, spec: RowSpec, info: QueueInfo, *, touch: bool) -> 
     if not spec.declare:
         return
     changes: dict[str, Any] = {}
-    if spec.elasticity is not None and info.elasticity != check_elasticity(spec.elasticity):
+    if spec.elasticity is not None and info.elasticity != spec.elasticity:
         changes["elasticity"] = spec.elasticity
     if spec.description is not None and (touch or info.description != spec.description):
         changes["description"] = spec.description

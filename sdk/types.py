@@ -33,7 +33,15 @@ KIND_ALIASES: dict[str, Kind] = {
 QueueState = Literal["active", "draining", "archived"]
 QUEUE_STATES: tuple[QueueState, ...] = ("active", "draining", "archived")
 
-FrameKind = Literal["VALUE", "ERROR", "END"]
+FrameKind = Literal["VALUE", "ERROR", "END", "RESUME"]
+
+#: Preemptions a job survives unless its submit or its queue says otherwise (issue 35).
+DEFAULT_MAX_PREEMPTIONS = 20
+MAX_PREEMPTIONS_LIMIT = 1000
+#: Why an attempt ended, as the worker decided it before it signalled the job (`ended_by`):
+#: a notice that the box is going away, a kill asked by cancel, the run's timeout, the job's
+#: process dying, the job's own error, its worker lost with the lease, a command exiting 75.
+END_CAUSES = ("notice", "cancel", "timeout", "died", "error", "daemon_lost", "exit75")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
@@ -142,6 +150,9 @@ class SubmitRequest:
     #: What the job needs to run (sdk/resources.py): None states nothing, and the queue's
     #: default applies; {} asks for nothing.
     resources: dict[str, Any] | None = None
+    #: How many preemptions the job survives (issue 35); None: its queue's
+    #: `admission.max_preemptions`, else DEFAULT_MAX_PREEMPTIONS.
+    max_preemptions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +184,16 @@ class Invocation:
     pending_reason: str | None = None
     #: Why no live daemon of its queue could ever run it, in words; None when one could.
     unschedulable_reason: str | None = None
+    #: Attempts that a preemption ended (issue 35): counted in `attempt`, not against
+    #: `max_attempts`; past `max_preemptions` the job fails.
+    preemptions: int = 0
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    #: Why the last attempt that ended other than by success ended, as its worker decided it
+    #: (END_CAUSES): kept once the job succeeds (a resumed job still says what interrupted
+    #: it); None while no attempt ended that way.
+    ended_by: str | None = None
+    #: The job's last checkpoint: the encoded Ref of its state in durable storage (None: none).
+    checkpoint: bytes | None = None
 
     @property
     def terminal(self) -> bool:
@@ -199,6 +220,10 @@ class Claim:
     signature: str | None = None
     #: What the job asked for (sdk/resources.py), for the daemon to place it; {}: nothing.
     resources: dict[str, Any] = field(default_factory=dict)
+    #: Issue 35: how many attempts before this one a preemption ended, and the checkpoint the
+    #: job left (an encoded Ref), which `dls.run.last_checkpoint()` reads in the body.
+    preemptions: int = 0
+    checkpoint: bytes | None = None
 
 
 class Ack(NamedTuple):

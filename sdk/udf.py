@@ -1,8 +1,8 @@
 """`@udf`: a function bound to a queue, still callable locally, submitted by value.
 
 `f.submit(...)` takes the function's own arguments; the options of the submit are underscored
-(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_resources`) so they never
-collide with them.
+(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_max_preemptions`,
+`_resources`) so they never collide with them.
 
 `queue=` is a queue object or a queue name. With a name, the decorator builds the queue and picks
 its class from the other arguments: `priority_field=` -> PriorityQueue, `temperature=` or
@@ -71,6 +71,7 @@ class SubmitOptions:
     dispatch: Plane | None = None
     timeout_s: float | None = None
     max_attempts: int = 3
+    max_preemptions: int | None = None
     #: remote() only: how long to wait for the result.
     timeout: float = 30.0
     #: This call's request (`_resources=`), instead of the udf's.
@@ -85,6 +86,7 @@ class SubmitOptions:
             dispatch=_option(kwargs, "_dispatch", Plane, None),
             timeout_s=_option(kwargs, "_timeout_s", (int, float), None),
             max_attempts=_option(kwargs, "_max_attempts", int, 3),
+            max_preemptions=_option(kwargs, "_max_preemptions", int, None),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
             resources=_option(kwargs, "_resources", Mapping, None),
         )
@@ -156,6 +158,7 @@ class UDF(Generic[P, R]):
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
             resources=self._resources(opts),
+            max_preemptions=opts.max_preemptions,
         )
 
     def _resources(self, opts: SubmitOptions) -> Mapping[str, Any] | None:

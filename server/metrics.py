@@ -12,6 +12,9 @@ Two kinds of figures, because they answer different questions:
 
 Counting wraps the route handlers (`instrument`) rather than the store: the handler knows the
 namespace, and a wrapper keeps the hot path free of any metrics call when it is not installed.
+One exception: the acks a claim carries (the daemon's normal way to settle) are counted by the
+claim handler as soon as they commit (`count_acks`), because the claim may then hold its request
+for a long-poll, and a completion counted at its end would come late and read as slower.
 A failure to count is logged and never fails the request it was counting.
 """
 
@@ -23,7 +26,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -35,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..errors import DispatchError
 from ..ids import ulid_time
 from ..plane.store import WORKER_STALE_S, SqlStore
 from ..types import TERMINAL_STATES
@@ -269,10 +273,31 @@ async def _acked(m: ServerMetrics, call: Call, result: Any) -> None:
 
 
 async def _acked_many(m: ServerMetrics, call: Call, result: Any) -> None:
-    for item, error in zip(call.body.data["acks"], result["errors"], strict=True):
-        if error is None:
-            ns, queue = await m.queue_of(call, item["id"])
-            m.ended(ns, queue, item["id"], "succeeded")
+    ids = [item["id"] for item in call.body.data["acks"]]
+    await _succeeded(m, call, ids, [e is None for e in result["errors"]])
+
+
+async def _succeeded(
+    m: ServerMetrics, call: Call, ids: Sequence[str], took: Sequence[bool]
+) -> None:
+    for inv_id, ok in zip(ids, took, strict=True):
+        if ok:
+            ns, queue = await m.queue_of(call, inv_id)
+            m.ended(ns, queue, inv_id, "succeeded")
+
+
+async def count_acks(
+    call: Call, ids: Sequence[str], errors: Sequence[DispatchError | None]
+) -> None:
+    """Count the acks a claim carried, once committed and before the claim waits for a job
+    (see the module doc); each refused one (a stale lease) is no completion."""
+    m = _metrics(call)
+    if m is None:
+        return
+    try:
+        await _succeeded(m, call, ids, [e is None for e in errors])
+    except Exception:  # counting is never worth a failed request
+        log.exception("metrics: could not count the acks of a claim")
 
 
 async def _nacked(m: ServerMetrics, call: Call, result: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..types import END_CAUSES
 from .endpoint import Api
 
 BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
@@ -155,6 +156,7 @@ SCHEMAS: dict[str, Any] = {
             "key": STR,
             "priority": NUM,
             "max_attempts": INT,
+            "max_preemptions": INT,
             "timeout_s": NUM,
             "host": {
                 "type": "string",
@@ -193,6 +195,10 @@ SCHEMAS: dict[str, Any] = {
             "placement": _nullable(OBJ),
             "pending_reason": _nullable(STR),
             "unschedulable_reason": _nullable(STR),
+            "preemptions": INT,
+            "max_preemptions": INT,
+            "ended_by": _nullable({"enum": list(END_CAUSES)}),
+            "checkpoint": _nullable(BYTES),
         }
     ),
     "Cancel": _obj({"kill": BOOL}),
@@ -233,6 +239,8 @@ SCHEMAS: dict[str, Any] = {
             "priority": NUM,
             "signature": _nullable(STR),
             "resources": _ref("Resources"),
+            "preemptions": INT,
+            "checkpoint": _nullable(BYTES),
         }
     ),
     "ClaimResult": _obj(
@@ -260,12 +268,27 @@ SCHEMAS: dict[str, Any] = {
         {"lease": STR, "state": {"enum": ["killed", "timeout", "failed"]}, "error": STR},
         ("lease", "state"),
     ),
-    "Release": _obj({"lease": STR}, ("lease",)),
+    "Release": _obj(
+        {
+            "lease": STR,
+            "outcome": {"enum": ["unrun", "preempted"]},
+            "cause": {"enum": list(END_CAUSES)},
+        },
+        ("lease",),
+    ),
+    "Checkpoint": _obj({"lease": STR, "checkpoint": BYTES}, ("lease", "checkpoint")),
+    "Cause": _obj({"lease": STR, "cause": {"enum": list(END_CAUSES)}}, ("lease", "cause")),
+    "Noted": _obj({"noted": BOOL}),
+    "Checkpointed": _obj({"previous": _nullable(BYTES)}),
     "Released": _obj({"released": BOOL}),
     "Renew": _obj({"leases": STRS, "lease_s": NUM}),
     "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
     "Frame": _obj(
-        {"seq": INT, "kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES)}
+        {
+            "seq": INT,
+            "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]},
+            "value": _nullable(BYTES),
+        }
     ),
     "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
     "PostFrame": _obj(
@@ -293,7 +316,9 @@ SCHEMAS: dict[str, Any] = {
     ),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
     "Heartbeat": _obj({"load": OBJ, "state": STR}),
-    "WorkerState": _obj({"state": {"enum": ["alive", "draining", "gone"]}}, ("state",)),
+    "WorkerState": _obj(
+        {"state": {"enum": ["alive", "draining", "preempting", "gone"]}}, ("state",)
+    ),
 }
 
 QUERY_TYPES = {
@@ -465,7 +490,11 @@ SCHEMAS.update(
             ("events", "now"),
         ),
         "FleetWorkerState": _obj(
-            {"namespace": STR, "ref": STR, "state": {"enum": ["alive", "draining", "gone"]}},
+            {
+                "namespace": STR,
+                "ref": STR,
+                "state": {"enum": ["alive", "draining", "preempting", "gone"]},
+            },
             ("namespace", "ref", "state"),
         ),
         "FleetLeader": _obj(

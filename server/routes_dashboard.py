@@ -180,8 +180,8 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
 
 
 async def dashboard(call: Call) -> dict[str, Any]:
-    window_s = call.query.number("window", WINDOW_S, low=10.0, high=24 * 3600.0)
-    step_s = call.query.number("step", STEP_S, low=MIN_STEP_S, high=3600.0)
+    window_s = call.query.number("window", WINDOW_S, low=10.0, high=24 * 3600.0, unit="seconds")
+    step_s = call.query.number("step", STEP_S, low=MIN_STEP_S, high=3600.0, unit="seconds")
     if window_s / step_s > 2000:
         raise InvalidArgument("query parameters 'window' / 'step' may make at most 2000 points")
     return await call.run(snapshot, call.store, call.ns, window_s, step_s)

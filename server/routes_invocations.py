@@ -29,7 +29,16 @@ from ..types import (
 )
 from .auth import require
 from .endpoint import Api, Call
-from .longpoll import admit_handing, claim_until, hung_up, run_write, synced, wait_until
+from .longpoll import (
+    MAX_WAIT_S,
+    admit_handing,
+    claim_until,
+    hung_up,
+    run_write,
+    synced,
+    wait_until,
+)
+from .metrics import count_acks
 from .payload_kinds import code_in
 from .wire import Fields
 
@@ -44,10 +53,20 @@ ITEM_FIELDS = (
     "id",
     "objects",
     "resources",
+    "max_preemptions",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
+#: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
+WAIT_HINT = f"the server holds a request at most {MAX_WAIT_S:g} s; ask again to wait longer"
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
+
+
+def _max_preemptions(item: Fields) -> int | None:
+    """An item's max_preemptions (issue 35); None: its queue's, else the default."""
+    if item.data.get("max_preemptions") is None:
+        return None
+    return item.integer("max_preemptions", 0)
 
 
 async def submit(call: Call) -> dict[str, Any]:
@@ -74,10 +93,11 @@ async def submit(call: Call) -> dict[str, Any]:
                 objects=_objects(item),
                 # As sent: the store's check refuses it in the words every plane uses.
                 resources=item.data.get("resources"),
+                max_preemptions=_max_preemptions(item),
             )
         )
-    wait_s = call.query.number("wait", 0.0)
-    result_wait = call.query.number("result_wait", 0.0) or 0.0
+    wait_s = _wait_s(call)
+    result_wait = _wait_s(call, "result_wait")
     if result_wait > 0 and len(requests) != 1:
         raise InvalidArgument(
             f"'result_wait' waits for one invocation; this request submits {len(requests)}"
@@ -125,6 +145,11 @@ async def submit(call: Call) -> dict[str, Any]:
     if owed is not None:
         await synced(call.store, owed)
     return {"ids": ids, "invocation": inv}
+
+
+def _wait_s(call: Call, key: str = "wait") -> float:
+    """`?wait=` (or `?result_wait=`): any finite number of seconds, held up to MAX_WAIT_S."""
+    return call.query.number(key, 0.0, unit="seconds", hint=WAIT_HINT)
 
 
 def _host(fields: Fields) -> str | None:
@@ -199,7 +224,7 @@ async def count(call: Call) -> dict[str, int]:
 
 
 async def get_invocation(call: Call) -> Invocation:
-    wait_s = call.query.number("wait", 0.0)
+    wait_s = _wait_s(call)
     inv_id = call.param("id")
     return await wait_until(
         call.store,
@@ -272,6 +297,7 @@ async def claim(call: Call) -> dict[str, Any]:
             lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming, on_ended=on_ended),
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
+        await count_acks(call, [a.id for a in acks], errors)
         if on_ended is not None and not got:
             # A submit-and-wait here was handed its result: it answers before this claim
             # settles into its long-poll (a `q.call`'s producer is the one waiting).
@@ -361,12 +387,13 @@ async def end(call: Call) -> None:
 
 async def release(call: Call) -> dict[str, bool]:
     b = call.body
-    b.only("lease")
+    b.only("lease", "outcome", "cause")
     lease = b.req_text("lease")
+    outcome, cause = b.text("outcome") or "unrun", b.text("cause") or "notice"
 
     def run() -> bool:
         _owned(call.store, call.ns, call.param("id"))
-        return call.store.release(call.param("id"), lease)
+        return call.store.release(call.param("id"), lease, outcome=outcome, cause=cause)
 
     return {"released": await call.run(run)}
 
@@ -384,6 +411,30 @@ async def place(call: Call) -> None:
         call.store.place(call.param("id"), lease, placement)
 
     await call.run(run)
+
+
+async def note_cause(call: Call) -> dict[str, bool]:
+    """Issue 35: why the worker is about to end this attempt, before it signals the job."""
+    b = call.body
+    b.only("lease", "cause")
+    lease, cause = b.req_text("lease"), b.req_text("cause")
+    noted = await call.run(
+        lambda: call.store.note_cause(call.param("id"), lease, cause, ns=call.ns)
+    )
+    return {"noted": noted}
+
+
+async def checkpoint(call: Call) -> dict[str, bytes | None]:
+    """Issue 35: the job's last checkpoint, an encoded Ref (the state is in storage)."""
+    b = call.body
+    b.only("lease", "checkpoint")
+    lease, data = b.req_text("lease"), b.blob("checkpoint")
+    if data is None:
+        raise InvalidArgument("field 'checkpoint' is required: the encoded Ref of the state")
+    previous = await call.run(
+        lambda: call.store.checkpoint(call.param("id"), lease, data, ns=call.ns)
+    )
+    return {"previous": previous}
 
 
 async def renew(call: Call) -> dict[str, dict[str, bool]]:
@@ -407,7 +458,7 @@ def _topic(call: Call) -> str:
 async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str, Any]:
     """`ended` says the invocation is terminal with no frame after `since`: stop waiting."""
     since = call.query.integer("since", -1)
-    wait_s = call.query.number("wait", 0.0)
+    wait_s = _wait_s(call)
 
     def fetch() -> tuple[list[Frame], bool]:
         inv = call.store.invocation(call.ns, inv_id) if inv_id is not None else None
@@ -564,6 +615,25 @@ ROUTES = [
         "Record where a claimed attempt runs (worker, GPU indexes and UUIDs); needs its lease",
         status=204,
         body="Placement",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/cause",
+        note_cause,
+        "Record why the worker is about to end this running attempt, before it signals the job",
+        body="Cause",
+        response="Noted",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/checkpoint",
+        checkpoint,
+        "Record the job's last checkpoint (the encoded Ref of its state in durable storage) "
+        "under the attempt's lease; answers the one it replaced",
+        body="Checkpoint",
+        response="Checkpointed",
         scopes=(WORK,),
     ),
     Api(

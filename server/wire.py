@@ -198,6 +198,17 @@ def error_response(exc: DispatchError, *, as_json: bool) -> Response:
 # -- typed access to body fields and query parameters, with messages naming the field ---------
 
 
+def out_of_range(
+    name: str, got: object, low: float, high: float, *, unit: str = "", hint: str = ""
+) -> str:
+    """What a number must be, in words a caller can act on: "0 or more" for an open end, never
+    a range "between 0.0 and inf" that the refused `inf` seems to satisfy."""
+    what = f"a finite number of {unit}" if unit else "a finite number"
+    allowed = f"{what}, {low:g} or more" if math.isinf(high) else f"{what} from {low:g} to {high:g}"
+    shown = got[:40] if isinstance(got, str) else got
+    return f"{name} must be {allowed}{f' ({hint})' if hint else ''}; got {shown!r}"
+
+
 def _int64(value: int) -> bool:
     """What a database column (and msgpack) can hold: a client's 30-digit number is a 400."""
     return -(2**63) <= value < 2**63
@@ -248,7 +259,7 @@ class Fields:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidArgument(f"field '{self._name(key)}' must be a number")
         if not math.isfinite(value):
-            raise InvalidArgument(f"field '{self._name(key)}' must be finite")
+            raise InvalidArgument(f"field '{self._name(key)}' must be a finite number; got {value}")
         return float(value)
 
     def integer(self, key: str, default: int) -> int:
@@ -336,8 +347,16 @@ class Query:
         return self.params.get(key)
 
     def number(
-        self, key: str, default: float, *, low: float = 0.0, high: float = math.inf
+        self,
+        key: str,
+        default: float,
+        *,
+        low: float = 0.0,
+        high: float = math.inf,
+        unit: str = "",
+        hint: str = "",
     ) -> float:
+        """A finite number from `low` to `high`; `unit` and `hint` go into the refusal."""
         raw = self.params.get(key)
         if raw is None or raw == "":
             return default
@@ -345,10 +364,12 @@ class Query:
             value = float(raw)
         except ValueError:
             raise InvalidArgument(
-                f"query parameter '{key}' must be a number, got {raw!r}"
+                out_of_range(f"query parameter '{key}'", raw, low, high, unit=unit, hint=hint)
             ) from None
         if not (math.isfinite(value) and low <= value <= high):
-            raise InvalidArgument(f"query parameter '{key}' must be between {low} and {high}")
+            raise InvalidArgument(
+                out_of_range(f"query parameter '{key}'", raw, low, high, unit=unit, hint=hint)
+            )
         return value
 
     def integer(self, key: str, default: int) -> int:

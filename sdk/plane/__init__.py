@@ -1,26 +1,38 @@
 """Dispatch planes: where invocations live. See `base.Plane` for the contract.
 
-`HttpDispatch` is imported on first use: httpx (with the command line it loads when click and
-rich are installed) costs more than the rest of the SDK, and an embedded producer never needs it.
+`Dispatch` and `HttpDispatch` are imported on first use: `Dispatch` brings the SQL store and
+SQLite (a third of the SDK's import), `HttpDispatch` brings httpx (with the command line it
+loads when click and rich are installed); a producer needs one of the two, and only once it
+opens its plane. `default_plane()` opens whichever the environment names.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .base import Plane
 from .default import default_plane, reset_default_plane
-from .dispatch import Dispatch
 
 if TYPE_CHECKING:
+    from .dispatch import Dispatch
     from .http import HttpDispatch
 
 __all__ = ["Dispatch", "HttpDispatch", "Plane", "default_plane", "reset_default_plane"]
 
+#: Name -> the module that defines it, imported at the first look-up.
+_LAZY = {"Dispatch": ".dispatch", "HttpDispatch": ".http"}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "HttpDispatch":
-        from .http import HttpDispatch
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
 
-        return HttpDispatch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

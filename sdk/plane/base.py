@@ -108,7 +108,20 @@ class Plane(Protocol):
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str: ...
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None: ...
-    def release(self, inv_id: str, lease: str) -> bool: ...
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        """Give a claimed job back: `unrun` leaves its attempt unspent; `preempted` counts a
+        preemption for `cause` (issue 35) and fails a job past its max_preemptions (False)."""
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        """Record why the worker is about to end a running attempt (types.END_CAUSES), before
+        it signals the job; False if the attempt is no longer this lease's."""
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        """Make `checkpoint` (the encoded Ref of the state in durable storage) the job's last,
+        under the attempt's lease; returns the one it replaced, for the caller to delete."""
+
     def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
         """Record where the attempt holding `lease` runs (its worker, GPUs): issue 34."""
 

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 from ..home import home
 from .base import Plane
-from .dispatch import Dispatch, box_plane_path
 
 _lock = threading.Lock()
 _planes: dict[tuple[str, ...], Plane] = {}
+
+
+def box_plane_path() -> Path:
+    """The box's plane: the SQLite file under LAKESHORE_HOME that every process here shares."""
+    return home() / "lakeshore.db"
 
 
 def default_plane() -> Plane:
@@ -45,6 +50,8 @@ def open_plane(url: str | None, token: str | None, namespace: str | None) -> Pla
         from .http import HttpDispatch
 
         return HttpDispatch(url, token=token, namespace=ns)
+    from .dispatch import Dispatch  # the store and SQLite: not loaded by an HTTP-only producer
+
     return Dispatch(box_plane_path(), namespace=ns)
 
 

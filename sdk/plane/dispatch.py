@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import signing
@@ -28,6 +27,7 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
+from .default import box_plane_path, open_plane
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
@@ -62,11 +62,6 @@ def open_store(
 READ_SWEEP_EVERY_S = 1.0
 
 
-def box_plane_path() -> Path:
-    """The box's plane: the SQLite file under LAKESHORE_HOME that every process here shares."""
-    return home() / "lakeshore.db"
-
-
 class Dispatch:
     """A plane: `Dispatch()` the box's own, `Dispatch(":memory:")` for tests, a path or a
     `postgresql://` URL for another store.
@@ -91,8 +86,6 @@ class Dispatch:
     ) -> Dispatch:
         url = os.environ.get("LAKESHORE_URL") if target is None and cls is Dispatch else None
         if url:
-            from .default import open_plane
-
             # An HttpDispatch, so Python skips __init__; typed as a Dispatch because both
             # serve the same Plane protocol, which is what a caller of Dispatch() relies on.
             return open_plane(url, None, namespace)  # type: ignore[return-value]
@@ -376,8 +369,16 @@ class Dispatch:
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
         self.store.end(inv_id, lease, state=state, error=error)
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        return self.store.release(inv_id, lease)
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        return self.store.release(inv_id, lease, outcome=outcome, cause=cause)
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        return self.store.note_cause(inv_id, lease, cause, ns=self.namespace)
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        return self.store.checkpoint(inv_id, lease, checkpoint, ns=self.namespace)
 
     def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
         self.store.place(inv_id, lease, placement)

@@ -1,10 +1,13 @@
 """`HttpDispatch`: the plane as seen through a `lakeshore server`.
 
-Every `Plane` method is one request over one keep-alive `httpx.Client` (so a submit is one round
-trip), bodies are msgpack, and the records and error classes are the ones the embedded plane
-returns and raises: callers never ask which plane they hold. Waits are long-polls: the server
-holds the request on its wake-up for up to its cap, and a longer wait simply asks again. This
-module imports only httpx and msgpack, so a producer never pulls in the server stack.
+Every `Plane` method is one request over one keep-alive connection (so a submit is one round
+trip): the lean HTTP/1.1 path (http11.py) where it can carry it, else an `httpx.Client`, made
+and imported only then (httpx loads its command line, click and rich, when they are installed:
+more than the rest of the SDK). Bodies are msgpack, and the records and error classes are the
+ones the embedded plane returns and raises: callers never ask which plane they hold. Waits are
+long-polls: the server holds the request on its wake-up for up to its cap, and a longer wait
+simply asks again. This module imports only msgpack (and httpx when it needs it), so a producer
+never pulls in the server stack.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-import httpx
 import msgpack
 
 from ..errors import (
@@ -55,6 +57,8 @@ from .tls import Verify, tls_context, untrusted_message
 from .waiting import Deadline, room_wait, through_outages
 
 if TYPE_CHECKING:
+    import httpx
+
     from ..objects.plane import PlaneTier
 
 MSGPACK = "application/msgpack"
@@ -96,6 +100,8 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["id"] = r.id
     if r.resources is not None:  # likewise
         item["resources"] = r.resources
+    if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
+        item["max_preemptions"] = r.max_preemptions
     if r.objects:  # likewise: a server before objects refuses the field
         item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
     return item
@@ -117,7 +123,7 @@ class _Unreachable(Exception):
 
 
 class _Replica:
-    """One control plane URL and its connections: httpx, and the lean path where it can."""
+    """One control plane URL and its connections: the lean path where it can, else httpx."""
 
     def __init__(
         self,
@@ -128,13 +134,9 @@ class _Replica:
         tls: ssl.SSLContext | None,
     ) -> None:
         self.url = url
-        self.client = httpx.Client(
-            base_url=url,
-            headers=headers,
-            timeout=timeout_s,
-            transport=transport,
-            verify=tls if tls is not None else True,
-        )
+        self._settings = (headers, timeout_s, transport, tls)
+        self._client: httpx.Client | None = None
+        self._making = threading.Lock()
         # The lean path (http11.py) for http and https; httpx for proxies and test transports.
         self.fast = (
             http11.Connections(url, headers, tls if url.startswith("https:") else None)
@@ -142,8 +144,28 @@ class _Replica:
             else None
         )
 
+    @property
+    def client(self) -> httpx.Client:
+        """Made at its first use: a plane on the lean path may never need it (a proxy, a test
+        transport or the object tier over TLS does)."""
+        with self._making:  # threads share a replica: one client, never a second left open
+            if self._client is None:
+                import httpx
+
+                headers, timeout_s, transport, tls = self._settings
+                self._client = httpx.Client(
+                    base_url=self.url,
+                    headers=headers,
+                    timeout=timeout_s,
+                    transport=transport,
+                    verify=tls if tls is not None else True,
+                )
+            return self._client
+
     def close(self) -> None:
-        self.client.close()
+        with self._making:
+            if self._client is not None:
+                self._client.close()
         if self.fast is not None:
             self.fast.close()
 
@@ -153,7 +175,8 @@ class _Replica:
 #: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
 #: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
 _REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames)|leases/renew"
+    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
+    r"|leases/renew"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 
@@ -428,8 +451,11 @@ class HttpDispatch:
                     f"cannot reach the control plane at {replica.url}: {exc!r}"
                 ) from exc
         else:
+            client = replica.client
+            import httpx  # loaded with the client above
+
             try:
-                response = replica.client.request(
+                response = client.request(
                     method, url, content=content, headers=headers, params=params, timeout=timeout
                 )
             except httpx.HTTPError as exc:
@@ -748,13 +774,33 @@ class HttpDispatch:
             {"lease": lease, "state": state, "error": storable_text(error)},
         )
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", {"lease": lease})
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        body: dict[str, Any] = {"lease": lease}
+        if outcome != "unrun":  # only then: a server before issue 35 refuses the fields
+            body |= {"outcome": outcome, "cause": cause}
+        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", body)
         return bool(data["released"])
 
     def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
         path = f"/invocations/{_segment(inv_id)}/placement"
         self._request("POST", path, {"lease": lease, "placement": placement})
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        data = self._request(
+            "POST", f"/invocations/{_segment(inv_id)}/cause", {"lease": lease, "cause": cause}
+        )
+        return bool(data["noted"])
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        data = self._request(
+            "POST",
+            f"/invocations/{_segment(inv_id)}/checkpoint",
+            {"lease": lease, "checkpoint": checkpoint},
+        )
+        previous = data.get("previous")
+        return None if previous is None else bytes(previous)
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         if not leases:

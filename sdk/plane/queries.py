@@ -2,6 +2,10 @@
 
 The statements are the plane's semantics; a dialect only fills in its few words ({blob},
 {skip_locked}, ...) and its parameter style, so SQLite and Postgres run the same text.
+
+A condition several statements must share word for word is a `-- fragment: <name>` section,
+which a statement of the same file names as `{<name>}`, as it names a dialect word: every claim
+says what a claimable job is through `{claimable}`, so no claim can drift from the others.
 """
 
 from __future__ import annotations
@@ -72,26 +76,60 @@ POSTGRES = Dialect(
 )
 
 
-def _sections(filename: str, kind: str = "") -> dict[str, str]:
-    """The file's sections by name; with `kind`, only the sections of that kind."""
-    text = resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+#: A statement holding `{fits}` is two: as written without the fragment (a claim from a worker
+#: that sends no free resources: its plan unchanged), and `<name>_fit` with it. So `{fits}` is
+#: left in place when the other fragments are expanded, for `queries` to make the two.
+FITS = "fits"
+
+
+def _text(filename: str) -> str:
+    return resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+
+
+def _sections(filename: str) -> dict[str, str]:
+    """The statements (or migrations) of `filename` by name, its fragments but `{fits}` expanded."""
+    return expand_fragments(_text(filename))
+
+
+def _fragments(text: str) -> dict[str, str]:
     parts = _SECTION.split(text)
     # parts = [preamble, kind, name, body, kind, name, body, ...]
     return {
-        parts[i + 1]: parts[i + 2].strip()
-        for i in range(1, len(parts) - 2, 3)
-        if parts[i] == (kind or parts[i]) and (kind or parts[i] != "fragment")
+        parts[i + 1]: _uncommented(parts[i + 2].strip())
+        for i in range(1, len(parts), 3)
+        if parts[i] == "fragment"
     }
 
 
-#: A statement holding `{fits}` is two: as written without the fragment (a claim from a worker
-#: that sends no free resources: its plan unchanged), and `<name>_fit` with it.
-FITS = "fits"
+def expand_fragments(text: str, keep: tuple[str, ...] = (FITS,)) -> dict[str, str]:
+    """The `name` and `migration` sections of `text`, each `{fragment}` they name replaced by
+    that `fragment` section's body (its own leading comment lines dropped: they explain the
+    fragment, not the statement it lands in)."""
+    parts = _SECTION.split(text)
+    # parts = [preamble, kind, name, body, kind, name, body, ...]
+    sections = [(parts[i], parts[i + 1], parts[i + 2].strip()) for i in range(1, len(parts), 3)]
+    fragments = {name: _uncommented(body) for kind, name, body in sections if kind == "fragment"}
+    clashes = fragments.keys() & (SQLITE.words.keys() | POSTGRES.words.keys())
+    if clashes:
+        raise ValueError(f"fragment names {sorted(clashes)} are dialect words; rename them")
+
+    def expand(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return match.group(0) if name in keep else fragments.get(name, match.group(0))
+
+    return {name: _WORD.sub(expand, body) for kind, name, body in sections if kind != "fragment"}
+
+
+def _uncommented(body: str) -> str:
+    lines = body.splitlines()
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    return "\n".join(lines).strip()
 
 
 @cache
 def queries(dialect: Dialect) -> dict[str, str]:
-    fragments = _sections("queries.sql", "fragment")
+    fragments = _fragments(_text("queries.sql"))
     out: dict[str, str] = {}
     for name, sql in _sections("queries.sql").items():
         text = dialect.render(sql)

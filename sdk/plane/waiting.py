@@ -15,9 +15,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..errors import QueueFullError, Unavailable
-from .wakeup import SAFETY_POLL_S
 
 T = TypeVar("T")
+
+#: A waiter re-checks the store at least this often even when no wake-up arrives: the safety
+#: net for a lost datagram, never the mechanism. Defined here, not in wakeup.py, so that a
+#: client that only waits over HTTP loads no wake-up machinery (sockets, secrets).
+SAFETY_POLL_S = 1.0
 
 #: The first pause before a request that met an outage is sent again; it doubles up to the last.
 OUTAGE_RETRY_FIRST_S, OUTAGE_RETRY_MAX_S = 0.05, 1.0

@@ -25,12 +25,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from .waiting import SAFETY_POLL_S as SAFETY_POLL_S  # the waits' own; named here as before
+
 if TYPE_CHECKING:  # only async waiters (the server) use it: a producer never imports asyncio
     import asyncio
 
-#: A waiter re-checks the store at least this often even when no wake-up arrives: the safety
-#: net for a lost datagram, never the mechanism.
-SAFETY_POLL_S = 1.0
 #: A timed wake-up rings this much after its time, so the claim it wakes finds the time passed.
 ALARM_SLACK_S = 0.002
 _ABSTRACT_SOCKETS: bool = sys.platform == "linux"

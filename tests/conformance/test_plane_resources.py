@@ -41,7 +41,8 @@ def test_a_request_travels_on_the_row_normalised_and_in_every_read(plane: PlaneE
     assert q.status(plain).resources == {}
     listed = {inv.id: inv.resources for inv in plane.dispatch.invocations(queue="res-asked")}
     assert listed[whole] == row.resources and listed[plain] == {}
-    assert row.placement is None and row.pending_reason is None
+    # Unplaced; with no daemon on the queue, a sweep that ran since may have said so already.
+    assert row.placement is None and row.pending_reason in (None, "waiting_for_capacity")
 
 
 BAD = [

@@ -207,6 +207,27 @@ def test_the_cli_over_url(server):
     assert "Traceback" not in again.stderr
 
 
+def test_namespaces_ls_shows_created_as_a_time_and_json_keeps_iso_8601(server):
+    """The table reads as `queues ls` and `jobs ls` do (local time to the second), never a raw
+    epoch float; --json keeps the exact instant, ISO 8601 as every listing's."""
+    url = ["--url", server.url, "--token", server.token]
+    ns, org = _name("when"), _name("corp")
+    assert _cli(server, "namespaces", "add", ns, "--org", org, *url).returncode == 0
+
+    table = _cli(server, "namespaces", "ls", *url)
+    listed = _cli(server, "namespaces", "ls", "--json", *url)
+
+    assert table.returncode == 0, table.stderr
+    (row,) = [r for r in json.loads(listed.stdout) if r["name"] == ns]
+    created = datetime.fromisoformat(row["created_at"])
+    assert created.utcoffset() is not None and created.microsecond % 1000 == 0  # to the ms
+    header, *lines = table.stdout.splitlines()
+    assert header.split() == ["name", "org", "created"]
+    (line,) = [line.split() for line in lines if line.split()[0] == ns]
+    shown = created.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    assert line == [ns, org, *shown.split()], table.stdout
+
+
 def test_the_cli_mutations_print_what_changed_as_json(server):
     """`namespaces add`, `tokens create` and `tokens revoke` take --json, as `queues rm` does:
     the row as the listings show it (ISO 8601 times), the secret once, the revoked digest."""

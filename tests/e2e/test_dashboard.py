@@ -75,6 +75,24 @@ def test_snapshot_needs_the_token_and_reflects_the_plane(server, tenant, plane):
     assert me["namespace"] == tenant.namespace
 
 
+@pytest.mark.parametrize(
+    ("query", "allowed"),
+    [
+        ({"window": "inf"}, "'window' must be a finite number of seconds from 10 to 86400"),
+        ({"step": "0.01"}, "'step' must be a finite number of seconds from 1 to 3600"),
+    ],
+)
+def test_a_window_out_of_range_is_400_saying_what_is_allowed(server, tenant, query, allowed):
+    url = f"{server.url}/v1/namespaces/{tenant.namespace}/dashboard"
+    headers = {"authorization": f"Bearer {tenant.token}", "accept": "application/json"}
+
+    answer = httpx.get(url, headers=headers, params=query)
+
+    assert answer.status_code == 400
+    (value,) = query.values()
+    assert answer.json()["error"]["message"] == f"query parameter {allowed}; got {value!r}"
+
+
 def _browser_or_skip():
     """(sync_playwright, chromium path), or a skip that says what is missing."""
     missing = []

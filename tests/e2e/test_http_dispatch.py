@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -261,3 +265,33 @@ def test_async_queue_over_http(http_plane):
         return await q.result(inv, timeout=5)
 
     assert asyncio.run(main()) == 6
+
+
+def test_a_producer_over_http_loads_neither_the_store_nor_httpx(server, tenant, tmp_path):
+    """A script that only submits and reads over plain http opens no SQL store (no SQLite
+    plane, no wake-up sockets) and no httpx: the lean HTTP/1.1 path carries it."""
+    code = (
+        "import json, sys\n"
+        "import dreamlake.lakeshore as dls\n"
+        "q = dls.SyncQueue('imports')\n"
+        "inv = q.submit({'x': 1})\n"
+        "assert q.dispatch.invocation(inv).state == 'queued'\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env |= {
+        "LAKESHORE_URL": server.url,
+        "LAKESHORE_TOKEN": tenant.token,
+        "LAKESHORE_NAMESPACE": tenant.namespace,
+        "LAKESHORE_HOME": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+
+    loaded = set(json.loads(out.stdout))
+
+    embedded = {"httpx", *(f"dreamlake.lakeshore.plane.{m}" for m in ("store", "dispatch"))}
+    assert "dreamlake.lakeshore.plane.http" in loaded
+    assert not loaded & embedded, sorted(loaded & embedded)

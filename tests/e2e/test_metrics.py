@@ -8,16 +8,23 @@ straight into the store (as the controller does) shows up without any route seei
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
+import jobs
+import pytest
+from daemon_harness import DaemonProcess, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.types import Ack, SubmitRequest
 
 WAIT_S = 10.0
+#: Jobs the daemon test runs: enough that most settle on the daemon's next claim.
+JOBS = 8
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -33,6 +40,13 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def completed(url: str, labels: dict[str, str], at_least: int = 1) -> dict | None:
+    """The scrape once it counts `at_least` succeeded completions for `labels`, else None."""
+    samples = scrape(url)
+    done = value(samples, "lakeshore_completions_total", **labels, state="succeeded")
+    return samples if done >= at_least else None
 
 
 def test_metrics_count_known_traffic(server, tenant):
@@ -166,3 +180,72 @@ def test_jobs_no_daemon_could_run_are_a_gauge_per_queue(server, tenant):
     ) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert n == 3
+
+
+def test_acks_riding_a_claim_are_counted_when_they_commit_not_when_the_claim_ends(server, tenant):
+    """The claim then long-polls for a job: its acks are completions already, and a scrape
+    during the wait shows them (a forged lease's ack is none)."""
+    ns = tenant.namespace
+    plane = HttpDispatch(server.url, token=tenant.token, namespace=ns)
+    riding = {"namespace": ns, "queue": "riding"}
+    try:
+        plane.submit("riding", [SubmitRequest(payload=b"\x90") for _ in range(3)])
+        a, b, c = plane.claim_many(["riding"], worker="w", limit=3, wait_s=WAIT_S)
+        acks = [Ack(a.id, a.lease, None), Ack(b.id, b.lease, None), Ack(c.id, "f" * 32, None)]
+        answer: dict[str, object] = {}
+        claimer = threading.Thread(
+            target=lambda: answer.update(
+                got=plane.ack_and_claim(acks, ["riding"], worker="w", limit=1, wait_s=60.0)
+            )
+        )
+        claimer.start()
+        try:
+            m = wait_until(
+                lambda: completed(server.url, riding, 2), timeout=WAIT_S, what="the acks counted"
+            )
+            assert claimer.is_alive(), "counted only once the claim had ended"
+        finally:
+            plane.submit("riding", [SubmitRequest(payload=b"\x90")])  # ends the long-poll
+            claimer.join(WAIT_S)
+    finally:
+        plane.close()
+
+    errors, claims = answer["got"]
+    assert errors[:2] == [None, None] and errors[2] is not None and len(claims) == 1
+    assert value(m, "lakeshore_completions_total", **riding, state="succeeded") == 2
+    assert value(m, "lakeshore_end_to_end_seconds_count", **riding) == 2
+
+
+@pytest.mark.slow
+def test_a_daemons_jobs_are_counted_as_completions(server, tenant, tmp_path):
+    """The daemon's normal path settles a job on its next claim (`POST /claims` with `acks`);
+    every job it ran shows in /metrics as a completion, with its end-to-end latency."""
+    plane = HttpDispatch(server.url, token=tenant.token, namespace=tenant.namespace)
+    daemon = DaemonProcess(
+        tmp_path,
+        "metered-1",
+        ["-q", "metered", "-c", "2"],
+        env={
+            "LAKESHORE_URL": server.url,
+            "LAKESHORE_TOKEN": tenant.token,
+            "LAKESHORE_NAMESPACE": tenant.namespace,
+        },
+    )
+    try:
+        daemon.ready()
+        q = dls.SyncQueue("metered", dispatch=plane)
+        ids = [q.submit(dls.thunk(jobs.square, i)) for i in range(JOBS)]
+        assert [q.result(i, timeout=30) for i in ids] == [i * i for i in range(JOBS)]
+    finally:
+        daemon.stop()
+        plane.close()
+    metered = {"namespace": tenant.namespace, "queue": "metered"}
+
+    m = wait_until(
+        lambda: completed(server.url, metered, JOBS),
+        timeout=WAIT_S,
+        what=f"{JOBS} completions in /metrics",
+    )
+    assert value(m, "lakeshore_completions_total", **metered, state="succeeded") == JOBS
+    assert value(m, "lakeshore_claims_total", **metered) == JOBS
+    assert value(m, "lakeshore_end_to_end_seconds_count", **metered) == JOBS

@@ -494,3 +494,25 @@ def test_a_claim_whose_client_hung_up_goes_back_to_the_queue_at_once(api, ns, se
         claim = _claim(api, ns, wait=1)
     assert claim is not None and claim["id"] == inv
     assert claim["attempt"] == 1  # the released claim spent no attempt
+
+
+@pytest.mark.parametrize("wait", ["inf", "-1", "nan", "soon"])
+def test_a_wait_out_of_range_is_400_saying_what_is_allowed(api, ns, wait):
+    """`?wait=inf` used to be refused as "must be between 0.0 and inf", which it seems to be."""
+    inv = _submit(api, ns, queue="held")
+    for method, path, param in [
+        ("GET", f"/invocations/{inv}", "wait"),
+        ("GET", f"/invocations/{inv}/frames", "wait"),
+        ("POST", "/queues/waits/invocations", "wait"),
+        ("POST", "/queues/waits/invocations", "result_wait"),
+    ]:
+        body = {"items": [{"payload": b"p"}]} if method == "POST" else None
+        status, err = api.call(method, ns(path), body, params={param: wait})
+
+        assert status == 400, (path, param, err)
+        message = err["error"]["message"]
+        assert message == (
+            f"query parameter '{param}' must be a finite number of seconds, 0 or more (the "
+            f"server holds a request at most 60 s; ask again to wait longer); got '{wait}'"
+        )
+    assert api.call("GET", ns("/queues/waits/count"))[1] == {"count": 0}  # nothing submitted

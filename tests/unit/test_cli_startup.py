@@ -114,8 +114,10 @@ def test_an_unknown_verb_is_still_a_usage_error() -> None:
     [
         (["jobs", "ls"], ["id", "queue", "state", "attempt", "worker", "submitted", "took"]),
         (["daemon", "ls"], ["name", "state", "queues", "host", "slots", "gpus", "heartbeat"]),
+        (["namespaces", "ls"], ["name", "org", "created"]),
+        (["namespaces", "orgs"], ["org", "namespaces"]),
     ],
-    ids=["jobs-ls", "daemon-ls"],
+    ids=["jobs-ls", "daemon-ls", "namespaces-ls", "namespaces-orgs"],
 )
 def test_listings_draw_their_table_without_rich(
     tmp_path: Path, args: list[str], header: list[str]

@@ -513,3 +513,16 @@ ALTER TABLE queues ADD COLUMN resources TEXT NOT NULL DEFAULT '{}';
 CREATE INDEX IF NOT EXISTS invocations_shapes ON invocations
     (namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason)
     WHERE state = 'queued' AND resources IS NOT NULL;
+-- migration: 25
+-- Preemption and checkpoints (issue 35). A preemption (a notice the box is going away, a
+-- worker that vanished with the job's lease) is not the job's failure: it is counted in
+-- `preemptions`, apart from `attempt`, and only `max_preemptions` of them are allowed (a job
+-- that can never finish still ends). `attempt - preemptions` is what counts against
+-- max_attempts. `ended_by` is why the last attempt ended as the worker decided it before it
+-- signalled the job (notice, cancel, timeout, died, error, daemon_lost, exit75), never guessed
+-- from how the process died. `checkpoint` is the job's last checkpoint: the encoded spilled
+-- Ref of an object in durable storage (a few hundred bytes), never the state itself.
+ALTER TABLE invocations ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE invocations ADD COLUMN max_preemptions INTEGER NOT NULL DEFAULT 20;
+ALTER TABLE invocations ADD COLUMN ended_by TEXT;
+ALTER TABLE invocations ADD COLUMN checkpoint {blob};

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ...ids import new_id as new_id  # minted outside the store, so a topic needs no store
 from ..connector import Connector, Transaction
-
-if TYPE_CHECKING:
-    from ulid import ULID
 
 #: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
 RETRY_BASE_S = 0.5
@@ -31,19 +28,6 @@ ON_FULL = ("reject", "block")
 
 def topic_channel(namespace: str, queue: str, name: str) -> str:
     return f"topic:{namespace}/{queue}/{name}"
-
-
-def new_id() -> str:
-    return str(_ulid()())
-
-
-@functools.cache
-def _ulid() -> type[ULID]:
-    """python-ulid's ULID class, imported at the first id, not with the SDK: the import costs
-    a producer script ~10 ms (it reads its own version through importlib.metadata)."""
-    from ulid import ULID
-
-    return ULID
 
 
 class StoreBase:

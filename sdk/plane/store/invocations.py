@@ -30,7 +30,7 @@ from ...types import (
 from .. import locality
 from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
-from ..steal import claim_with_steal_delay
+from ..steal import steal_aged, stealing
 from ..wakeup import work_key
 from . import schedulable
 from .base import (
@@ -41,6 +41,7 @@ from .base import (
     new_id,
 )
 from .placement import BOX, asked, fitted, scarce, write_request
+from .preemption import PreemptionStore, check_outcome, set_preemption_limit
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
@@ -69,7 +70,7 @@ class Claimed(NamedTuple):
     room: bool
 
 
-class InvocationStore(QueueStore):
+class InvocationStore(PreemptionStore, QueueStore):
     """Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
 
     def submit(
@@ -100,7 +101,11 @@ class InvocationStore(QueueStore):
 
         A claim already waiting when the job arrives takes it with the commit that makes it,
         instead of being woken to claim it in a transaction of its own. Each claim picks its
-        jobs as `claim_many` would, so handing one over never reorders a queue."""
+        jobs as `claim_many` would (its kind, its steal rule), so handing one over never
+        reorders a queue nor lets a job be stolen early; but only from `queue`, though it may
+        serve others: they had nothing for it when it last looked, and a transaction that took
+        this queue's counter rows must not go on to lock another queue's (two such submits
+        would deadlock on Postgres)."""
         check_name(queue)
         for req in requests:
             check_submit(req)
@@ -156,13 +161,14 @@ class InvocationStore(QueueStore):
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
-                elif (wanted := asked(req.resources, info)) is not None:
-                    write_request(tx, ids[i], wanted)
+                else:
+                    set_preemption_limit(tx, row["id"], req, info)
+                    if (wanted := asked(req.resources, info)) is not None:
+                        write_request(tx, row["id"], wanted)
                 ids[i] = row["id"]
             for params, c in claiming:
-                # The queue row read above says the kind of a claim on this queue alone.
-                kind = c.kind if c.kind or list(c.queues) != [queue] else info.kind
-                handed.append(self._claim_in(tx, params, kind, c.temperature, c.limit, info))
+                claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
+                handed.append(claimed)
         if sum(len(h.rows) for h in handed) < len(requests):
             # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
             self.waker.notify(work=[work_key(ns, queue)], reads=False)
@@ -350,8 +356,13 @@ class InvocationStore(QueueStore):
         temperature: float,
         limit: int,
         known: QueueInfo | None = None,
+        within: str | None = None,
     ) -> Claimed:
-        """Claim up to `limit` rows; `known`, a queue row this transaction read already."""
+        """Claim up to `limit` rows; `known`, a queue row this transaction read already;
+        `within`, the one queue to take from (a submit's hand-off), else any of the claim's.
+
+        Every claim comes here, whichever path asked: the kind is chosen and the steal rule
+        applied (`_claim_rows`) in one place."""
         ns, names, now = params["ns"], params["queues"], params["now"]
         expired = 0
         if now - self._swept_at >= SWEEP_EVERY_S:
@@ -371,7 +382,7 @@ class InvocationStore(QueueStore):
         # long-poll's safety poll) need no claim statement: the counters are exact, and this
         # transaction's own sweep has already counted what it requeued.
         empty = window is not None and not window["queued"]
-        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit)
+        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit, within)
         if not rows:
             if window is None:
                 window = tx.one("locality_next", ns=ns, queues=names, now=now)
@@ -411,26 +422,36 @@ class InvocationStore(QueueStore):
         temperature: float,
         params: dict[str, Any],
         limit: int,
+        within: str | None,
     ) -> list[Row]:
-        """Up to `limit` claimed rows, in the order single claims would have taken them."""
+        """Up to `limit` claimed rows, in the order single claims would have taken them: in
+        `kind` order from the queues free to take now, then what has waited out its queue's
+        steal delay (steal.py). A claimer that counts what it has free (issue 34) takes one job
+        at a time, and on a fifo queue reserves for the head it could run (reservation.py)."""
         box = params.get(BOX)
         if box is not None:
             params = {k: v for k, v in params.items() if k != BOX}
-            if kind == "fifo" and scarce(params):
-                row = claim_reserving(tx, params, box)
-                return [row] if row is not None else []
+        free, delayed = stealing(tx, params["ns"], params["queues"], within)
         if scarce(params):
+            if box is not None and kind == "fifo" and free:
+                row = claim_reserving(tx, {**params, "queues": free}, box)
+                return [row] if row is not None else []
             limit = 1  # the next job's fit depends on where the claimer puts this one
-        elif limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
+        rows = self._claim_free(tx, kind, temperature, {**params, "queues": free}, limit)
+        return rows + steal_aged(tx, params, delayed, limit - len(rows), fit=fitted(params))
+
+    def _claim_free(
+        self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any], limit: int
+    ) -> list[Row]:
+        if not params["queues"]:
+            return []
+        if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
             name = "claim_fifo_batch_fit" if fitted(params) else "claim_fifo_batch"
             batch = tx.all(name, lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
         rows: list[Row] = []
-        for _ in range(limit):
-            one = {**params, "lease": secrets.token_hex(16)}
-            row = claim_with_steal_delay(
-                tx, one, lambda p: self._claim_row(tx, kind, temperature, p)
-            )
+        while len(rows) < limit:
+            row = self._claim_row(tx, kind, temperature, {**params, "lease": secrets.token_hex(16)})
             if row is None:
                 break
             rows.append(row)
@@ -580,7 +601,13 @@ class InvocationStore(QueueStore):
                 state = "queued" if retried else "failed"
             if state == "failed":
                 if tx.one(
-                    "settle_terminal", id=inv_id, lease=lease, state="failed", error=error, now=now
+                    "settle_terminal",
+                    id=inv_id,
+                    lease=lease,
+                    state="failed",
+                    error=error,
+                    now=now,
+                    cause="error",
                 ):
                     self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
                 else:
@@ -596,15 +623,29 @@ class InvocationStore(QueueStore):
         error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
-            if tx.one("settle_terminal", id=inv_id, lease=lease, state=state, error=error, now=now):
+            cause = _END_CAUSE[state]
+            if tx.one(
+                "settle_terminal",
+                id=inv_id,
+                lease=lease,
+                state=state,
+                error=error,
+                now=now,
+                cause=cause,
+            ):
                 self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
             else:
                 self._refuse_settle(tx, inv_id, lease, state, "end")
                 return
         self.waker.notify()
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        """Give a claimed job back unrun (a draining daemon), without spending an attempt."""
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        """Give a claimed job back: `unrun` (a draining daemon) without spending an attempt;
+        `preempted` (its box is going away) as a preemption (preemption.py), for `cause`."""
+        if check_outcome(outcome) == "preempted":
+            return self._release_preempted(inv_id, lease, cause)
         with self.connector.transaction() as tx:
             done = tx.one("release", id=inv_id, lease=lease) is not None
         if done:
@@ -727,6 +768,10 @@ class InvocationStore(QueueStore):
         self.waker.notify()
         assert row is not None
         return invocation_of(row)
+
+
+#: The cause an `end` records (issue 35): the daemon ends an attempt for these reasons only.
+_END_CAUSE = {"killed": "cancel", "timeout": "timeout", "failed": "died"}
 
 
 def listing_statement(queue: str | None, state: str | None, before: str | None) -> str:

@@ -15,6 +15,8 @@ from ...ids import ulid_time
 from ...resources import check_optional
 from ...storage import StorageRef
 from ...types import (
+    DEFAULT_MAX_PREEMPTIONS,
+    MAX_PREEMPTIONS_LIMIT,
     Claim,
     Invocation,
     QueueInfo,
@@ -65,6 +67,7 @@ def check_submit(req: SubmitRequest) -> None:
         raise InvalidArgument(f"priority must be a finite number, got {req.priority!r}")
     if not isinstance(req.max_attempts, int) or not 1 <= req.max_attempts <= 1000:
         raise InvalidArgument(f"max_attempts must be an integer 1..1000, got {req.max_attempts!r}")
+    check_max_preemptions(req.max_preemptions, "max_preemptions")
     if req.timeout_s is not None and (
         isinstance(req.timeout_s, bool)
         or not isinstance(req.timeout_s, (int, float))
@@ -76,6 +79,19 @@ def check_submit(req: SubmitRequest) -> None:
         )
     check_host(req.host)
     check_optional(req.resources)
+
+
+def check_max_preemptions(value: object, what: str) -> None:
+    """None (the default) or a whole number of preemptions a job survives, 0 to the limit."""
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_PREEMPTIONS_LIMIT
+    ):
+        raise InvalidArgument(
+            f"{what} must be an integer 0..{MAX_PREEMPTIONS_LIMIT} (how many preemptions a job "
+            f"survives; leave it out for {DEFAULT_MAX_PREEMPTIONS}), got {value!r}"
+        )
 
 
 def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +122,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         "deadline_cutoff_s",
         "locality_wait_s",
         "unschedulable_fail_after_s",
+        "max_preemptions",
     }
     unknown = set(value) - known
     if unknown:
@@ -121,6 +138,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
             raise InvalidArgument(
                 f"admission.{field} must be a positive number up to 2**63-1, got {_shown(v)}"
             )
+    check_max_preemptions(value.get("max_preemptions"), "admission.max_preemptions")
     wait = value.get("locality_wait_s")
     if wait is not None and not (_in_range(wait, 0, low_open=False) and wait <= MAX_WAIT_S):
         raise InvalidArgument(
@@ -182,6 +200,10 @@ def invocation_of(row: Row) -> Invocation:
         placement=_json_object(row.get("placement")) or None,
         pending_reason=row.get("pending_reason"),
         unschedulable_reason=row.get("unschedulable_reason"),
+        preemptions=row["preemptions"],
+        max_preemptions=row["max_preemptions"],
+        ended_by=row["ended_by"],
+        checkpoint=_blob(row["checkpoint"]),
     )
 
 
@@ -203,7 +225,14 @@ def claim_of(row: Row) -> Claim:
         timeout_s=row["timeout_s"],
         priority=row["priority"],
         resources=_json_object(row.get("resources")),
+        preemptions=row["preemptions"],
+        checkpoint=_blob(row["checkpoint"]),
     )
+
+
+def _blob(value: Any) -> bytes | None:
+    """Stored bytes as bytes (Postgres hands back memoryview), None as None."""
+    return None if value is None else bytes(value)
 
 
 def queue_info_of(row: Row) -> QueueInfo:
