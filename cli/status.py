@@ -128,6 +128,7 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "rate_per_s": rate,
         "rate_is_floor": floor,
         "oldest_age_s": oldest,
+        "unschedulable": int(stats.get("unschedulable", 0)),
     }
 
 
@@ -190,7 +191,9 @@ def _rate_text(row: dict[str, Any]) -> str:
 def render(snap: dict[str, Any]) -> Group:
     """The three tables of a snapshot, times as ages."""
     now = float(snap["at"])
-    queues = Table("queue", "state", "depth", "running", "daemons", "slots", "rate", "oldest")
+    queues = Table(
+        "queue", "state", "depth", "running", "daemons", "slots", "rate", "oldest", "unschedulable"
+    )
     queues.title = f"queues in {snap['namespace']}"
     for q in snap["queues"]:
         queues.add_row(
@@ -202,6 +205,7 @@ def render(snap: dict[str, Any]) -> Group:
             str(q["slots"]),
             _rate_text(q),
             age(q["oldest_age_s"]),
+            str(q.get("unschedulable", 0)),
         )
     daemons = Table(
         "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"

@@ -64,9 +64,9 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "--concurrency",
     "-c",
     type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Slots: jobs run at once, one child process each.",
+    default=None,
+    help="Slots: the most jobs run at once, one child process each "
+    "[default: one per GPU, at least one].",
 )
 @click.option(
     "--prefetch",
@@ -81,7 +81,40 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     type=click.IntRange(0, 64),
     default=0,
     show_default=True,
-    help="GPUs pinned to each slot with CUDA_VISIBLE_DEVICES (0: no pinning).",
+    help="GPUs a job that asks for none is given (resources gpus), each job's child seeing "
+    "exactly its GPUs in CUDA_VISIBLE_DEVICES.",
+)
+@click.option(
+    "--gpus",
+    "gpus",
+    type=click.IntRange(0, 1024),
+    default=None,
+    help="GPUs to offer: the first N detected, or N declared ones where fewer are detected "
+    "(a CPU box in a test) [default: every GPU detected].",
+)
+@click.option(
+    "--gpu-type",
+    default=None,
+    metavar="NAME",
+    help="The name of declared GPUs (--gpus), which jobs' gpu_type is matched against.",
+)
+@click.option(
+    "--gpu-memory-gb",
+    type=click.FloatRange(0, 1 << 20),
+    default=None,
+    help="The memory of each declared GPU (--gpus), for jobs' gpu_memory_gb.",
+)
+@click.option(
+    "--cpus",
+    type=click.FloatRange(0, 1 << 20),
+    default=None,
+    help="CPUs that jobs' cpus requests are counted against [default: not counted].",
+)
+@click.option(
+    "--memory-gb",
+    type=click.FloatRange(0, 1 << 30),
+    default=None,
+    help="Memory that jobs' memory_gb requests are counted against [default: not counted].",
 )
 @click.option(
     "--handler",
@@ -175,9 +208,14 @@ def daemon_command(
     token: str | None,
     namespace: str | None,
     name: str | None,
-    concurrency: int,
+    concurrency: int | None,
     prefetch: int,
     gpus_per_job: int,
+    gpus: int | None,
+    gpu_type: str | None,
+    gpu_memory_gb: float | None,
+    cpus: float | None,
+    memory_gb: float | None,
     handler: str | None,
     burst: bool,
     lease_s: float,
@@ -206,7 +244,7 @@ def daemon_command(
     config = DaemonConfig(
         name=name,
         queues=names,
-        concurrency=concurrency,
+        concurrency=concurrency or 1,
         prefetch=prefetch,
         gpus_per_job=gpus_per_job,
         handler=handler,
@@ -217,6 +255,12 @@ def daemon_command(
         storage=storage,
         labels=_labels(labels),
         signing_key=_signing_key(signing_key_file),
+        gpus=gpus,
+        gpu_type=gpu_type,
+        gpu_memory_gb=gpu_memory_gb,
+        cpus=cpus,
+        memory_gb=memory_gb,
+        auto_concurrency=concurrency is None,
         preempt_grace_s=preempt_grace_s,
         spot_notice=None if spot_notice == "none" else spot_notice,
     )

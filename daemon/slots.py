@@ -313,18 +313,22 @@ class ProcessSlot(SlotBase):
         env: Mapping[str, str] | None = None,
         kill_grace_s: float = 10.0,
         on_end: Callable[[Claim, Outcome, float], None] | None = None,
+        gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
     ) -> None:
-        """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics)."""
+        """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics,
+        and its placer, which frees the job's GPUs there). `gpus_for(claim)`: the GPUs a job
+        was placed on (issue 34); a child that sees others is replaced before the job runs,
+        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job."""
         super().__init__(index, kill_grace_s=kill_grace_s)
         self._on_end = on_end
+        self._gpus_for = gpus_for
+        #: The GPUs the slot's child sees (its CUDA_VISIBLE_DEVICES).
         self.gpus = list(gpus)
         self._ctx = ctx
         self._sink = sink
         self._handler = handler
-        self._env = {"LAKESHORE_SLOT": str(index), **(env or {})}
-        if self.gpus:
-            self._env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order nvidia-smi numbers them
-            self._env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in self.gpus)
+        self._base_env = {"LAKESHORE_SLOT": str(index), **(env or {})}
+        self._env = self._child_env(self.gpus)
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
         os.set_blocking(self._wake_r, False)
@@ -348,11 +352,24 @@ class ProcessSlot(SlotBase):
     def gpu_indexes(self) -> list[int]:
         return [g.index for g in self.gpus]
 
+    def _child_env(self, gpus: Sequence[Gpu]) -> dict[str, str]:
+        """A child's environment: the slot's, and the GPUs it sees. A placed job with no GPU
+        sees none (an empty CUDA_VISIBLE_DEVICES), not every GPU of the box."""
+        env = dict(self._base_env)
+        if gpus or self._gpus_for is not None:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order nvidia-smi numbers them
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in gpus)
+            env["LAKESHORE_GPUS"] = env["CUDA_VISIBLE_DEVICES"]  # dls.run.gpus
+        return env
+
+    def _gpus_of(self, claim: Claim) -> list[Gpu]:
+        return self.gpus if self._gpus_for is None else list(self._gpus_for(claim))
+
     def _assigned(self, claim: Claim) -> None:
         # Between jobs the slot thread leaves the child alone: a child it replaces is None here
         # until the new one is up, and then it is the one the slot thread runs the job on.
         child = self._child
-        if child is None or not child.alive():
+        if child is None or not child.alive() or self._gpus_of(claim) != self.gpus:
             return  # the slot thread starts a new one and sends the job itself
         message = ForkingPickler.dumps(_run_message(claim))  # what Connection.send writes
         if len(message) > HAND_MAX_BYTES:
@@ -419,11 +436,7 @@ class ProcessSlot(SlotBase):
 
     def _run(self, claim: Claim) -> Outcome:
         handed, self._handed = self._handed, None
-        child = self._child
-        if child is None or not child.alive():
-            if child is not None:
-                child.terminate(0.0)
-            child = self._child = self._spawn()
+        child = self._child_for(claim)
         if handed is not None and handed[:2] == (claim.id, child):
             self._began = handed[2]
         else:
@@ -436,6 +449,26 @@ class ProcessSlot(SlotBase):
             with contextlib.suppress(OSError):  # after the run message, on the same pipe
                 child.send(("preempt", noticed[0]))
         self._sink.post_resume(claim)
+        return self._watch(claim, child)
+
+    def _child_for(self, claim: Claim) -> Child:
+        """This slot's warm child, unless the job's GPUs differ from what it sees (CUDA reads
+        CUDA_VISIBLE_DEVICES once: it is replaced) or it is gone (a fresh one)."""
+        child = self._child
+        wanted = self._gpus_of(claim)
+        if wanted != self.gpus:
+            self.gpus, self._env = wanted, self._child_env(wanted)
+            if child is not None:
+                child.stop()
+                self._child = child = None
+        if child is None or not child.alive():
+            if child is not None:
+                child.terminate(0.0)
+            child = self._child = self._spawn()
+        return child
+
+    def _watch(self, claim: Claim, child: Child) -> Outcome:
+        """Until the job ends: its frames and outcome, an end asked for, or its timeout."""
         deadline = None if claim.timeout_s is None else self._began + claim.timeout_s
         poller, conn_fd, exit_fd = self._poller(child), child.conn.fileno(), child.process.sentinel
         # The wake pipe may hold bytes from before this job: drained at the first look if so.

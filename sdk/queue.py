@@ -36,6 +36,7 @@ from .plane.reference import reference as plane_reference
 from .plane.reference import resolve as resolve_plane
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
+from .resources import check_optional
 from .topic import Topic, iter_frames
 from .types import STATES, Claim, Invocation, SubmitRequest, check_name, normalize_kind
 
@@ -89,10 +90,13 @@ def encode_submit(
     timeout_s: float | None,
     run: str | None = None,
     protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
+    resources: Mapping[str, Any] | None = None,
     max_preemptions: int | None = None,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
-    written in, or the function that picks it, asked only if something is pickled."""
+    written in, or the function that picks it, asked only if something is pickled. `resources`
+    is checked here, so a mistake is refused before anything is encoded or sent."""
+    asked = check_optional(resources)
     from . import spill
 
     if envelope is not None and payload is not None:
@@ -115,6 +119,7 @@ def encode_submit(
         timeout_s=timeout_s if timeout_s is not None else getattr(body, "timeout_s", None),
         host=host,
         objects=owned,
+        resources=asked,
         max_preemptions=max_preemptions,
     )
 
@@ -254,13 +259,19 @@ class SyncQueue:
         kind: str = "fifo",
         temperature: float = 1.0,
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, kind, unknown)
         if check_temperature(temperature) != 1.0 and normalize_kind(kind) != "boltzmann":
             raise misplaced_argument("temperature", type(self), name, kind)
         self._configure(
-            name, dispatch=dispatch, kind=kind, temperature=temperature, elasticity=elasticity
+            name,
+            dispatch=dispatch,
+            kind=kind,
+            temperature=temperature,
+            elasticity=elasticity,
+            resources=resources,
         )
 
     def _configure(
@@ -274,6 +285,7 @@ class SyncQueue:
         priority_field: str | None = None,
         anneal: Mapping[str, Any] | None = None,
         declare: bool = False,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = wire_name(name)
         self.kind = normalize_kind(kind)
@@ -284,6 +296,8 @@ class SyncQueue:
         self.priority_field = check_priority_field(priority_field)
         self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
         self.elasticity = _checked_elasticity(elasticity) if elasticity is not None else None
+        #: The request of a job submitted here without one, kept on the queue row.
+        self.resources = check_optional(resources, "queue resources")
         self._dispatch = dispatch
         self._held: dict[str, str] = {}  # invocation id -> lease, for post()
         #: The run of a run queue (`for_run`): its jobs carry it, whatever run is current.
@@ -292,7 +306,8 @@ class SyncQueue:
             self.name,
             kind if kind == "priority" else self.kind,
             elasticity=self.elasticity,
-            declare=declare or self.elasticity is not None,
+            resources=self.resources,
+            declare=declare or self.elasticity is not None or self.resources is not None,
         )
         self._reset_state()
 
@@ -448,6 +463,8 @@ class SyncQueue:
             extra["priority_field"] = self.priority_field
         if self.elasticity is not None:
             extra["elasticity"] = self.elasticity
+        if self.resources is not None:
+            extra["resources"] = self.resources
         return extra
 
     # -- producer verbs -----------------------------------------------------------------------
@@ -462,6 +479,7 @@ class SyncQueue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        resources: Mapping[str, Any] | None = None,
         max_preemptions: int | None = None,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
@@ -470,10 +488,18 @@ class SyncQueue:
         queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
         it from the payload's `priority_field`; otherwise it is 0. `max_preemptions`: how many
         times its box may go away under it (not charged to `max_attempts`); None: the queue's
-        `admission.max_preemptions`, else 20.
+        `admission.max_preemptions`, else 20. `resources` is what the job needs to run (GPUs,
+        CPUs, memory: `dreamlake.lakeshore.resources`); without it, a udf's, else the queue's.
         """
         req = self._request(
-            payload, envelope, key, priority, max_attempts, timeout_s, max_preemptions
+            payload,
+            envelope,
+            key,
+            priority,
+            max_attempts,
+            timeout_s,
+            resources=resources,
+            max_preemptions=max_preemptions,
         )
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
@@ -486,6 +512,7 @@ class SyncQueue:
         priority: float | None = None,
         max_attempts: int = 3,
         timeout_s: float | None = None,
+        resources: Mapping[str, Any] | None = None,
         max_preemptions: int | None = None,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
@@ -499,7 +526,8 @@ class SyncQueue:
             timeout_s,
             self.run_id,
             self._protocol(),
-            max_preemptions,
+            resources=resources,
+            max_preemptions=max_preemptions,
         )
 
     def _protocol(self) -> Callable[[], int]:
@@ -510,9 +538,15 @@ class SyncQueue:
 
     @_through_plane
     def submit_many(
-        self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
+        self,
+        payloads: Sequence[Any],
+        *,
+        priority: float | None = None,
+        max_attempts: int = 3,
+        resources: Mapping[str, Any] | None = None,
     ) -> list[str]:
-        """Enqueue many in one transaction (one round trip over HTTP)."""
+        """Enqueue many in one transaction (one round trip over HTTP); `resources` is each
+        job's request, as `submit` takes it."""
         self._first_use(submitting=True)
         protocol = self._protocol()
         reqs = [
@@ -525,6 +559,7 @@ class SyncQueue:
                 None,
                 self.run_id,
                 protocol,
+                resources,
             )
             for p in payloads
         ]
@@ -747,6 +782,7 @@ class Queue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        resources: Mapping[str, Any] | None = None,
         max_preemptions: int | None = None,
     ) -> str:
         return await _to_thread(
@@ -758,14 +794,24 @@ class Queue:
             max_attempts=max_attempts,
             timeout_s=timeout_s,
             block_s=block_s,
+            resources=resources,
             max_preemptions=max_preemptions,
         )
 
     async def submit_many(
-        self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
+        self,
+        payloads: Sequence[Any],
+        *,
+        priority: float | None = None,
+        max_attempts: int = 3,
+        resources: Mapping[str, Any] | None = None,
     ) -> list[str]:
         return await _to_thread(
-            self.sync.submit_many, payloads, priority=priority, max_attempts=max_attempts
+            self.sync.submit_many,
+            payloads,
+            priority=priority,
+            max_attempts=max_attempts,
+            resources=resources,
         )
 
     async def result(
@@ -840,6 +886,7 @@ class SyncPriorityQueue(SyncQueue):
         dispatch: Plane | None = None,
         priority_field: str = "priority",
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "priority", unknown)
@@ -849,6 +896,7 @@ class SyncPriorityQueue(SyncQueue):
             kind="priority",
             priority_field=priority_field,
             elasticity=elasticity,
+            resources=resources,
             declare=True,
         )
 
@@ -869,6 +917,7 @@ class SyncBoltzmannQueue(SyncPriorityQueue):
         dispatch: Plane | None = None,
         priority_field: str = "priority",
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "boltzmann", unknown)
@@ -880,6 +929,7 @@ class SyncBoltzmannQueue(SyncPriorityQueue):
             anneal=anneal,
             priority_field=priority_field,
             elasticity=elasticity,
+            resources=resources,
             declare=True,
         )
 
@@ -893,10 +943,18 @@ class SyncFILOQueue(SyncQueue):
         *,
         dispatch: Plane | None = None,
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "filo", unknown)
-        self._configure(name, dispatch=dispatch, kind="filo", elasticity=elasticity, declare=True)
+        self._configure(
+            name,
+            dispatch=dispatch,
+            kind="filo",
+            elasticity=elasticity,
+            resources=resources,
+            declare=True,
+        )
 
 
 def _twin_init(

@@ -32,6 +32,7 @@ same code runs in a notebook.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -74,6 +75,8 @@ class JobContext:
     storage_at: str | Storage | None = field(repr=False)
     post: Callable[[Any], None]
     queue: str | None = None
+    #: The GPUs the job was placed on, as its CUDA_VISIBLE_DEVICES numbers them (issue 34).
+    gpus: tuple[int, ...] = ()
     #: The attempt's checkpoints and preemption notice (attempt.py); None where the worker
     #: offers neither (a body run by hand through `run_body`).
     link: AttemptLink | None = None
@@ -95,6 +98,13 @@ class NotInJob(DispatchError):
     code = "not_in_job"
 
 
+def _placed_gpus() -> tuple[int, ...]:
+    """The GPUs a daemon placed this job on: its child's LAKESHORE_GPUS (a child sees one
+    placement; the daemon replaces a child whose GPUs differ from the next job's)."""
+    text = os.environ.get("LAKESHORE_GPUS", "")
+    return tuple(int(i) for i in text.split(",") if i.strip().isdigit())
+
+
 def current() -> JobContext | None:
     """The job around this call, or None outside one."""
     return _JOB.get()
@@ -114,7 +124,7 @@ def job(
 
     A job starts at the storage root: scopes of whoever called the worker do not leak in.
     """
-    ctx = JobContext(inv_id, attempt, storage, post, queue, link)
+    ctx = JobContext(inv_id, attempt, storage, post, queue, _placed_gpus(), link)
     job_token = _JOB.set(ctx)
     scope_token = _SCOPE.set("")
     try:
@@ -266,9 +276,12 @@ _NEVER = threading.Event()
 
 
 def __getattr__(name: str) -> Any:
-    """`dls.run.id`, `.attempt`, `.queue` (None outside a job), `.storage`, and the notice:
-    `.preempting` (an event set when the box is going away) and `.preempt_deadline` (when,
-    in epoch seconds; None until a notice, or when it named no time), read live."""
+    """`dls.run.id`, `.attempt`, `.queue` (None outside a job), `.gpus`, `.storage`, and the
+    notice: `.preempting` (an event set when the box is going away) and `.preempt_deadline`
+    (when, in epoch seconds; None until a notice, or when it named no time), read live."""
+    if name == "gpus":  # a list, as `dls.run.gpus` documents; [] outside a placed job
+        ctx = _JOB.get()
+        return list(ctx.gpus) if ctx is not None else []
     if name in ("id", "attempt", "queue"):
         ctx = _JOB.get()
         return getattr(ctx, name) if ctx is not None else None
@@ -285,5 +298,5 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(
-        [*globals(), "id", "attempt", "queue", "storage", "preempting", "preempt_deadline"]
+        [*globals(), "id", "attempt", "queue", "storage", "gpus", "preempting", "preempt_deadline"]
     )

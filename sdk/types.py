@@ -147,6 +147,9 @@ class SubmitRequest:
     #: Objects the submit made that the payload names only inside a pickle (a thunk's spilled
     #: array arguments): retention deletes them with the row, which it cannot find otherwise.
     objects: tuple[StorageRef, ...] = ()
+    #: What the job needs to run (sdk/resources.py): None states nothing, and the queue's
+    #: default applies; {} asks for nothing.
+    resources: dict[str, Any] | None = None
     #: How many preemptions the job survives (issue 35); None: its queue's
     #: `admission.max_preemptions`, else DEFAULT_MAX_PREEMPTIONS.
     max_preemptions: int | None = None
@@ -172,6 +175,15 @@ class Invocation:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    #: What was asked (sdk/resources.py), after the udf's and the queue's defaults; {}: none.
+    resources: dict[str, Any] = field(default_factory=dict)
+    #: Where the attempt runs or ran: {worker, gpus: [{index, uuid, name, share}], ...}.
+    placement: dict[str, Any] | None = None
+    #: Why a queued job waits, for machines: resources | reserved_for:<id> |
+    #: waiting_for_capacity | unschedulable; None when nothing was found to say.
+    pending_reason: str | None = None
+    #: Why no live daemon of its queue could ever run it, in words; None when one could.
+    unschedulable_reason: str | None = None
     #: Attempts that a preemption ended (issue 35): counted in `attempt`, not against
     #: `max_attempts`; past `max_preemptions` the job fails.
     preemptions: int = 0
@@ -206,6 +218,8 @@ class Claim:
     priority: float = 0.0
     #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
     signature: str | None = None
+    #: What the job asked for (sdk/resources.py), for the daemon to place it; {}: nothing.
+    resources: dict[str, Any] = field(default_factory=dict)
     #: Issue 35: how many attempts before this one a preemption ended, and the checkpoint the
     #: job left (an encoded Ref), which `dls.run.last_checkpoint()` reads in the body.
     preemptions: int = 0
@@ -234,6 +248,8 @@ class ClaimArgs(NamedTuple):
     kind: str | None = None
     temperature: float = 1.0
     host: str | None = None
+    #: What the claimer has free (sdk/resources.py `Free`); None: hand it any job.
+    free: dict[str, Any] | None = None
 
     def keywords(self) -> dict[str, Any]:
         """Everything but the queues, as `claim_many` and `ack_and_claim` take it."""
@@ -260,6 +276,8 @@ class QueueInfo:
     admission: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: The request of a job submitted here without one (sdk/resources.py); {}: none.
+    resources: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

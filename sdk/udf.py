@@ -1,8 +1,8 @@
 """`@udf`: a function bound to a queue, still callable locally, submitted by value.
 
 `f.submit(...)` takes the function's own arguments; the options of the submit are underscored
-(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_max_preemptions`) so they
-never collide with them.
+(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_max_preemptions`,
+`_resources`) so they never collide with them.
 
 `queue=` is a queue object or a queue name. With a name, the decorator builds the queue and picks
 its class from the other arguments: `priority_field=` -> PriorityQueue, `temperature=` or
@@ -28,6 +28,7 @@ from .queue import (
     SyncPriorityQueue,
     SyncQueue,
 )
+from .resources import check_optional
 from .types import normalize_kind
 
 P = ParamSpec("P")
@@ -73,6 +74,8 @@ class SubmitOptions:
     max_preemptions: int | None = None
     #: remote() only: how long to wait for the result.
     timeout: float = 30.0
+    #: This call's request (`_resources=`), instead of the udf's.
+    resources: Mapping[str, Any] | None = None
 
     @classmethod
     def take(cls, kwargs: dict[str, Any]) -> SubmitOptions:
@@ -85,6 +88,7 @@ class SubmitOptions:
             max_attempts=_option(kwargs, "_max_attempts", int, 3),
             max_preemptions=_option(kwargs, "_max_preemptions", int, None),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
+            resources=_option(kwargs, "_resources", Mapping, None),
         )
 
 
@@ -111,8 +115,12 @@ class UDF(Generic[P, R]):
         queue: SyncQueue | Queue | str,
         *,
         scope: str | None = None,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
+        #: What each call needs to run (sdk/resources.py), unless a call says `_resources=`;
+        #: None: the queue's default.
+        self.resources = check_optional(resources)
         self.fn = fn
         if isinstance(queue, Queue):
             queue = queue.sync
@@ -149,8 +157,12 @@ class UDF(Generic[P, R]):
             priority=opts.priority,
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
+            resources=self._resources(opts),
             max_preemptions=opts.max_preemptions,
         )
+
+    def _resources(self, opts: SubmitOptions) -> Mapping[str, Any] | None:
+        return opts.resources if opts.resources is not None else self.resources
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Submit and wait for the result (`_timeout` seconds, default 30): one round trip, as
@@ -163,6 +175,7 @@ class UDF(Generic[P, R]):
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
             timeout=opts.timeout,
+            resources=self._resources(opts),
         )
         return result
 
@@ -178,6 +191,7 @@ def udf(
     anneal: Mapping[str, Any] = ...,
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
+    resources: Mapping[str, Any] | None = ...,
     **unknown: NoReturn,
 ) -> UDF[P, R]: ...
 @overload
@@ -191,6 +205,7 @@ def udf(
     anneal: Mapping[str, Any] = ...,
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
+    resources: Mapping[str, Any] | None = ...,
     **unknown: NoReturn,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]: ...
 def udf(
@@ -198,20 +213,26 @@ def udf(
     *,
     queue: SyncQueue | Queue | str = "default",
     scope: str | None = None,
+    resources: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> UDF[P, R] | Callable[[Callable[P, R]], UDF[P, R]]:
     """Bind a function to a queue: `@udf(queue=q)` or `@udf(queue="tutorial", ...)`.
 
     With a name, `priority_field=`, `temperature=`, `anneal=`, `elasticity=` and `kind=` build
     the queue (PriorityQueue for priority_field, BoltzmannQueue for temperature or anneal).
+    `resources=` is what each call needs to run (GPUs, CPUs, memory: sdk/resources.py).
     """
+    check_optional(resources)
     unknown = sorted(set(options) - set(QUEUE_OPTIONS))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], [*QUEUE_OPTIONS, "queue", "scope"], n=1)
+        close = difflib.get_close_matches(
+            unknown[0], [*QUEUE_OPTIONS, "queue", "scope", "resources"], n=1
+        )
         raise InvalidArgument(
             f"@udf got an unknown argument {unknown[0]}="
             + (f"; did you mean {close[0]}=?" if close else "")
-            + f" (it takes queue=, scope= and, with a queue name, {'=, '.join(QUEUE_OPTIONS)}=)"
+            + " (it takes queue=, scope=, resources= and, with a queue name, "
+            + f"{'=, '.join(QUEUE_OPTIONS)}=)"
         )
     check_scope(scope)
     if options and not isinstance(queue, str):
@@ -222,6 +243,6 @@ def udf(
     bound = queue_from_name(queue, options) if isinstance(queue, str) else queue
 
     def wrap(f: Callable[P, R]) -> UDF[P, R]:
-        return UDF(f, bound, scope=scope)
+        return UDF(f, bound, scope=scope, resources=resources)
 
     return wrap(fn) if fn is not None else wrap

@@ -61,10 +61,51 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "QueueCreate": _obj(
-        {"name": STR, "kind": STR, "description": STR, "elasticity": OBJ, "admission": OBJ},
+        {
+            "name": STR,
+            "kind": STR,
+            "description": STR,
+            "elasticity": OBJ,
+            "admission": OBJ,
+            "resources": _ref("Resources"),
+        },
         ("name",),
     ),
-    "QueuePatch": _obj({"description": STR, "admission": OBJ, "elasticity": OBJ, "kind": STR}),
+    "QueuePatch": _obj(
+        {
+            "description": STR,
+            "admission": OBJ,
+            "elasticity": OBJ,
+            "kind": STR,
+            "resources": _ref("Resources"),
+        }
+    ),
+    "Resources": {
+        **_obj(
+            {
+                "gpus": NUM,
+                "gpu_type": {"anyOf": [STR, STRS]},
+                "gpu_memory_gb": NUM,
+                "cpus": NUM,
+                "memory_gb": NUM,
+            }
+        ),
+        "additionalProperties": False,
+        "description": "what a job needs (docs/sdk.md): gpus below 1 shares one GPU, from 1 "
+        "up a whole number; gpu_type a name or an ordered list matched in the GPU's name",
+    },
+    "Free": _obj(
+        {
+            "gpus_whole": NUM,
+            "gpu_share": NUM,
+            "gpu_names": STRS,
+            "gpu_memory_gb": NUM,
+            "cpus": NUM,
+            "memory_gb": NUM,
+            "default_gpus": NUM,
+        }
+    ),
+    "Placement": _obj({"lease": STR, "placement": OBJ}, ("lease", "placement")),
     "QueueInfo": _obj(
         {
             "namespace": STR,
@@ -76,6 +117,7 @@ SCHEMAS: dict[str, Any] = {
             "admission": OBJ,
             "created_at": NUM,
             "updated_at": NUM,
+            "resources": _ref("Resources"),
         }
     ),
     "QueueShow": {
@@ -103,6 +145,7 @@ SCHEMAS: dict[str, Any] = {
             "pending": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
+            "unschedulable": INT,
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
@@ -119,6 +162,7 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "description": "locality: the host id whose tier holds the payload's objects",
             },
+            "resources": _ref("Resources"),
         },
     ),
     "SubmitBatch": {
@@ -147,6 +191,10 @@ SCHEMAS: dict[str, Any] = {
             "created_at": NUM,
             "started_at": NUM,
             "finished_at": NUM,
+            "resources": _ref("Resources"),
+            "placement": _nullable(OBJ),
+            "pending_reason": _nullable(STR),
+            "unschedulable_reason": _nullable(STR),
             "preemptions": INT,
             "max_preemptions": INT,
             "ended_by": _nullable({"enum": list(END_CAUSES)}),
@@ -174,6 +222,7 @@ SCHEMAS: dict[str, Any] = {
                 "commit before any wait, and the answer carries ack_errors",
                 "items": _ref("AckItem"),
             },
+            "free": _ref("Free"),
         },
         ("worker",),
     ),
@@ -189,6 +238,7 @@ SCHEMAS: dict[str, Any] = {
             "timeout_s": NUM,
             "priority": NUM,
             "signature": _nullable(STR),
+            "resources": _ref("Resources"),
             "preemptions": INT,
             "checkpoint": _nullable(BYTES),
             "job_token": {

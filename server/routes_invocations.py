@@ -53,6 +53,7 @@ ITEM_FIELDS = (
     "host",
     "id",
     "objects",
+    "resources",
     "max_preemptions",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
@@ -91,6 +92,8 @@ async def submit(call: Call) -> dict[str, Any]:
                 host=_host(item),
                 id=item.text("id"),
                 objects=_objects(item),
+                # As sent: the store's check refuses it in the words every plane uses.
+                resources=item.data.get("resources"),
                 max_preemptions=_max_preemptions(item),
             )
         )
@@ -250,7 +253,18 @@ async def claim(call: Call) -> dict[str, Any]:
     null or its refusal. A worker that just finished a job takes its next one in one request.
     """
     b = call.body
-    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit", "host", "acks")
+    b.only(
+        "queues",
+        "worker",
+        "lease_s",
+        "kind",
+        "temperature",
+        "wait",
+        "limit",
+        "host",
+        "acks",
+        "free",
+    )
     queues = b.str_list("queues")
     worker = b.req_text("worker")
     host = _host(b)
@@ -268,7 +282,8 @@ async def claim(call: Call) -> dict[str, Any]:
         raise InvalidArgument(f"field 'limit' must be an integer in [1, {MAX_BATCH}]")
     acks = _acks(b) if "acks" in b.data else None
 
-    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host)
+    free = b.mapping("free")
+    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host, free)
     out: dict[str, Any] = {}
     got: list[Claim] = []
     since = None
@@ -385,6 +400,21 @@ async def release(call: Call) -> dict[str, bool]:
         return call.store.release(call.param("id"), lease, outcome=outcome, cause=cause)
 
     return {"released": await call.run(run)}
+
+
+async def place(call: Call) -> None:
+    b = call.body
+    b.only("lease", "placement")
+    lease = b.req_text("lease")
+    placement = b.mapping("placement")
+    if placement is None:
+        raise InvalidArgument(f"field '{b.where('placement')}' is required")
+
+    def run() -> None:
+        _owned(call.store, call.ns, call.param("id"))
+        call.store.place(call.param("id"), lease, placement)
+
+    await call.run(run)
 
 
 async def note_cause(call: Call) -> dict[str, bool]:
@@ -580,6 +610,15 @@ ROUTES = [
         "Give a claimed job back unrun",
         body="Release",
         response="Released",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/placement",
+        place,
+        "Record where a claimed attempt runs (worker, GPU indexes and UUIDs); needs its lease",
+        status=204,
+        body="Placement",
         scopes=(WORK,),
     ),
     Api(

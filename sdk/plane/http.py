@@ -96,6 +96,8 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["host"] = r.host
     if r.id is not None:
         item["id"] = r.id
+    if r.resources is not None:  # likewise
+        item["resources"] = r.resources
     if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
         item["max_preemptions"] = r.max_preemptions
     if r.objects:  # likewise: a server before objects refuses the field
@@ -621,6 +623,7 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> Claim | None:
         """The next job or None: `claim_many` of one (one code path, one wire form)."""
         got = self.claim_many(
@@ -632,6 +635,7 @@ class HttpDispatch:
             temperature=temperature,
             wait_s=wait_s,
             host=host,
+            free=free,
         )
         return got[0] if got else None
 
@@ -646,10 +650,13 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
             body = self._claim_body(queues, worker, limit, lease_s, wait, host)
             body.update(kind=kind, temperature=temperature)
+            if free is not None:  # only when sent: a server before resources refuses it
+                body["free"] = free
             data = self._request("POST", "/claims", body, wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
@@ -667,12 +674,15 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """One request: the server commits the acks (with the claim when a job is there)
         before it waits; a wait past its cap goes on as plain claims."""
         wait = min(wait_s, SERVER_WAIT_CAP_S)
         body = self._claim_body(queues, worker, limit, lease_s, wait, host)
         body.update(kind=kind, temperature=temperature)
+        if free is not None:
+            body["free"] = free
         body["acks"] = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
         data = self._request("POST", "/claims", body, wait_s=wait)
         errors = [None if e is None else self._item_error(e) for e in data["ack_errors"]]
@@ -687,6 +697,7 @@ class HttpDispatch:
                 temperature=temperature,
                 wait_s=wait_s - wait,
                 host=host,
+                free=free,
             )
         return errors, got
 
@@ -749,6 +760,10 @@ class HttpDispatch:
             body |= {"outcome": outcome, "cause": cause}
         data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", body)
         return bool(data["released"])
+
+    def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
+        path = f"/invocations/{_segment(inv_id)}/placement"
+        self._request("POST", path, {"lease": lease, "placement": placement})
 
     def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
         data = self._request(

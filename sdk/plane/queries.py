@@ -50,6 +50,11 @@ SQLITE = Dialect(
         "postgres_only": "--",
         # ... and one that starts with {sqlite_only} is SQLite's: its trigger syntax, say.
         "sqlite_only": "",
+        # `text REGEXP pattern`: the connector registers the function (sqlite.py).
+        "regexp": "REGEXP",
+        # NULL-safe (in)equality.
+        "is": "IS",
+        "is_not": "IS NOT",
     },
     param_style=":{}",
 )
@@ -63,18 +68,40 @@ POSTGRES = Dialect(
         "for_update": "FOR UPDATE",
         "postgres_only": "",
         "sqlite_only": "--",
+        "regexp": "~",
+        "is": "IS NOT DISTINCT FROM",
+        "is_not": "IS DISTINCT FROM",
     },
     param_style="%({})s",
 )
 
 
+#: A statement holding `{fits}` is two: as written without the fragment (a claim from a worker
+#: that sends no free resources: its plan unchanged), and `<name>_fit` with it. So `{fits}` is
+#: left in place when the other fragments are expanded, for `queries` to make the two.
+FITS = "fits"
+
+
+def _text(filename: str) -> str:
+    return resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+
+
 def _sections(filename: str) -> dict[str, str]:
-    """The statements (or migrations) of `filename` by name, its fragments expanded."""
-    text = resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
-    return expand_fragments(text)
+    """The statements (or migrations) of `filename` by name, its fragments but `{fits}` expanded."""
+    return expand_fragments(_text(filename))
 
 
-def expand_fragments(text: str) -> dict[str, str]:
+def _fragments(text: str) -> dict[str, str]:
+    parts = _SECTION.split(text)
+    # parts = [preamble, kind, name, body, kind, name, body, ...]
+    return {
+        parts[i + 1]: _uncommented(parts[i + 2].strip())
+        for i in range(1, len(parts), 3)
+        if parts[i] == "fragment"
+    }
+
+
+def expand_fragments(text: str, keep: tuple[str, ...] = (FITS,)) -> dict[str, str]:
     """The `name` and `migration` sections of `text`, each `{fragment}` they name replaced by
     that `fragment` section's body (its own leading comment lines dropped: they explain the
     fragment, not the statement it lands in)."""
@@ -87,7 +114,8 @@ def expand_fragments(text: str) -> dict[str, str]:
         raise ValueError(f"fragment names {sorted(clashes)} are dialect words; rename them")
 
     def expand(match: re.Match[str]) -> str:
-        return fragments.get(match.group(1), match.group(0))
+        name = match.group(1)
+        return match.group(0) if name in keep else fragments.get(name, match.group(0))
 
     return {name: _WORD.sub(expand, body) for kind, name, body in sections if kind != "fragment"}
 
@@ -101,7 +129,16 @@ def _uncommented(body: str) -> str:
 
 @cache
 def queries(dialect: Dialect) -> dict[str, str]:
-    return {name: dialect.render(sql) for name, sql in _sections("queries.sql").items()}
+    fragments = _fragments(_text("queries.sql"))
+    out: dict[str, str] = {}
+    for name, sql in _sections("queries.sql").items():
+        text = dialect.render(sql)
+        marker = "{" + FITS + "}"
+        if marker in text:
+            out[f"{name}_fit"] = text.replace(marker, dialect.render(fragments[FITS]))
+            text = text.replace(marker + "\n", "").replace(marker, "")
+        out[name] = text
+    return out
 
 
 @cache

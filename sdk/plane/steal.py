@@ -51,17 +51,24 @@ def stealing(tx: Transaction, ns: str, queues: Sequence[str], within: str | None
 
 
 def steal_aged(
-    tx: Transaction, params: dict[str, Any], delayed: list[tuple[str, float]], limit: int
+    tx: Transaction,
+    params: dict[str, Any],
+    delayed: list[tuple[str, float]],
+    limit: int,
+    *,
+    fit: bool = False,
 ) -> list[Row]:
     """Up to `limit` jobs of `delayed` queues that have waited their delay, queue by queue in
     the claimer's order, each claimed under a lease of its own."""
-    keys = ("ns", "now", "expires", "worker", "host")
-    bound = {k: params[k] for k in keys}
+    # The claim's own bindings but its queues and lease: the claimer's host, and what it has
+    # free when it counts that (issue 34: then the `_fit` statement takes only what fits).
+    bound = {k: v for k, v in params.items() if k not in ("queues", "lease")}
+    name = "steal_aged_fit" if fit else "steal_aged"
     rows: list[Row] = []
     for queue, delay in delayed:
         aged = params["now"] - delay
         while len(rows) < limit:
-            row = tx.one("steal_aged", queue=queue, aged=aged, lease=secrets.token_hex(16), **bound)
+            row = tx.one(name, queue=queue, aged=aged, lease=secrets.token_hex(16), **bound)
             if row is None:
                 break
             rows.append(row)

@@ -228,6 +228,15 @@ class WorkerCore(Preemptible, JobSink):
         """What the `daemon.ready` line says besides the worker, its queues and concurrency."""
         return {}
 
+    def _offer(self) -> dict[str, Any] | None:
+        """What this worker has free, sent with each claim so that only jobs that fit come
+        back (`resources.check_free`); None: any job (a worker that places nothing)."""
+        return None
+
+    def _placed(self, claim: Claim) -> bool:
+        """Take the resources a claimed job asked for; False: it went back to the queue."""
+        return True
+
     def _on_ready(self) -> None:
         self._log.info(
             "daemon.ready",
@@ -403,6 +412,9 @@ class WorkerCore(Preemptible, JobSink):
             wait_s=wait_s,
             host=self.host,
         )
+        offer = self._offer()
+        if offer is not None:
+            claiming["free"] = offer
         if not riders:
             return self.plane.claim_many(queues, **claiming)
         errors, claims = self.plane.ack_and_claim([ack for _, ack in riders], queues, **claiming)
@@ -417,7 +429,7 @@ class WorkerCore(Preemptible, JobSink):
                 self._release_unstarted(claim)
             return not self._draining.is_set()
         for claim in claims:
-            if self._refused(claim):
+            if self._refused(claim) or not self._placed(claim):
                 continue
             self._log.info(
                 "job.claimed", invocation=claim.id, queue=claim.queue, attempt=claim.attempt
@@ -478,15 +490,20 @@ class WorkerCore(Preemptible, JobSink):
     def _start_buffered(self) -> None:
         """Hand buffered claims to free slots, oldest first (never while draining)."""
         with self._free:
-            for slot in self.slots:
-                if not self._buffer or self._draining.is_set():
+            while self._buffer and not self._draining.is_set():
+                idle = [s for s in self.slots if not s.busy]
+                if not idle:
                     break
-                if not slot.busy:
-                    claim = self._buffer.popleft()
-                    self._log.debug("job.started", invocation=claim.id, slot=slot.index)
-                    self.started_jobs += 1
-                    slot.assign(claim)
+                claim = self._buffer.popleft()
+                slot = self._slot_for(claim, idle)
+                self._log.debug("job.started", invocation=claim.id, slot=slot.index)
+                self.started_jobs += 1
+                slot.assign(claim)
             self._free.notify_all()
+
+    def _slot_for(self, claim: Claim, idle: Sequence[Slot]) -> Slot:
+        """Which idle slot runs `claim` (the daemon picks one whose child sees its GPUs)."""
+        return idle[0]
 
     def _refused(self, claim: Claim) -> bool:
         """Never run a payload from a namespace this worker does not serve, or one the control

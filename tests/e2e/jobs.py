@@ -190,3 +190,17 @@ def big_result(size: int) -> bytes:
     """More than the inline limit: the job's process spills it, through the plane tier when no
     storage is configured, with the job's own token."""
     return b"r" * size
+
+
+def placed(directory: str | None = None, peers: int = 1) -> dict[str, Any]:
+    """The GPUs this job's process sees and `dls.run.gpus`; with `directory`, first wait until
+    `peers` jobs run at once (proves they overlap)."""
+    import dreamlake.lakeshore as dls
+
+    if directory is not None:
+        wait_for_peers(directory, peers)
+    return {
+        "pid": os.getpid(),
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": dls.run.gpus,
+    }

@@ -47,6 +47,7 @@ SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :k
 -- name: get_invocation
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations WHERE id = :id AND namespace = :ns;
 
@@ -58,6 +59,20 @@ WHERE namespace = :ns AND queue = :queue AND state = :state;
 -- name: count_by_state
 SELECT queue, state, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state IN ('queued', 'running') GROUP BY queue, state;
+
+-- fragment: fits
+-- A claim from a worker that sends what it has free (issue 34, sdk/resources.py) takes only a
+-- job that fits in it: its GPUs (a fraction below 1 on the GPU with the most room, from 1 up
+-- that many GPUs nobody uses), of a type and memory it has, its CPUs and memory. Columns of the
+-- row the walk reads anyway (migration 24); NULL gpus is a job that states none: the worker's
+-- --gpus-per-job. gpu_type is a pattern of the acceptable names (`gpu_type_pattern`),
+-- searched in the names of the worker's GPUs with room.
+AND (COALESCE(gpus, :default_gpus) = 0 OR (
+    (CASE WHEN COALESCE(gpus, :default_gpus) < 1 THEN :gpu_share ELSE :gpus_whole END)
+        >= COALESCE(gpus, :default_gpus)
+    AND (gpu_memory_gb IS NULL OR gpu_memory_gb <= :gpu_memory_gb)
+    AND (gpu_type IS NULL OR :gpu_names {regexp} gpu_type)))
+AND (cpus IS NULL OR cpus <= :cpus) AND (memory_gb IS NULL OR memory_gb <= :memory_gb)
 
 -- fragment: claimable
 -- What a claim may take, written once for every claim statement (and the boltzmann levels a
@@ -73,6 +88,7 @@ namespace = :ns AND state = 'queued' AND not_before <= :now
 -- name: priority_levels
 SELECT priority, count(*) AS n FROM invocations
 WHERE queue IN (:queues) AND {claimable}
+  {fits}
 GROUP BY priority;
 
 -- name: claim_fifo
@@ -82,9 +98,10 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
+      {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint;
 
 -- name: claim_fifo_batch
 -- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
@@ -95,9 +112,10 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id IN (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
+      {fits}
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint;
 
 -- name: claim_filo
 UPDATE invocations
@@ -106,9 +124,10 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
+      {fits}
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint;
 
 -- name: claim_level
 UPDATE invocations
@@ -117,9 +136,10 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND priority = :priority AND {claimable}
+      {fits}
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint;
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
@@ -342,6 +362,7 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns
@@ -350,6 +371,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND id < :before
@@ -358,6 +380,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_queue
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue
@@ -366,6 +389,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_queue_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND id < :before
@@ -374,6 +398,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_state
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND state = :state
@@ -382,6 +407,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_state_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND state = :state AND id < :before
@@ -390,6 +416,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_queue_state
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state
@@ -398,6 +425,7 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_queue_state_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
@@ -467,9 +495,10 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue = :queue AND created_at <= :aged AND {claimable}
+      {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint;
 
 -- name: controller_queues
 SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
@@ -619,6 +648,101 @@ SELECT MIN(at) AS at FROM queue_rollup WHERE namespace = :ns;
 -- name: retention_trim_rollup
 -- Rollup rows of :ns from seconds before :upto (retention: at most a minute's rows a batch).
 DELETE FROM queue_rollup WHERE namespace = :ns AND at < :upto;
+
+-- name: set_invocation_resources
+-- A submit's request (issue 34) on the row it just inserted: what was asked, and the same as
+-- the columns the `fits` fragment compares. Only submits that state one (or whose queue has a
+-- default) run it, so a plain submit writes what it always did.
+UPDATE invocations SET resources = :resources, gpus = :gpus, gpu_type = :gpu_type,
+    gpu_memory_gb = :gpu_memory_gb, cpus = :cpus, memory_gb = :memory_gb
+WHERE id = :id;
+
+-- name: set_queue_resources
+UPDATE queues SET resources = :resources, updated_at = :now WHERE namespace = :ns AND name = :name;
+
+-- name: place_invocation
+-- Where a claimed attempt runs (the daemon picks its GPUs): fenced by the attempt's lease, so a
+-- stale worker cannot write over the placement of a newer attempt.
+UPDATE invocations SET placement = :placement, pending_reason = NULL, unschedulable_reason = NULL
+WHERE id = :id AND lease = :lease AND state = 'running'
+RETURNING id;
+
+-- name: queued_head
+-- The head of a fifo claim among the jobs a worker could ever run (issue 34, no starvation):
+-- the `fits` fragment bound to what the worker has in all, not what it has free. A worker
+-- whose head does not fit what is free reserves for it (store/reservation.py).
+SELECT id, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb FROM invocations
+WHERE queue IN (:queues) AND {claimable}
+  {fits}
+ORDER BY priority DESC, id ASC LIMIT 1;
+
+-- name: claim_id
+-- Claim the head a worker reserved for, once it fits: still queued, or nothing.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint;
+
+-- name: claim_backfill
+-- While a worker reserves for its head, only a job that fits what is free and surely ends
+-- (its timeout_s) before the reservation could start (:start_bound) may run meanwhile.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = (
+    SELECT id FROM invocations
+    WHERE queue IN (:queues) AND {claimable}
+      {fits}
+      AND timeout_s IS NOT NULL AND timeout_s <= :start_bound - :now
+    ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint;
+
+-- name: queued_shapes
+-- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
+-- the ones no live daemon of their queue could ever run; the oldest of each, for the queue's
+-- unschedulable_fail_after_s.
+SELECT namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason,
+    count(*) AS n, MIN(resources) AS sample
+FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason;
+
+-- name: live_workers
+-- Every worker row that heartbeats (all namespaces): what the sweep checks requests against.
+SELECT namespace, name, queues, info FROM workers
+WHERE heartbeat_at >= :since AND state <> 'gone';
+
+-- name: set_pending
+-- One request's queued jobs in a queue get a pending reason (NULL clears it), rows whose reason
+-- differs only. {is} compares NULLs as equal: NULL columns are parts of a request too.
+UPDATE invocations SET pending_reason = :reason, unschedulable_reason = :words
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb
+  AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
+RETURNING id;
+
+-- name: fail_unschedulable
+-- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,
+-- fail with the reason instead of waiting forever.
+UPDATE invocations SET state = 'failed', error = :words, finished_at = :now
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb AND created_at <= :before
+RETURNING id;
+
+-- name: unschedulable_counts
+-- lakeshore_jobs_unschedulable, per queue (index invocations_shapes).
+SELECT namespace, queue, count(*) AS n FROM invocations
+WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'unschedulable'
+GROUP BY namespace, queue;
+
+-- name: unschedulable_in_queue
+SELECT count(*) AS n FROM invocations
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND pending_reason = 'unschedulable';
 
 -- name: release_preempted
 -- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and

@@ -11,6 +11,7 @@ import msgpack
 
 from ... import signing
 from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
+from ...resources import check_free, fit_params
 from ...types import (
     DEFAULT_QUEUE,
     Ack,
@@ -31,6 +32,7 @@ from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
 from ..steal import steal_aged, stealing
 from ..wakeup import work_key
+from . import schedulable
 from .base import (
     MAX_BATCH,
     RETRY_BASE_S,
@@ -38,6 +40,7 @@ from .base import (
     SWEEP_EVERY_S,
     new_id,
 )
+from .placement import BOX, asked, fitted, scarce, write_request
 from .preemption import PreemptionStore, check_outcome, set_preemption_limit
 from .queues import QueueStore
 from .records import (
@@ -48,6 +51,10 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+from .reservation import claim_reserving
+
+#: Claim parameters the priority_levels statements do not bind.
+_NOT_LEVELS = frozenset({"expires", "worker", "lease"})
 
 #: Told, after an ack's commit and before anyone is woken, the invocations it ended by id.
 OnEnded = Callable[[Mapping[str, Invocation]], None]
@@ -109,7 +116,7 @@ class InvocationStore(PreemptionStore, QueueStore):
         ids = [req.id or new_id() for req in requests]
         order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
         claiming = [
-            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host), c)
+            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host, c.free), c)
             for c in claimers
         ]
         handed: list[Claimed] = []
@@ -156,6 +163,8 @@ class InvocationStore(PreemptionStore, QueueStore):
                     assert row is not None  # the conflict that suppressed the insert
                 else:
                     set_preemption_limit(tx, row["id"], req, info)
+                    if (wanted := asked(req.resources, info)) is not None:
+                        write_request(tx, row["id"], wanted)
                 ids[i] = row["id"]
             for params, c in claiming:
                 claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
@@ -254,15 +263,18 @@ class InvocationStore(PreemptionStore, QueueStore):
         kind: str | None = None,
         temperature: float = 1.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
 
         One commit for the batch is the point: a daemon that prefetches pays one durable write
         per batch instead of one per job. Each job is picked as a single claim would pick it,
         so a batch never reorders a queue. `host` is the claimer's host id: a job held for
-        another host is passed by until its locality window ends (plane/locality.py).
+        another host is passed by until its locality window ends (plane/locality.py). `free`
+        is what the claimer has free (`resources.check_free`): then only a job that fits is
+        taken, and one at most, since the next one's fit depends on where this one goes.
         """
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
         # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
         # (the worker's settle is then refused and they run again), and skipping its fsync
         # takes one of the three disk flushes out of every job's path.
@@ -284,6 +296,7 @@ class InvocationStore(PreemptionStore, QueueStore):
         temperature: float = 1.0,
         host: str | None = None,
         on_ended: OnEnded | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """Settle `acks` as succeeded and claim as `claim_many` does, in one transaction:
         the worker that just finished a job takes its next one with the commit that records the
@@ -291,7 +304,7 @@ class InvocationStore(PreemptionStore, QueueStore):
         itself, and the claim still runs. `on_ended` as `ack_many` takes it."""
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
         with self.connector.transaction() as tx:
             # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
@@ -312,13 +325,19 @@ class InvocationStore(PreemptionStore, QueueStore):
         lease_s: float,
         limit: int,
         host: str | None,
+        free: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A claim's checked parameters, as its statements bind them."""
+        """A claim's checked parameters, as its statements bind them (with `free`, the
+        `fits` fragment's too: `fitted` tells)."""
         names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
         check_host(host)
         now = time.time()
+        checked = None if free is None else check_free(free)
+        fit = {} if checked is None else fit_params(checked)
+        if checked is not None and checked["box"] is not None:
+            fit[BOX] = checked["box"]  # taken out before any statement binds it
         return {
             "ns": ns,
             "queues": names,
@@ -326,6 +345,7 @@ class InvocationStore(PreemptionStore, QueueStore):
             "expires": now + lease_s,
             "worker": worker,
             "host": host,
+            **fit,
         }
 
     def _claim_in(
@@ -406,10 +426,19 @@ class InvocationStore(PreemptionStore, QueueStore):
     ) -> list[Row]:
         """Up to `limit` claimed rows, in the order single claims would have taken them: in
         `kind` order from the queues free to take now, then what has waited out its queue's
-        steal delay (steal.py)."""
+        steal delay (steal.py). A claimer that counts what it has free (issue 34) takes one job
+        at a time, and on a fifo queue reserves for the head it could run (reservation.py)."""
+        box = params.get(BOX)
+        if box is not None:
+            params = {k: v for k, v in params.items() if k != BOX}
         free, delayed = stealing(tx, params["ns"], params["queues"], within)
+        if scarce(params):
+            if box is not None and kind == "fifo" and free:
+                row = claim_reserving(tx, {**params, "queues": free}, box)
+                return [row] if row is not None else []
+            limit = 1  # the next job's fit depends on where the claimer puts this one
         rows = self._claim_free(tx, kind, temperature, {**params, "queues": free}, limit)
-        return rows + steal_aged(tx, params, delayed, limit - len(rows))
+        return rows + steal_aged(tx, params, delayed, limit - len(rows), fit=fitted(params))
 
     def _claim_free(
         self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any], limit: int
@@ -417,7 +446,8 @@ class InvocationStore(PreemptionStore, QueueStore):
         if not params["queues"]:
             return []
         if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
-            batch = tx.all("claim_fifo_batch", lease=secrets.token_hex(16), limit=limit, **params)
+            name = "claim_fifo_batch_fit" if fitted(params) else "claim_fifo_batch"
+            batch = tx.all(name, lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
         rows: list[Row] = []
         while len(rows) < limit:
@@ -434,29 +464,37 @@ class InvocationStore(PreemptionStore, QueueStore):
     def _claim_row(
         self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
     ) -> Row | None:
+        fit = "_fit" if fitted(params) else ""
         if kind == "fifo":
-            return tx.one("claim_fifo", **params)
+            return tx.one("claim_fifo" + fit, **params)
         if kind == "filo":
-            return tx.one("claim_filo", **params)
+            return tx.one("claim_filo" + fit, **params)
         levels = tx.all(
-            "priority_levels",
-            ns=params["ns"],
-            queues=params["queues"],
-            now=params["now"],
-            host=params["host"],
+            "priority_levels" + fit,
+            **{k: v for k, v in params.items() if k not in _NOT_LEVELS},
         )
         if not levels:
             return None
         level = boltzmann_level([(r["priority"], r["n"]) for r in levels], temperature)
-        return tx.one("claim_level", priority=level, **params) or tx.one("claim_fifo", **params)
+        return tx.one("claim_level" + fit, priority=level, **params) or tx.one(
+            "claim_fifo" + fit, **params
+        )
 
     def sweep(self) -> int:
-        """End or requeue every attempt whose lease ran out; returns how many moved."""
+        """End or requeue every attempt whose lease ran out; returns how many moved. At most
+        every few seconds, also name the queued jobs no live daemon could run (schedulable.py)."""
+        now = time.time()
         with self.connector.transaction() as tx:
-            moved = self._sweep(tx, time.time())
+            moved = self._sweep(tx, now)
+            if schedulable.due(self._judged_at, now):
+                self._judged_at = now
+                moved += schedulable.sweep(tx, now, self._append_error)
         if moved:
             self.waker.notify()
         return moved
+
+    def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
+        self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
 
     def _sweep(self, tx: Transaction, now: float) -> int:
         timed_out = tx.all("expire_deadlines", now=now)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import InvalidArgument
 from ...ids import ulid_time
+from ...resources import check_optional
 from ...storage import StorageRef
 from ...types import (
     DEFAULT_MAX_PREEMPTIONS,
@@ -77,6 +78,7 @@ def check_submit(req: SubmitRequest) -> None:
             f"limit), got {req.timeout_s!r}"
         )
     check_host(req.host)
+    check_optional(req.resources)
 
 
 def check_max_preemptions(value: object, what: str) -> None:
@@ -119,6 +121,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         "rate_limit",
         "deadline_cutoff_s",
         "locality_wait_s",
+        "unschedulable_fail_after_s",
         "max_preemptions",
     }
     unknown = set(value) - known
@@ -129,7 +132,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         )
     if value.get("on_full", "reject") not in ON_FULL:
         raise InvalidArgument(f"admission.on_full must be reject|block, got {value['on_full']!r}")
-    for field in ("max_depth", "rate_limit", "deadline_cutoff_s"):
+    for field in ("max_depth", "rate_limit", "deadline_cutoff_s", "unschedulable_fail_after_s"):
         v = value.get(field)
         if v is not None and not _in_range(v, 0, low_open=True):
             raise InvalidArgument(
@@ -193,11 +196,20 @@ def invocation_of(row: Row) -> Invocation:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        resources=_json_object(row.get("resources")),
+        placement=_json_object(row.get("placement")) or None,
+        pending_reason=row.get("pending_reason"),
+        unschedulable_reason=row.get("unschedulable_reason"),
         preemptions=row["preemptions"],
         max_preemptions=row["max_preemptions"],
         ended_by=row["ended_by"],
         checkpoint=_blob(row["checkpoint"]),
     )
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """A JSON object column (resources, placement); NULL reads as {}."""
+    return json.loads(text) if text else {}
 
 
 def claim_of(row: Row) -> Claim:
@@ -212,6 +224,7 @@ def claim_of(row: Row) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         timeout_s=row["timeout_s"],
         priority=row["priority"],
+        resources=_json_object(row.get("resources")),
         preemptions=row["preemptions"],
         checkpoint=_blob(row["checkpoint"]),
     )
@@ -233,6 +246,7 @@ def queue_info_of(row: Row) -> QueueInfo:
         admission=json.loads(row["admission"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        resources=_json_object(row.get("resources")),
     )
 
 
