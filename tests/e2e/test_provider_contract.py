@@ -117,3 +117,27 @@ def test_the_provider_contract(kind: Kind, tmp_path: Path) -> None:
         )
         assert plane.worker(first.id).state == "gone"
         assert [(w.name, w.state) for w in plane.workers()] == [("pool-01", "alive")]
+
+
+def test_slurm_lists_the_same_jobs_through_squeue_format_as_through_json(tmp_path: Path) -> None:
+    with slurm_kind(tmp_path) as (_, provider, make, _):
+        spec = LaunchSpec(
+            namespace="default",
+            queues=("work",),
+            name="held",
+            target="queue/work",
+            settings={"sbatch_args": ["--hold"]},  # pending, never run: nothing to wait for
+        )
+        [launched] = provider.launch(spec, 1)
+        old_client = make()
+        assert isinstance(old_client, SlurmProvider)
+        old_client._json = False  # as on a squeue without --json
+
+        [by_json] = provider.list()
+        [by_format] = old_client.list()
+
+        assert by_json.id == by_format.id == launched.id
+        assert by_json.tags == by_format.tags == launched.tags
+        assert by_json.state == by_format.state == "pending"
+        assert by_json.note == by_format.note != ""
+        assert abs(by_json.launched_at - by_format.launched_at) < 1
