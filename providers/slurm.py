@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -114,7 +115,10 @@ class SlurmProvider:
             directory=directory,
             token_file=token_file,
         )
-        result = self._run(["sbatch", "--parsable"], stdin=script, check=False)
+        # --export=ALL hands sbatch's environment to the job: never the controller's own
+        # Lakeshore settings and tokens (LAKESHORE_TOKEN, LAKESHORE_CONTROLLER_TOKEN, ...)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESHORE_")}
+        result = self._run(["sbatch", "--parsable"], stdin=script, env=env, check=False)
         if result.returncode != 0:
             error = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
             raise ProviderError(f"sbatch of {daemon} failed: {error[0]}")
@@ -144,13 +148,19 @@ class SlurmProvider:
         return parse_format(result.stdout)
 
     def _run(
-        self, argv: builtins.list[str], *, stdin: str | None = None, check: bool = True
+        self,
+        argv: builtins.list[str],
+        *,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         exe = self._exe(argv[0])
         try:
             return subprocess.run(
                 [exe, *argv[1:]],
                 input=stdin,
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=self.timeout_s,

@@ -141,3 +141,27 @@ def test_slurm_lists_the_same_jobs_through_squeue_format_as_through_json(tmp_pat
         assert by_json.state == by_format.state == "pending"
         assert by_json.note == by_format.note != ""
         assert abs(by_json.launched_at - by_format.launched_at) < 1
+
+
+def test_a_slurm_daemon_inherits_none_of_the_controllers_lakeshore_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKESHORE_CONTROLLER_TOKEN", "the-controllers-admin-token")
+    monkeypatch.setenv("LAKESHORE_URL", "http://somewhere-else:8765")
+    with slurm_kind(tmp_path) as (_, provider, _, _), Dispatch(tmp_path / "lakeshore.db") as plane:
+        spec = LaunchSpec(
+            namespace="default",
+            queues=("work",),
+            name="env",
+            target="queue/work",
+            plane_url=str(tmp_path / "lakeshore.db"),
+        )
+        provider.launch(spec, 1)
+        [row] = wait_until(plane.workers, timeout=60, what="the daemon registered")
+
+        assert row.pid is not None
+        environ = Path(f"/proc/{row.pid}/environ").read_bytes().split(b"\0")
+        names = {item.partition(b"=")[0].decode() for item in environ if item}
+        assert "LAKESHORE_CONTROLLER_TOKEN" not in names and "LAKESHORE_URL" not in names
+        assert f"LAKESHORE_HOME={tmp_path}".encode() in environ
+        assert "SLURM_JOB_ID" in names  # it is the Slurm job's process
