@@ -134,7 +134,9 @@ class SlurmProvider:
 
     def _jobs(self) -> builtins.list[Instance]:
         if self._json is None or self._json:
-            result = self._run(["squeue", "--json"], check=False)
+            # --me: the jobs of the controller's user, which are all of its jobs (a squeue
+            # that cannot filter --json ignores it and the tags still do)
+            result = self._run(["squeue", "--me", "--json"], check=False)
             if result.returncode == 0:
                 self._json = True
                 return parse_json(result.stdout)
@@ -142,7 +144,7 @@ class SlurmProvider:
                 self._json = False  # a client without --json: use --format from now on
             else:
                 raise ProviderError(f"squeue failed: {_last_line(result)}")
-        result = self._run(["squeue", "--noheader", f"--format={FORMAT}"], check=False)
+        result = self._run(["squeue", "--me", "--noheader", f"--format={FORMAT}"], check=False)
         if result.returncode != 0:
             raise ProviderError(f"squeue failed: {_last_line(result)}")
         return parse_format(result.stdout)
