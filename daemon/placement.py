@@ -212,9 +212,18 @@ def _deadline(placed: Placed) -> float:
     return placed.deadline or 0.0
 
 
-def declared_gpus(count: int, name: str | None, memory_gb: float | None) -> list[Gpu]:
+def declared_gpus(
+    count: int, name: str | None, memory_gb: float | None, visible: str | None = None
+) -> list[Gpu]:
     """`--gpus N [--gpu-type NAME --gpu-memory-gb G]`: GPUs this daemon offers without asking
-    the driver (a CPU box in a test, or a box that holds some back)."""
+    the driver (a CPU box in a test, or a box that holds some back). `visible`: the daemon's
+    own CUDA_VISIBLE_DEVICES (or what Slurm allocated it, `inventory.visible_gpus`): then the
+    declared GPUs are those, so two daemons of one box never hand out the same index."""
+    indexes = list(range(count))
+    if visible is not None:
+        named = [v.strip() for v in visible.split(",") if v.strip()]
+        if named and all(v.isdigit() for v in named):
+            indexes = [int(v) for v in named][:count]
     return [
         Gpu(
             index=i,
@@ -222,5 +231,5 @@ def declared_gpus(count: int, name: str | None, memory_gb: float | None) -> list
             name=name or "declared GPU",
             memory_mb=int((memory_gb or 0) * 1024),
         )
-        for i in range(count)
+        for i in indexes
     ]

@@ -8,6 +8,7 @@ systemd's READY / WATCHDOG / STATUS / STOPPING, and SIGTERM as a drain (sdk/sign
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,15 @@ from ..work.core import (
 )
 from ..work.retry import Retrier, is_transient
 from ..work.slot import JobSink, Outcome, Slot, SlotFactory
-from .inventory import Gpu, LoadMeter, check_gpu_plan, detect_gpus, host_facts, slot_gpus
+from .inventory import (
+    Gpu,
+    LoadMeter,
+    check_gpu_plan,
+    detect_gpus,
+    host_facts,
+    slot_gpus,
+    visible_gpus,
+)
 from .log import get_logger
 from .placement import Placer, declared_gpus
 from .slots import ChildFailed, ProcessSlot, spawn_context
@@ -155,7 +164,8 @@ class Daemon(WorkerCore):
             return found
         if len(found) >= config.gpus and config.gpu_type is None:
             return found[: config.gpus]  # a box that holds some back
-        return declared_gpus(config.gpus, config.gpu_type, config.gpu_memory_gb)
+        visible = visible_gpus(os.environ)
+        return declared_gpus(config.gpus, config.gpu_type, config.gpu_memory_gb, visible)
 
     # -- placement (issue 34): which GPUs each job holds -------------------------------------
 

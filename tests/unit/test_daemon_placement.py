@@ -70,3 +70,15 @@ def test_the_box_says_when_running_jobs_surely_free_whole_gpus() -> None:
     whole = placer.free()["box"]
     assert whole["gpus_whole"] == 4 and whole["gpu_share"] == 1.0
     assert whole["whole_free_at"] == [[100.0, 2.0], [200.0, 3.0]]
+
+
+def test_declared_gpus_are_the_ones_the_daemon_was_given_to_see() -> None:
+    """A daemon in a Slurm job (or a unit pinned with CUDA_VISIBLE_DEVICES=2,3) that declares
+    `--gpus 2` offers GPUs 2 and 3: another daemon of the node holds 0 and 1."""
+    from dreamlake.lakeshore.daemon.inventory import visible_gpus
+    from dreamlake.lakeshore.daemon.placement import declared_gpus
+
+    in_slurm = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "2,3"}
+    assert [g.index for g in declared_gpus(2, "H100", 80, visible_gpus(in_slurm))] == [2, 3]
+    assert [g.index for g in declared_gpus(2, None, None, visible_gpus({}))] == [0, 1]
+    assert [g.index for g in declared_gpus(2, None, None, "")] == [0, 1]
