@@ -106,6 +106,10 @@ def jobs() -> list[Job]:
     out.append(("depth", "lakeshore postgres, 0 vs N queued (scaled down)", depth.measure_postgres))
     out.append(("scale", "idle long-polls", scale.measure))
     out.append(("scale", "idle long-polls, 2 postgres replicas", scale.measure_replicas))
+    from . import placement
+
+    out.append(("placement", "lakeshore declared 8-GPU daemon, gpus=1", placement.placed))
+    out.append(("placement", "lakeshore 8 static slots, no request", placement.static))
     from . import concurrency as conc
 
     out += [

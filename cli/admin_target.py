@@ -18,20 +18,23 @@ import click
 from click.core import ParameterSource
 
 from ..plane.admin import Admin
+from ..plane.options import IN_PS, token_file_option
+from ..plane.token_file import TOKEN_FILE_ENV
 from .server import open_cli_store, store_option
 
 _EXPLICIT = (ParameterSource.COMMANDLINE,)
 
 
 def admin_options(fn: Any) -> Any:
-    """--url / --token (over HTTP) and --store (the database directly) on an admin verb."""
+    """--url / --token / --token-file (over HTTP) and --store (the database directly) on an
+    admin verb."""
     fn = store_option(fn)
     fn = click.option(
         "--token",
         envvar="LAKESHORE_TOKEN",
         default=None,
-        help="Bearer token with the admin scope (with --url).",
-    )(fn)
+        help=f"Bearer token with the admin scope (with --url). {IN_PS}",
+    )(token_file_option(envvar=TOKEN_FILE_ENV)(fn))
     return click.option(
         "--url",
         envvar="LAKESHORE_URL",

@@ -239,6 +239,12 @@ def update(
     metavar="SECONDS",
     help="Wait up to this long for the daemon to finish and leave.",
 )
+@click.option(
+    "--preempt",
+    is_flag=True,
+    help="The box is going away: its jobs are told (dls.run.preempting), get the daemon's "
+    "--preempt-grace-s to checkpoint, and go back to the queue as preemptions.",
+)
 @json_option
 def drain(
     name: str,
@@ -246,6 +252,7 @@ def drain(
     token: str | None,
     namespace: str | None,
     wait_s: float | None,
+    preempt: bool,
     as_json: bool,
 ) -> None:
     """Ask a daemon to stop claiming, finish its jobs and exit (seen at its next heartbeat).
@@ -256,8 +263,9 @@ def drain(
     plane = _plane(url, token, namespace)
     try:
         before = plane.worker(name).state
-        row = plane.set_worker_state(name, "draining")
-        click.echo(f"{row.name}: draining", err=as_json)
+        target = "preempting" if preempt else "draining"
+        row = plane.set_worker_state(name, target)
+        click.echo(f"{row.name}: {target}", err=as_json)
         state = row.state
         if wait_s is not None:
             deadline = time.monotonic() + wait_s

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dreamlake.lakeshore.resources import describe
+
 from .. import codec
 from ..errors import DispatchError
 from ..plane.base import Plane
@@ -114,6 +116,22 @@ def plain(value: Any) -> Any:
         if isinstance(value, dict):
             return {str(k): plain(v) for k, v in value.items()}
         return repr(value)
+
+
+def placed(placement: dict[str, Any]) -> str:
+    """Where an attempt ran, in one line: "worker gpu-box-1, GPUs 0, 1 (NVIDIA H100, ...)"."""
+    text = f"worker {placement.get('worker', '?')}"
+    gpus = placement.get("gpus") or []
+    if gpus:
+        indexes = ", ".join(str(g.get("index")) for g in gpus)
+        names = sorted({str(g.get("name")) for g in gpus if g.get("name")})
+        uuids = ", ".join(str(g["uuid"]) for g in gpus if g.get("uuid"))
+        share = gpus[0].get("share", 1)
+        text += f", GPU{'s' * (len(gpus) > 1)} {indexes}"
+        text += f" ({share:g} of it)" if share < 1 else ""
+        text += f" [{', '.join(names)}]" if names else ""
+        text += f" uuid {uuids}" if uuids else ""
+    return text
 
 
 def invocation_json(inv: Invocation) -> dict[str, Any]:
@@ -259,6 +277,12 @@ def show(
     table.add_row("key", escape(inv.key or "-"))
     table.add_row("worker", escape(inv.worker or "-"))
     table.add_row("timeout", span(inv.timeout_s) if inv.timeout_s else "-")
+    table.add_row("resources", escape(describe(inv.resources)))
+    if inv.placement:
+        table.add_row("placement", escape(placed(inv.placement)))
+    if inv.state == "queued" and (inv.pending_reason or inv.unschedulable_reason):
+        why = inv.unschedulable_reason or ""
+        table.add_row("pending", escape(f"{inv.pending_reason or '-'}" + (f": {why}" * bool(why))))
     table.add_row("submitted", when(inv.created_at))
     table.add_row("started", when(inv.started_at))
     table.add_row("finished", when(inv.finished_at))

@@ -73,12 +73,15 @@ def providers() -> None:
     "--kind",
     required=True,
     callback=lambda ctx, param, value: _kind(value),
-    help="Provider plugin: one installed here (local; ec2 with the ec2 extra).",
+    help="Provider plugin: one installed here (local, slurm; ec2 with the ec2 extra).",
 )
 @click.option("--region", default=None, help="ec2: AWS region.")
 @click.option("--instance-type", default=None, help="ec2: instance type.")
 @click.option("--ami", default=None, help="ec2: image id.")
 @click.option("--spot", is_flag=True, default=None, help="ec2: spot, falling back to on-demand.")
+@click.option("--partition", default=None, help="slurm: the partition jobs are submitted to.")
+@click.option("--account", default=None, help="slurm: the account jobs are charged to.")
+@click.option("--qos", default=None, help="slurm: the jobs' quality of service.")
 @click.option(
     "--set",
     "extra",
@@ -95,6 +98,9 @@ def add(
     instance_type: str | None,
     ami: str | None,
     spot: bool | None,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
     extra: tuple[str, ...],
     as_json: bool,
     url: str | None,
@@ -108,6 +114,9 @@ def add(
         ("instance_type", instance_type),
         ("ami", ami),
         ("spot", spot),
+        ("partition", partition),
+        ("account", account),
+        ("qos", qos),
     ):
         if value is not None:
             config[key] = value
@@ -116,6 +125,8 @@ def add(
         missing = [m for m in missing if m.lstrip("-").replace("-", "_") not in config]
         if missing:
             raise click.UsageError(f"--kind ec2 needs {', '.join(missing)}")
+    if kind == "slurm":
+        _check_slurm(config)
     plane = open_plane(url, token, namespace)
     try:
         info = plane.add_provider(name, kind, config)
@@ -125,6 +136,17 @@ def add(
         emit_json(info)
     else:
         click.echo(f"added provider {info.name} ({info.kind}) in {info.namespace}")
+
+
+def _check_slurm(config: dict[str, Any]) -> None:
+    """The slurm plugin's own check, before anything is stored: it names the bad setting."""
+    from ..providers.base import ProviderError
+    from ..providers.slurmscript import check_config
+
+    try:
+        check_config(config)
+    except ProviderError as exc:
+        raise click.UsageError(f"--kind slurm: {exc}") from None
 
 
 @providers.command("ls")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dreamlake.lakeshore.resources import describe
+
 from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.locality import DEFAULT_WAIT_S as DEFAULT_LOCALITY_WAIT_S
@@ -70,6 +72,13 @@ def _emit_json(value: Any) -> None:
     emit_json(_plain(value))
 
 
+def _json_object(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc}): {text!r}", param_hint=option) from None
+
+
 def _brief(policy: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in policy.items()) if policy else "-"
 
@@ -91,6 +100,7 @@ def _print_queue(info: Any, console: Console) -> None:
         table.add_row(key, str(getattr(info, key)))
     table.add_row("elasticity", _brief(info.elasticity))
     table.add_row("admission", _brief(info.admission))
+    table.add_row("resources", describe(info.resources) if info.resources else "-")
     wait = info.admission.get("locality_wait_s")
     table.add_row(
         "locality_wait_s",
@@ -230,6 +240,13 @@ def show(
 )
 @click.option("--description", default=None, help="Free text.")
 @_locality_option
+@click.option(
+    "--resources",
+    "resources",
+    default=None,
+    help='The request of a job submitted without one, as JSON: \'{"gpus": 1, "gpu_type": '
+    '"H100"}\' ({} for none).',
+)
 @click.option("--kind", "kind", default=None, hidden=True)
 @click.option("--elasticity", "elasticity", default=None, hidden=True)
 @_json_option
@@ -240,6 +257,7 @@ def patch(
     on_full: str | None,
     description: str | None,
     locality_wait_s: float | None,
+    resources: str | None,
     kind: str | None,
     elasticity: str | None,
     as_json: bool,
@@ -259,9 +277,12 @@ def patch(
         changes["admission"] = admission
     if description is not None:
         changes["description"] = description
+    if resources is not None:
+        changes["resources"] = _json_object(resources, "--resources")
     if not changes:
         raise click.UsageError(
-            "nothing to patch: pass --max-depth, --on-full, --locality-wait-s or --description"
+            "nothing to patch: pass --max-depth, --on-full, --locality-wait-s, --resources or "
+            "--description"
         )
     with _plane(url, token, namespace) as plane:
         info = plane.patch_queue(name, changes)

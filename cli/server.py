@@ -6,13 +6,18 @@ written to `$LAKESHORE_HOME/token` (0600) and printed once; later starts print n
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import DispatchError
 from ..plane.store import SqlStore
 from .params import seconds
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def store_option(fn: Any) -> Any:
@@ -228,9 +233,10 @@ def server(
         max_object=max_object_mb * 1024 * 1024,
     )
     scheme = "https" if ssl_certfile else "http"
+    issued = _home_token_of(sql, made)
     click.echo(f"lakeshore server on {scheme}://{host}:{port}", err=True)
     configure_logging(log_level)  # uvicorn's logs too, in the daemon's format (sdk/logs.py)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -242,6 +248,68 @@ def server(
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
+    serve(config, scheme, issued)
+
+
+def _home_token_of(sql: SqlStore, made: tuple[str, Path] | None) -> str | None:
+    """The token in `$LAKESHORE_HOME/token` when this server's store issued it (it wrote it
+    now, or the store knows it), else None: a server records where it listens only beside its
+    own token, never beside the token of another store under the same home."""
+    from ..home import home
+    from ..plane.home_token import TOKEN_FILE
+
+    if made is not None and made[1].name == TOKEN_FILE:
+        return made[0]
+    try:
+        token = (home() / TOKEN_FILE).read_text().strip()
+        sql.token_scope(token)
+    except (OSError, UnicodeDecodeError, DispatchError):
+        return None
+    return token
+
+
+def serve(config: uvicorn.Config, scheme: str, issued: str | None) -> None:
+    """Run uvicorn as `uvicorn.run` would, and while it listens, record where beside the home
+    token it issued (plane/home_token.py): clients send that token to these sockets only."""
+    import uvicorn
+
+    from ..home import home
+    from ..plane.home_token import forget_listener
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and issued is not None:
+                bound = [s.getsockname() for server in self.servers for s in server.sockets]
+                _record(issued, scheme, [(str(a[0]), int(a[1])) for a in bound])
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            forget_listener(home())  # before the last requests drain: the port is not ours
+            await super().shutdown(sockets=sockets)
+
+    server = Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        forget_listener(home())
+    if not server.started:
+        sys.exit(3)  # uvicorn's exit status for a server that never started
+
+
+def _record(issued: str, scheme: str, bound: list[tuple[str, int]]) -> None:
+    from ..home import home
+    from ..plane.home_token import record_listener
+
+    try:
+        record_listener(home(), issued, scheme, bound)
+    except OSError as exc:
+        click.echo(
+            f"cannot record where this server listens beside the admin token ({exc}): clients "
+            "on this box need --token to reach it",
+            err=True,
+        )
 
 
 def check_tls(certfile: str | None, keyfile: str | None) -> None:

@@ -129,6 +129,7 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "rate_per_s": rate,
         "rate_is_floor": floor,
         "oldest_age_s": oldest,
+        "unschedulable": int(stats.get("unschedulable", 0)),
     }
 
 
@@ -192,7 +193,16 @@ def render(snap: dict[str, Any]) -> Group:
     """The three tables of a snapshot, times as ages."""
     now = float(snap["at"])
     queues = Table(
-        "queue", "state", "depth", "running", "scheduled", "daemons", "slots", "rate", "oldest"
+        "queue",
+        "state",
+        "depth",
+        "running",
+        "scheduled",
+        "daemons",
+        "slots",
+        "rate",
+        "oldest",
+        "unschedulable",
     )
     queues.title = f"queues in {snap['namespace']}"
     for q in snap["queues"]:
@@ -206,6 +216,7 @@ def render(snap: dict[str, Any]) -> Group:
             str(q["slots"]),
             _rate_text(q),
             age(q["oldest_age_s"]),
+            str(q.get("unschedulable", 0)),
         )
     daemons = Table(
         "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"

@@ -15,6 +15,7 @@ import click
 
 from ..daemon import unitfiles
 from ..errors import DispatchError, InvalidArgument
+from ..plane.options import token_file_option
 from ..types import check_name
 
 
@@ -70,7 +71,13 @@ def show(kind: str, bin_dir: str | None, env_dir: str) -> None:
     help="Control plane URL written to lakeshore.env (not read from LAKESHORE_URL: nothing "
     "from this shell lands in a file unasked).",
 )
-@click.option("--token", default=None, help="Token written to lakeshore.env (mode 0600).")
+@click.option(
+    "--token",
+    default=None,
+    help="Token written to lakeshore.env (mode 0600). Visible to every user of this box in ps "
+    "while this command runs: prefer --token-file.",
+)
+@token_file_option()
 @click.option("--namespace", default=None, help="Namespace written to lakeshore.env.")
 @click.option(
     "--unit-dir",

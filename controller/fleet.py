@@ -122,9 +122,7 @@ def classify(
             if inst.id in drained_at:
                 fleet.terminate.append((inst, "drained: the daemon left"))
             elif now - inst.launched_at > timeouts.boot_s:
-                fleet.terminate.append(
-                    (inst, f"orphan: no worker heartbeat {timeouts.boot_s:g}s after launch")
-                )
+                fleet.terminate.append((inst, _boot_overrun(inst, timeouts.boot_s)))
             else:
                 fleet.booting.append(inst)
         elif now - row.heartbeat_at > timeouts.stale_s:
@@ -150,6 +148,13 @@ def classify(
     fleet.idle.sort(key=drain_order)
     fleet.outdated = sum(1 for pair in fleet.idle if not drain_order(pair)[0])
     return fleet
+
+
+def _boot_overrun(inst: Instance, boot_s: float) -> str:
+    if inst.state == "pending":
+        why = f" ({inst.note})" if inst.note else ""
+        return f"orphan: still pending {boot_s:g}s after launch{why}"
+    return f"orphan: no worker heartbeat {boot_s:g}s after launch"
 
 
 def pick_primaries(target: Target, fleet: Fleet, count: int) -> list[str]:

@@ -36,6 +36,7 @@ from ..providers.base import (
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
+from .sightings import Sightings
 
 log = EventLog("lakeshore.controller")
 
@@ -84,6 +85,7 @@ class _Memory:
     drained: dict[str, tuple[Target, str]] = field(default_factory=dict)
     last_desired: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
+    sightings: Sightings = field(default_factory=Sightings)
 
 
 def build_provider(info: ProviderInfo) -> Provider:
@@ -213,6 +215,7 @@ class Controller:
             budget = self.settings.max_workers - sum(f.current for f in fleets.values())
         decisions = []
         events: list[tuple[str, str, str, dict[str, Any]]] = []
+        self._note_vanished(snap, instances, found, broken, events)  # before the drained go
         self._note_drained_exits(instances, broken, events)
         for key in sorted(fleets):
             t, fleet = found[key], fleets[key]
@@ -367,7 +370,9 @@ class Controller:
                     plane_url=self.settings.plane_url,
                     plane_token=self.settings.plane_token,
                 )
-                launched += [i.daemon for i in provider.launch(spec, n)]
+                started = provider.launch(spec, n)
+                self._mem.sightings.add(started, t, info.name)
+                launched += [i.daemon for i in started]
         except Exception as exc:
             log.warning(
                 "provider.call_failed",
@@ -404,6 +409,34 @@ class Controller:
             }
             events.extend((t.namespace, q, "terminated", detail) for q in t.queues)
 
+    def _note_vanished(
+        self,
+        snap: Snapshot,
+        instances: list[Instance],
+        found: dict[tuple[str, str], Target],
+        broken: set[tuple[str, str | None]],
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> None:
+        """An instance gone from its provider's listing took its daemon with it: a row still
+        `alive` is marked gone now, not a heartbeat timeout later, and an end the controller
+        did not cause (a Slurm job cancelled, preempted or timed out) is a `terminated` event."""
+        listed = snap.providers.keys() - broken
+        for inst_id, seen, ours in self._mem.sightings.update(instances, found, listed):
+            t = seen.target
+            row = snap.workers.get((t.namespace, seen.daemon))
+            if row is not None and row.state != "gone":
+                self.store.set_worker_state(t.namespace, row.id, "gone")
+            if ours or inst_id in self._mem.drained:
+                continue  # recorded when terminated, or by _note_drained_exits
+            detail = {
+                "target": t.key,
+                "instance": inst_id,
+                "daemon": seen.daemon,
+                "reason": f"vanished: provider {seen.provider} no longer lists it"
+                + ("; its worker row marked gone" if row is not None else ""),
+            }
+            events.extend((t.namespace, q, "terminated", detail) for q in t.queues)
+
     def _terminate(
         self,
         snap: Snapshot,
@@ -432,6 +465,7 @@ class Controller:
                 self._maybe_error(events, t, {**detail, "error": f"terminate failed: {exc}"})
                 continue
             for inst, why in items:
+                self._mem.sightings.ended_here.add(inst.id)
                 self._mem.drained_at.pop(inst.id, None)
                 self._mem.drained.pop(inst.id, None)
                 self._mem.idle_since.pop(inst.id, None)

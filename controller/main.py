@@ -8,8 +8,9 @@ takes over within one interval of the leader's exit. SIGTERM / SIGINT finish the
 
 Every option can also come from the environment as LAKESHORE_CONTROLLER_<OPTION>
 (LAKESHORE_CONTROLLER_INTERVAL_S=10), as the daemon's options come from LAKESHORE_DAEMON_<OPTION>;
-the older names LAKESHORE_STORE, LAKESHORE_URL (for --plane-url) and LAKESHORE_TOKEN (for
---plane-token) are still read after the new ones.
+the older names LAKESHORE_STORE, LAKESHORE_URL (for --plane-url), LAKESHORE_TOKEN (for
+--plane-token) and LAKESHORE_TOKEN_FILE (for --plane-token-file) are still read after the new
+ones. Tokens are best given by file or environment: a command line is every user's to read.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..home import home
 from ..plane.dispatch import open_store
 from ..plane.http import HttpFleet
 from ..plane.leader import Leader, LeaseLeader, leader_for
+from ..plane.options import IN_PS, token_file_option
 from ..plane.store import SqlStore
 from ..signals import stop_signals
 
@@ -76,8 +78,9 @@ def _env(option: str, *older: str) -> list[str]:
     envvar=_env("TOKEN"),
     show_envvar=True,
     default=None,
-    help="Admin token for --url (lakeshore tokens create --admin).",
+    help=f"Admin token for --url (lakeshore tokens create --admin). {IN_PS}",
 )
+@token_file_option(envvar=_env("TOKEN_FILE"))
 @click.option("--interval-s", type=seconds(0.01), default=5.0, show_default=True)
 @click.option(
     "--max-workers",
@@ -106,7 +109,13 @@ def _env(option: str, *older: str) -> list[str]:
     envvar=_env("PLANE_TOKEN", "LAKESHORE_TOKEN"),
     show_envvar=True,
     default=None,
-    help="Token for launched daemons.",
+    help="Token for launched daemons (handed to them in their environment, never on their "
+    f"command line). {IN_PS.replace('--token-file', '--plane-token-file')}",
+)
+@token_file_option(
+    token="plane_token",
+    flag="--plane-token-file",
+    envvar=_env("PLANE_TOKEN_FILE", "LAKESHORE_TOKEN_FILE"),
 )
 @click.option("--once", is_flag=True, help="Run one tick (if leading) and exit.")
 @click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default="info")

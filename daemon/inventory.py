@@ -15,7 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -39,12 +39,42 @@ def detect_gpus() -> list[Gpu]:
     """The GPUs this daemon may use, restricted by its own CUDA_VISIBLE_DEVICES when set.
 
     A unit pinned to some GPUs (`Environment=CUDA_VISIBLE_DEVICES=2,3`) then hands out only
-    those to its slots.
+    those to its slots; so does a daemon in a Slurm job (`visible_gpus`).
     """
     gpus = _from_nvml()
     if gpus is None:
         gpus = _from_nvidia_smi()
-    return restrict(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return restrict(gpus, visible_gpus(os.environ))
+
+
+def visible_gpus(environ: Mapping[str, str]) -> str | None:
+    """Which GPUs the process may use, as a CUDA_VISIBLE_DEVICES value; None: every one.
+
+    In a Slurm job, exactly those Slurm allocated: CUDA_VISIBLE_DEVICES as Slurm set it (device
+    indices as this process sees them, also under a cgroup device constraint), else
+    SLURM_JOB_GPUS, else none at all. Without a device constraint every GPU of the node is in
+    sight, and a job that was given none must not take another job's.
+    """
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None or not environ.get("SLURM_JOB_ID"):
+        return visible
+    return environ.get("SLURM_JOB_GPUS", "")
+
+
+def slurm_facts(environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """The Slurm job this daemon runs in, for its worker row (None outside Slurm): the
+    controller's slurm provider and an operator's `scontrol show job` meet on the job id."""
+    job_id = environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    gpus = environ.get("SLURM_JOB_GPUS", "")
+    return {
+        "job_id": job_id,
+        "cluster": environ.get("SLURM_CLUSTER_NAME"),
+        "partition": environ.get("SLURM_JOB_PARTITION"),
+        "node": environ.get("SLURMD_NODENAME"),
+        "gpus": [g for g in gpus.split(",") if g],
+    }
 
 
 def restrict(gpus: Sequence[Gpu], visible: str | None) -> list[Gpu]:
@@ -154,8 +184,8 @@ def check_gpu_plan(gpus: Sequence[Gpu], concurrency: int, per_job: int) -> str |
 def host_facts(
     *, concurrency: int, gpus: Sequence[Gpu], labels: dict[str, str], gpus_per_job: int
 ) -> dict[str, Any]:
-    """The fixed facts registered once on the worker row (`info`)."""
-    return {
+    """The fixed facts registered once on the worker row (`info`); `slurm` in a Slurm job."""
+    facts: dict[str, Any] = {
         "version": __version__,
         "python": platform.python_version(),
         "platform": sys.platform,
@@ -167,6 +197,10 @@ def host_facts(
         "gpus": [asdict(g) for g in gpus],
         "labels": dict(labels),
     }
+    slurm = slurm_facts(os.environ)
+    if slurm is not None:
+        facts["slurm"] = slurm
+    return facts
 
 
 class LoadMeter:

@@ -2,8 +2,9 @@
 
 Every option can also come from the environment as LAKESHORE_DAEMON_<OPTION> (click's
 auto_envvar_prefix: LAKESHORE_DAEMON_CONCURRENCY=4), so a systemd EnvironmentFile configures a
-box without editing the unit; --url, --token and --namespace read LAKESHORE_URL, LAKESHORE_TOKEN
-and LAKESHORE_NAMESPACE like every other Lakeshore command.
+box without editing the unit; --url, --token, --token-file and --namespace read LAKESHORE_URL,
+LAKESHORE_TOKEN, LAKESHORE_TOKEN_FILE and LAKESHORE_NAMESPACE like every other Lakeshore command.
+Once read, the token and the signing key leave the environment the daemon's jobs inherit.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..storage import open_storage
 from ..types import DEFAULT_QUEUE, check_name
 from ..worker import default_name
 from . import log
+from .credentials import seal_process
 from .systemd import Notifier
 from .worker import EXIT_CONFIG, Daemon, DaemonConfig
 
@@ -62,9 +64,9 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "--concurrency",
     "-c",
     type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Slots: jobs run at once, one child process each.",
+    default=None,
+    help="Slots: the most jobs run at once, one child process each "
+    "[default: one per GPU, at least one].",
 )
 @click.option(
     "--prefetch",
@@ -79,7 +81,40 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     type=click.IntRange(0, 64),
     default=0,
     show_default=True,
-    help="GPUs pinned to each slot with CUDA_VISIBLE_DEVICES (0: no pinning).",
+    help="GPUs a job that asks for none is given (resources gpus), each job's child seeing "
+    "exactly its GPUs in CUDA_VISIBLE_DEVICES.",
+)
+@click.option(
+    "--gpus",
+    "gpus",
+    type=click.IntRange(0, 1024),
+    default=None,
+    help="GPUs to offer: the first N detected, or N declared ones where fewer are detected "
+    "(a CPU box in a test) [default: every GPU detected].",
+)
+@click.option(
+    "--gpu-type",
+    default=None,
+    metavar="NAME",
+    help="The name of declared GPUs (--gpus), which jobs' gpu_type is matched against.",
+)
+@click.option(
+    "--gpu-memory-gb",
+    type=click.FloatRange(0, 1 << 20),
+    default=None,
+    help="The memory of each declared GPU (--gpus), for jobs' gpu_memory_gb.",
+)
+@click.option(
+    "--cpus",
+    type=click.FloatRange(0, 1 << 20),
+    default=None,
+    help="CPUs that jobs' cpus requests are counted against [default: not counted].",
+)
+@click.option(
+    "--memory-gb",
+    type=click.FloatRange(0, 1 << 30),
+    default=None,
+    help="Memory that jobs' memory_gb requests are counted against [default: not counted].",
 )
 @click.option(
     "--handler",
@@ -100,7 +135,8 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     type=seconds(0),
     default=60.0,
     show_default=True,
-    help="On SIGTERM, how long running jobs may finish before they are released.",
+    help="On a drain (daemon drain NAME without --preempt), how long running jobs may "
+    "finish before they are released. SIGTERM is a preemption notice: --preempt-grace-s.",
 )
 @click.option(
     "--kill-grace-s",
@@ -108,6 +144,23 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     default=10.0,
     show_default=True,
     help="Between SIGTERM and SIGKILL when a job is killed, timed out or released.",
+)
+@click.option(
+    "--preempt-grace-s",
+    type=seconds(0),
+    default=30.0,
+    show_default=True,
+    help="On a preemption notice (SIGTERM, daemon drain --preempt, an EC2 spot notice), how "
+    "long running jobs get to checkpoint and stop (never past the notice's own deadline) "
+    "before they are killed and requeued as preemptions.",
+)
+@click.option(
+    "--spot-notice",
+    type=click.Choice(["none", "ec2"]),
+    default="none",
+    show_default=True,
+    help="Watch for spot interruption notices: ec2 polls the instance metadata service "
+    "(IMDSv2) every few seconds; a rebalance recommendation only stops claiming.",
 )
 @click.option(
     "--storage",
@@ -155,14 +208,21 @@ def daemon_command(
     token: str | None,
     namespace: str | None,
     name: str | None,
-    concurrency: int,
+    concurrency: int | None,
     prefetch: int,
     gpus_per_job: int,
+    gpus: int | None,
+    gpu_type: str | None,
+    gpu_memory_gb: float | None,
+    cpus: float | None,
+    memory_gb: float | None,
     handler: str | None,
     burst: bool,
     lease_s: float,
     drain_timeout_s: float,
     kill_grace_s: float,
+    preempt_grace_s: float,
+    spot_notice: str,
     storage: str | None,
     labels: tuple[str, ...],
     signing_key_file: str | None,
@@ -184,7 +244,7 @@ def daemon_command(
     config = DaemonConfig(
         name=name,
         queues=names,
-        concurrency=concurrency,
+        concurrency=concurrency or 1,
         prefetch=prefetch,
         gpus_per_job=gpus_per_job,
         handler=handler,
@@ -195,12 +255,21 @@ def daemon_command(
         storage=storage,
         labels=_labels(labels),
         signing_key=_signing_key(signing_key_file),
+        gpus=gpus,
+        gpu_type=gpu_type,
+        gpu_memory_gb=gpu_memory_gb,
+        cpus=cpus,
+        memory_gb=memory_gb,
+        auto_concurrency=concurrency is None,
+        preempt_grace_s=preempt_grace_s,
+        spot_notice=None if spot_notice == "none" else spot_notice,
     )
     try:
         plane = open_plane(url, token, namespace)
     except DispatchError as exc:
         log.get_logger().error("daemon.plane_error", error=str(exc))
         raise PlaneRefused(f"{type(exc).__name__}: {exc}") from None
+    seal_process()  # the token and key are read: none of it reaches a job (credentials.py)
     try:
         metrics = _metrics(metrics_port, metrics_addr)
         daemon = Daemon(plane, config, notifier=Notifier.from_env(), metrics=metrics)

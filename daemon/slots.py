@@ -5,14 +5,27 @@ ignore signals. In a child it can be killed (kill, timeout, drain) and its GPU m
 with the process; the daemon and the other slots carry on. Why spawn, not fork: a forked child of
 a process that touched CUDA (or just holds threads and locks) is unsafe; spawn starts clean.
 
-Why the parent does all plane traffic: the child holds no lease, no token and no connection, so a
+Why the parent does all plane traffic: the child holds no lease, no worker token (only its job's
+own, which cannot settle or post: credentials.py) and none of the daemon's connections, so a
 stale or runaway child can never settle or post; every frame and settle is fenced by the lease the
 parent holds. The child only decodes, runs `run_body`, and writes messages on a pipe:
 
-    parent -> child   ("run", invocation id, payload bytes, attempt, queue) | None (exit)
+    parent -> child   ("run", invocation id, payload bytes, attempt, queue, checkpoint, job token)
+                      | None (exit)
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
                                            | ("error", id, (traceback, one-line summary))
+                                           | ("preempted", id, (message, cause))
+
+Issue 35 adds, while a job runs (childlink.py):
+
+    child -> parent   ("checkpoint", id, encoded state)
+    parent -> child   ("checkpointed", id, (encoded Ref, None) | (None, (code, message)))
+                      ("preempt", deadline epoch seconds | None)
+
+The child stores no checkpoint itself (it holds no lease): the parent writes it to storage and
+its Ref to the row, then answers. A thread of the child reads the pipe, so a notice reaches the
+job while its body runs.
 
 Each child leads its own process group so that kill reaches what the job started too (a shell
 command's processes); and it watches its parent's liveness so that a daemon killed with -9
@@ -39,18 +52,21 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from ..errors import DispatchError
 from ..types import Claim
 from ..work.slot import (
+    ABORT_CAUSES,
     DEADLINE_WAIT_CHUNK_S,
     AbortReason,
     JobSink,
     Outcome,
     SlotBase,
-    abort_error,
+    abort_outcome,
     crash_outcome,
     format_failure,
     summarise_failure,
 )
+from .credentials import job_credentials
 from .inventory import Gpu
 from .log import get_logger
 
@@ -98,7 +114,9 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
     _die_with_parent()
     _import_from_working_directory()
     from .. import codec, spill
+    from ..attempt import Preempted
     from ..execute import run_body
+    from .childlink import ChildPipe
 
     try:
         handler = load_handler(handler_spec) if handler_spec else None
@@ -106,28 +124,34 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
         conn.send(("fatal", "".join(traceback.format_exception_only(exc)).strip()))
         return
     conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        _, inv_id, payload, attempt, queue = message
+    pipe = ChildPipe(conn)
+    while (taken := pipe.next_job()) is not None:
+        message, link = taken
+        _, inv_id, payload, attempt, queue, _checkpoint, job_token = message
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
-            conn.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref
+            pipe.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref
 
+        # The job's own token, for the body and for the spill of what it returns; gone after.
+        with job_credentials(job_token):
+            try:
+                # dls.run in the body: this attempt, the daemon's --storage (LAKESHORE_STORAGE).
+                result = run_body(
+                    codec.decode(payload),
+                    emit,
+                    handler,
+                    inv_id=inv_id,
+                    attempt=attempt,
+                    queue=queue,
+                    link=link,
+                )
+                reply: tuple[str, str, Any] = ("ok", inv_id, spill.dumps(result))
+            except Preempted as exc:
+                reply = ("preempted", inv_id, (str(exc), exc.cause))
+            except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
+                reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
         try:
-            # dls.run inside the body: this attempt, the daemon's --storage (LAKESHORE_STORAGE).
-            result = run_body(
-                codec.decode(payload), emit, handler, inv_id=inv_id, attempt=attempt, queue=queue
-            )
-            reply: tuple[str, str, Any] = ("ok", inv_id, spill.dumps(result))
-        except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
-            reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
-        try:
-            conn.send(reply)
+            pipe.send(reply)
         except OSError:
             return
 
@@ -166,6 +190,13 @@ class Child:
     def __init__(self, process: SpawnProcess, conn: Connection) -> None:
         self.process = process
         self.conn = conn
+        #: Held by a write from a thread other than the slot's (a notice) and by the slot's
+        #: own writes while a job runs, so two messages never interleave on the pipe.
+        self.send_lock = threading.Lock()
+
+    def send(self, message: Any) -> None:
+        with self.send_lock:
+            self.conn.send(message)
 
     @classmethod
     def spawn(
@@ -282,18 +313,22 @@ class ProcessSlot(SlotBase):
         env: Mapping[str, str] | None = None,
         kill_grace_s: float = 10.0,
         on_end: Callable[[Claim, Outcome, float], None] | None = None,
+        gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
     ) -> None:
-        """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics)."""
+        """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics,
+        and its placer, which frees the job's GPUs there). `gpus_for(claim)`: the GPUs a job
+        was placed on (issue 34); a child that sees others is replaced before the job runs,
+        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job."""
         super().__init__(index, kill_grace_s=kill_grace_s)
         self._on_end = on_end
+        self._gpus_for = gpus_for
+        #: The GPUs the slot's child sees (its CUDA_VISIBLE_DEVICES).
         self.gpus = list(gpus)
         self._ctx = ctx
         self._sink = sink
         self._handler = handler
-        self._env = {"LAKESHORE_SLOT": str(index), **(env or {})}
-        if self.gpus:
-            self._env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order nvidia-smi numbers them
-            self._env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in self.gpus)
+        self._base_env = {"LAKESHORE_SLOT": str(index), **(env or {})}
+        self._env = self._child_env(self.gpus)
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
         os.set_blocking(self._wake_r, False)
@@ -317,17 +352,31 @@ class ProcessSlot(SlotBase):
     def gpu_indexes(self) -> list[int]:
         return [g.index for g in self.gpus]
 
+    def _child_env(self, gpus: Sequence[Gpu]) -> dict[str, str]:
+        """A child's environment: the slot's, and the GPUs it sees. A placed job with no GPU
+        sees none (an empty CUDA_VISIBLE_DEVICES), not every GPU of the box."""
+        env = dict(self._base_env)
+        if gpus or self._gpus_for is not None:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order nvidia-smi numbers them
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in gpus)
+            env["LAKESHORE_GPUS"] = env["CUDA_VISIBLE_DEVICES"]  # dls.run.gpus
+        return env
+
+    def _gpus_of(self, claim: Claim) -> list[Gpu]:
+        return self.gpus if self._gpus_for is None else list(self._gpus_for(claim))
+
     def _assigned(self, claim: Claim) -> None:
         # Between jobs the slot thread leaves the child alone: a child it replaces is None here
         # until the new one is up, and then it is the one the slot thread runs the job on.
         child = self._child
-        if child is None or not child.alive():
+        if child is None or not child.alive() or self._gpus_of(claim) != self.gpus:
             return  # the slot thread starts a new one and sends the job itself
         message = ForkingPickler.dumps(_run_message(claim))  # what Connection.send writes
         if len(message) > HAND_MAX_BYTES:
             return
         try:
-            child.conn.send_bytes(message)
+            with child.send_lock:
+                child.conn.send_bytes(message)
         except OSError:
             return  # it died just now: the slot thread finds out and starts another
         self._handed = (claim.id, child, time.monotonic())
@@ -387,19 +436,39 @@ class ProcessSlot(SlotBase):
 
     def _run(self, claim: Claim) -> Outcome:
         handed, self._handed = self._handed, None
-        child = self._child
-        if child is None or not child.alive():
-            if child is not None:
-                child.terminate(0.0)
-            child = self._child = self._spawn()
+        child = self._child_for(claim)
         if handed is not None and handed[:2] == (claim.id, child):
             self._began = handed[2]
         else:
             try:
-                child.conn.send(_run_message(claim))
+                child.send(_run_message(claim))
             except OSError as exc:
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
             self._began = time.monotonic()
+        if (noticed := self.noticed) is not None:
+            with contextlib.suppress(OSError):  # after the run message, on the same pipe
+                child.send(("preempt", noticed[0]))
+        self._sink.post_resume(claim)
+        return self._watch(claim, child)
+
+    def _child_for(self, claim: Claim) -> Child:
+        """This slot's warm child, unless the job's GPUs differ from what it sees (CUDA reads
+        CUDA_VISIBLE_DEVICES once: it is replaced) or it is gone (a fresh one)."""
+        child = self._child
+        wanted = self._gpus_of(claim)
+        if wanted != self.gpus:
+            self.gpus, self._env = wanted, self._child_env(wanted)
+            if child is not None:
+                child.stop()
+                self._child = child = None
+        if child is None or not child.alive():
+            if child is not None:
+                child.terminate(0.0)
+            child = self._child = self._spawn()
+        return child
+
+    def _watch(self, claim: Claim, child: Child) -> Outcome:
+        """Until the job ends: its frames and outcome, an end asked for, or its timeout."""
         deadline = None if claim.timeout_s is None else self._began + claim.timeout_s
         poller, conn_fd, exit_fd = self._poller(child), child.conn.fileno(), child.process.sentinel
         # The wake pipe may hold bytes from before this job: drained at the first look if so.
@@ -410,10 +479,13 @@ class ProcessSlot(SlotBase):
             abort = self._take_abort(claim.id, drain=woken)
             if abort is not None:
                 reason, grace = abort
+                if reason in ABORT_CAUSES:
+                    self._sink.note_cause(claim, ABORT_CAUSES[reason])
                 child.terminate(grace)
                 self._child = None
-                return Outcome(reason, error=abort_error(reason))
+                return abort_outcome(reason)
             if deadline is not None and time.monotonic() >= deadline:
+                self._sink.note_cause(claim, "timeout")
                 child.terminate(self.kill_grace_s)
                 self._child = None
                 return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
@@ -465,15 +537,15 @@ class ProcessSlot(SlotBase):
                 continue  # a late message of an earlier job: impossible, but never misfile it
             if kind == "frame":
                 frames.append(value)
-            elif kind == "ok":
-                outcome = Outcome("ok", result=value)
+            elif kind == "checkpoint":  # the frames before it go first, in order
+                refused = self._flush(claim, child, frames)
+                if refused is not None:
+                    return refused
+                self._checkpoint(claim, child, value)
             else:
-                text, summary = value
-                outcome = Outcome("error", error=str(text), summary=str(summary))
-        refused = self._sink.post_frames(claim, frames) if frames else None
+                outcome = _ended(kind, value)
+        refused = self._flush(claim, child, frames)
         if refused is not None:
-            child.terminate(self.kill_grace_s)
-            self._child = None
             return refused
         if outcome is not None:
             return outcome
@@ -486,6 +558,46 @@ class ProcessSlot(SlotBase):
                 )
             )
         return None
+
+    def _flush(self, claim: Claim, child: Child, frames: list[bytes]) -> Outcome | None:
+        """Post `frames` (and empty the list); the outcome that ends the job if refused."""
+        refused = self._sink.post_frames(claim, frames) if frames else None
+        frames.clear()
+        if refused is not None:
+            child.terminate(self.kill_grace_s)
+            self._child = None
+        return refused
+
+    def _checkpoint(self, claim: Claim, child: Child, data: bytes) -> None:
+        """Store a checkpoint the child sent, then answer it (the child waits for the answer)."""
+        started = time.perf_counter()
+        try:
+            answer: tuple[bytes | None, tuple[str, str] | None] = (
+                self._sink.checkpoint(claim, data),
+                None,
+            )
+        except DispatchError as exc:
+            answer = (None, (exc.code, str(exc)))
+        except Exception as exc:  # storage trouble of any kind: the job hears it, not the daemon
+            answer = (None, ("storage_error", f"the checkpoint was not stored: {exc!r}"))
+        with contextlib.suppress(OSError):  # a child that died meanwhile is found next
+            child.send(("checkpointed", claim.id, answer))
+        self._log.debug(
+            "job.checkpointed",
+            invocation=claim.id,
+            bytes=len(data),
+            ms=round(1000 * (time.perf_counter() - started), 2),
+            error=answer[1][1] if answer[1] else None,
+        )
+
+    def _tell(self, deadline: float | None) -> None:
+        """Pass a preemption notice to the running job's child (`dls.run.preempting`). One
+        that comes before the child has its job is told again once it has (`_run`)."""
+        child = self._child
+        if child is None or not self.busy:
+            return
+        with contextlib.suppress(OSError):
+            child.send(("preempt", deadline))
 
     def _retire(self, outcome: Outcome) -> Outcome:
         if self._child is not None:
@@ -511,9 +623,29 @@ class ProcessSlot(SlotBase):
                 pass
 
 
-def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str]:
-    """What the child reads to run a job (`child_main`)."""
-    return ("run", claim.id, claim.payload, claim.attempt, claim.queue)
+def _ended(kind: str, value: Any) -> Outcome:
+    """The outcome a child's last message of a job says."""
+    if kind == "ok":
+        return Outcome("ok", result=value)
+    if kind == "preempted":
+        message, cause = value
+        return Outcome("preempted", error=str(message), cause=str(cause))
+    text, summary = value
+    return Outcome("error", error=str(text), summary=str(summary))
+
+
+def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str, bytes | None, str | None]:
+    """What the child reads to run a job (`child_main`): with the job's own token, never the
+    daemon's."""
+    return (
+        "run",
+        claim.id,
+        claim.payload,
+        claim.attempt,
+        claim.queue,
+        claim.checkpoint,
+        claim.job_token,
+    )
 
 
 def spawn_context() -> SpawnContext:

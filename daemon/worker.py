@@ -8,8 +8,10 @@ systemd's READY / WATCHDOG / STATUS / STOPPING, and SIGTERM as a drain (sdk/sign
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DispatchError
@@ -26,9 +28,18 @@ from ..work.core import (
     WorkerCore,
 )
 from ..work.retry import Retrier, is_transient
-from ..work.slot import JobSink, Outcome, SlotFactory
-from .inventory import Gpu, LoadMeter, check_gpu_plan, detect_gpus, host_facts, slot_gpus
+from ..work.slot import JobSink, Outcome, Slot, SlotFactory
+from .inventory import (
+    Gpu,
+    LoadMeter,
+    check_gpu_plan,
+    detect_gpus,
+    host_facts,
+    slot_gpus,
+    visible_gpus,
+)
 from .log import get_logger
+from .placement import Placer, declared_gpus
 from .slots import ChildFailed, ProcessSlot, spawn_context
 from .systemd import Notifier
 
@@ -50,6 +61,18 @@ class DaemonConfig(WorkerConfig):
     gpus_per_job: int = 0
     handler: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Declared GPUs (`--gpus N`): the first N detected, else N of `gpu_type` / `gpu_memory_gb`
+    #: made up (a CPU box in a test). None: every GPU detected.
+    gpus: int | None = None
+    gpu_type: str | None = None
+    gpu_memory_gb: float | None = None
+    #: What jobs' `cpus` / `memory_gb` requests are counted against; None: not counted.
+    cpus: float | None = None
+    memory_gb: float | None = None
+    #: `--concurrency` not given: one slot per GPU, at least one.
+    auto_concurrency: bool = False
+    #: Where spot interruption notices come from (issue 35): None, or "ec2" (daemon/spot.py).
+    spot_notice: str | None = None
 
 
 class Daemon(WorkerCore):
@@ -70,6 +93,7 @@ class Daemon(WorkerCore):
             plane, config, notifier=notifier or Notifier(None), log=get_logger(worker=config.name)
         )
         self._gpus = None if gpus is None else list(gpus)
+        self._placer: Placer | None = None
         self._meter: LoadMeter | None = None
         self._metrics = metrics
         if metrics is not None:
@@ -89,7 +113,9 @@ class Daemon(WorkerCore):
                     close()
 
     def _on_first_signal(self, signum: int) -> None:
-        self.drain(f"signal {signum}")
+        # SIGTERM is how systemd, Kubernetes and Slurm say the box (or the pod) is going away:
+        # a preemption notice (issue 35), whose jobs may checkpoint and come back elsewhere.
+        self.preempt(f"signal {signum}")
 
     def _on_second_signal(self, signum: int) -> None:
         self.stop_now(f"second signal {signum}")
@@ -97,12 +123,18 @@ class Daemon(WorkerCore):
     # -- what the daemon adds to the core -----------------------------------------------------
 
     def _prepare(self) -> SlotFactory:
+        gpus = self._inventory()
+        if self.config.auto_concurrency:
+            self.config = replace(self.config, concurrency=max(1, len(gpus)))
         config = self.config
-        gpus = detect_gpus() if self._gpus is None else self._gpus
-        problem = check_gpu_plan(gpus, config.concurrency, config.gpus_per_job)
+        per_job = config.gpus_per_job
+        problem = check_gpu_plan(
+            gpus, 1 if config.auto_concurrency else config.concurrency, per_job
+        )
         if problem:
             raise ConfigError(problem)
         self._gpus = gpus
+        self._placer = Placer(gpus, config.cpus, config.memory_gb, float(per_job))
         ctx = spawn_context()
         env = {"LAKESHORE_STORAGE": config.storage} if config.storage else {}
         env |= child_environment(self.plane)  # its jobs' objects go through this plane
@@ -117,17 +149,78 @@ class Daemon(WorkerCore):
                 env=env,
                 kill_grace_s=config.kill_grace_s,
                 on_end=self._job_ended,
+                gpus_for=self._gpus_for,
             )
 
         return slot
 
+    def _inventory(self) -> list[Gpu]:
+        """The GPUs offered: given (tests), declared (`--gpus N`), or detected."""
+        if self._gpus is not None:
+            return list(self._gpus)
+        config = self.config
+        found = detect_gpus()
+        if config.gpus is None:
+            return found
+        if len(found) >= config.gpus and config.gpu_type is None:
+            return found[: config.gpus]  # a box that holds some back
+        visible = visible_gpus(os.environ)
+        return declared_gpus(config.gpus, config.gpu_type, config.gpu_memory_gb, visible)
+
+    # -- placement (issue 34): which GPUs each job holds -------------------------------------
+
+    def _offer(self) -> dict[str, Any] | None:
+        return self._placer.free() if self._placer is not None else None
+
+    def _placed(self, claim: Claim) -> bool:
+        placer = self._placer
+        if placer is None:
+            return True
+        deadline = None if claim.timeout_s is None else time.time() + claim.timeout_s
+        placed = placer.place(claim.id, claim.resources, deadline)
+        if placed is None:  # the store's figures and the placer's disagree: give it back
+            self._log.warning("job.unplaced", invocation=claim.id, resources=claim.resources)
+            self._settle_call(claim, "release", lambda: self.plane.release(claim.id, claim.lease))
+            return False
+        if placed.gpus or claim.resources:
+            record = placed.record(self.config.name)
+            self._settle_call(
+                claim, "place", lambda: self.plane.place(claim.id, claim.lease, record)
+            )
+        return True
+
+    def _gpus_for(self, claim: Claim) -> list[Gpu]:
+        placed = self._placer.holding().get(claim.id) if self._placer is not None else None
+        return [g for g, _ in placed.gpus] if placed is not None else []
+
+    def _slot_for(self, claim: Claim, idle: Sequence[Slot]) -> Slot:
+        """An idle slot whose warm child already sees the job's GPUs, else the first."""
+        wanted = self._gpus_for(claim)
+        for slot in idle:
+            if isinstance(slot, ProcessSlot) and slot.gpus == wanted:
+                return slot
+        return idle[0]
+
+    def _release_unstarted(self, claim: Claim) -> None:
+        super()._release_unstarted(claim)
+        if self._placer is not None:
+            self._placer.release(claim.id)
+
     def _worker_info(self) -> dict[str, Any]:
-        return host_facts(
+        facts = host_facts(
             concurrency=self.config.concurrency,
             gpus=self._gpus or [],
             labels=dict(self.config.labels),
             gpus_per_job=self.config.gpus_per_job,
         )
+        # What jobs are placed against (the unschedulable sweep reads it): the GPUs offered,
+        # and the CPUs and memory declared to be counted.
+        facts["resources"] = {
+            "gpus": len(self._gpus or []),
+            "cpus": self.config.cpus,  # None: not counted (--cpus not given)
+            "memory_gb": self.config.memory_gb,
+        }
+        return facts
 
     def _load(self) -> dict[str, Any]:
         if self._meter is None:
@@ -136,6 +229,14 @@ class Daemon(WorkerCore):
 
     def _ready_fields(self) -> dict[str, Any]:
         return {"gpus": [g.index for g in self._gpus or []]}
+
+    def _on_ready(self) -> None:
+        super()._on_ready()
+        if self.config.spot_notice == "ec2":
+            from .spot import SpotWatcher
+
+            watcher = SpotWatcher(self, self._halt)
+            self._spawn_thread("lakeshore-spot", watcher.run)
 
     def _start_slots(self, factory: SlotFactory) -> bool:
         started = super()._start_slots(factory)
@@ -146,6 +247,9 @@ class Daemon(WorkerCore):
     # -- what the metrics see (daemon/metrics.py); nothing here when they are off -------------
 
     def _job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
+        """The one place a job's run ends, however it ended: its resources are free again."""
+        if self._placer is not None:
+            self._placer.release(claim.id)
         if self._metrics is not None:
             self._metrics.job_ended(claim.queue, outcome, run_s)
 

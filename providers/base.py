@@ -87,6 +87,8 @@ class Instance:
     tags: Mapping[str, str]
     launched_at: float
     state: str = "running"  # pending | running | terminating
+    #: Why a pending instance waits, as its provider says it (Slurm's reason: "Resources").
+    note: str = ""
 
     @property
     def daemon(self) -> str:

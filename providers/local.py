@@ -178,8 +178,11 @@ class LocalProvider:
 
     def _alive(self, record: dict[str, Any]) -> bool:
         child = self._children.get(record["pid"])
-        if child is not None and child.poll() is not None:
-            return False
+        if child is not None:
+            # Our own child is alive until reaped: its pid cannot be reused before, and its
+            # /proc entry can read "Z" while its other threads still exit (not yet reapable),
+            # which would forget it unreaped.
+            return child.poll() is None
         start = _start_time(record["pid"])
         return start is not None and (record.get("start") is None or start == record["start"])
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 # `dls.storage` is the function (it shadows the module: import names from it with
 # `from dreamlake.lakeshore.storage import ...`); `dls.run` is the in-job module (lazy, below).
 from . import context
+from .attempt import Preempted
 from .codec import decode, encode
 from .envelope import Envelope, Thunk, thunk
 from .errors import DecodeError, DispatchError, QueueFullError
@@ -90,6 +91,7 @@ __all__ = [
     "Job",
     "Plane",
     "Pool",
+    "Preempted",
     "PriorityQueue",
     "Queue",
     "QueueFullError",

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import context, spill, tracing
 from . import run as jobrun
+from .attempt import AttemptLink, Preempted
 from .envelope import Envelope, Thunk
 from .errors import DispatchError
 from .storage import Storage
@@ -25,6 +26,8 @@ Handler = Callable[[Any], Any]
 
 #: How many lines of stderr a failed shell command reports.
 STDERR_TAIL = 20
+#: A command that exits with this (EX_TEMPFAIL) asks to be run again later: a preemption.
+EXIT_TEMPFAIL = 75
 
 
 class NoHandler(DispatchError):
@@ -40,6 +43,7 @@ def run_body(
     attempt: int = 1,
     storage: str | Storage | None = None,
     queue: str | None = None,
+    link: AttemptLink | None = None,
 ) -> Any:
     """Run what a job carries and return its result; raises what the body raises.
 
@@ -49,12 +53,13 @@ def run_body(
     A spilled payload (or a spilled argument of a call) arrives as its Ref and is read back
     here, in the worker. A job (`inv_id` given) runs in its OpenTelemetry span when this
     process has loaded OpenTelemetry, a child of the producer's span when the envelope carries
-    its context (sdk/tracing.py).
+    its context (sdk/tracing.py). `link` carries the attempt's checkpoints and preemption
+    notice (`dls.run.checkpoint`, `dls.run.preempting`; attempt.py).
     """
     payload = spill.resolve(payload)
     envelope = payload if isinstance(payload, Envelope) else None
     with (
-        _job(inv_id, attempt, emit, storage, queue),
+        _job(inv_id, attempt, emit, storage, queue, link),
         context.run(envelope.run if envelope else None),
         _span(envelope, inv_id, attempt, queue),
     ):
@@ -77,10 +82,11 @@ def _job(
     emit: Emit,
     storage: str | Storage | None,
     queue: str | None,
+    link: AttemptLink | None = None,
 ) -> contextlib.AbstractContextManager[Any]:
     if inv_id is None:
         return contextlib.nullcontext()
-    return jobrun.job(inv_id, attempt, post=emit, storage=storage, queue=queue)
+    return jobrun.job(inv_id, attempt, post=emit, storage=storage, queue=queue, link=link)
 
 
 def _span(
@@ -132,7 +138,12 @@ async def _drain_async_generator(agen: AsyncIterator[Any], emit: Emit) -> None:
 
 
 def run_command(envelope: Envelope, emit: Emit) -> int:
-    """Run a shell command; each output line is a frame, exit 0 succeeds."""
+    """Run a shell command; each output line is a frame, exit 0 succeeds.
+
+    A preemption notice reaches the command as SIGTERM (as Slurm's `--signal` would): it has
+    the daemon's preemption grace to save its state and exit; exiting 75 (EX_TEMPFAIL) asks
+    to be run again, a preemption, not a failure.
+    """
     assert envelope.command is not None
     tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
     proc = subprocess.Popen(
@@ -146,15 +157,35 @@ def run_command(envelope: Envelope, emit: Emit) -> int:
         bufsize=1,
     )
     assert proc.stdout is not None
+    _forward_notice(proc)
     with proc.stdout:  # closed also when emit raises (the job was ended while it ran)
         for line in proc.stdout:
             line = line.rstrip("\n")
             tail.append(line)
             emit(line)
     code = proc.wait()
+    if code == EXIT_TEMPFAIL:
+        raise Preempted(
+            f"the command exited {EXIT_TEMPFAIL} (EX_TEMPFAIL): run it again later",
+            cause="exit75",
+        )
     if code != 0:
         raise CommandFailed(code, list(tail))
     return code
+
+
+def _forward_notice(proc: subprocess.Popen[str]) -> None:
+    """On a preemption notice, SIGTERM the command (the shell execs a lone command)."""
+    ctx = jobrun.current()
+    if ctx is None or ctx.link is None:
+        return
+    import signal
+
+    def forward() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+
+    ctx.link.on_preempt(forward)
 
 
 class CommandFailed(DispatchError):

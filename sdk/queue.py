@@ -36,6 +36,7 @@ from .plane.reference import reference as plane_reference
 from .plane.reference import resolve as resolve_plane
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
+from .resources import check_optional
 from .topic import Topic, iter_frames
 from .types import STATES, Claim, Invocation, SubmitRequest, check_name, normalize_kind
 
@@ -92,9 +93,13 @@ def encode_submit(
     timeout_s: float | None,
     run: str | None = None,
     protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
+    resources: Mapping[str, Any] | None = None,
+    max_preemptions: int | None = None,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
-    written in, or the function that picks it, asked only if something is pickled."""
+    written in, or the function that picks it, asked only if something is pickled. `resources`
+    is checked here, so a mistake is refused before anything is encoded or sent."""
+    asked = check_optional(resources)
     from . import spill
 
     if envelope is not None and payload is not None:
@@ -117,6 +122,8 @@ def encode_submit(
         timeout_s=timeout_s if timeout_s is not None else getattr(body, "timeout_s", None),
         host=host,
         objects=owned,
+        resources=asked,
+        max_preemptions=max_preemptions,
     )
 
 
@@ -268,13 +275,19 @@ class SyncQueue:
         kind: str = "fifo",
         temperature: float = 1.0,
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, kind, unknown)
         if check_temperature(temperature) != 1.0 and normalize_kind(kind) != "boltzmann":
             raise misplaced_argument("temperature", type(self), name, kind)
         self._configure(
-            name, dispatch=dispatch, kind=kind, temperature=temperature, elasticity=elasticity
+            name,
+            dispatch=dispatch,
+            kind=kind,
+            temperature=temperature,
+            elasticity=elasticity,
+            resources=resources,
         )
 
     def _configure(
@@ -288,6 +301,7 @@ class SyncQueue:
         priority_field: str | None = None,
         anneal: Mapping[str, Any] | None = None,
         declare: bool = False,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = wire_name(name)
         self.kind = normalize_kind(kind)
@@ -298,6 +312,8 @@ class SyncQueue:
         self.priority_field = check_priority_field(priority_field)
         self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
         self.elasticity = _checked_elasticity(elasticity) if elasticity is not None else None
+        #: The request of a job submitted here without one, kept on the queue row.
+        self.resources = check_optional(resources, "queue resources")
         self._dispatch = dispatch
         self._held: dict[str, str] = {}  # invocation id -> lease, for post()
         #: The run of a run queue (`for_run`): its jobs carry it, whatever run is current.
@@ -306,7 +322,8 @@ class SyncQueue:
             self.name,
             kind if kind == "priority" else self.kind,
             elasticity=self.elasticity,
-            declare=declare or self.elasticity is not None,
+            resources=self.resources,
+            declare=declare or self.elasticity is not None or self.resources is not None,
         )
         self._reset_state()
 
@@ -462,6 +479,8 @@ class SyncQueue:
             extra["priority_field"] = self.priority_field
         if self.elasticity is not None:
             extra["elasticity"] = self.elasticity
+        if self.resources is not None:
+            extra["resources"] = self.resources
         return extra
 
     # -- producer verbs -----------------------------------------------------------------------
@@ -476,6 +495,8 @@ class SyncQueue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        resources: Mapping[str, Any] | None = None,
+        max_preemptions: int | None = None,
         delay_s: float | None = None,
         at: Any = None,
     ) -> str:
@@ -483,13 +504,25 @@ class SyncQueue:
 
         `timeout_s` bounds the job's run; `block_s` bounds how long a submit waits for room on a
         queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
-        it from the payload's `priority_field`; otherwise it is 0. `delay_s` or `at` (a
-        datetime, naive read as UTC, or epoch seconds) holds the job as `scheduled` until then
-        (sdk/workflow.py).
+        it from the payload's `priority_field`; otherwise it is 0. `max_preemptions`: how many
+        times its box may go away under it (not charged to `max_attempts`); None: the queue's
+        `admission.max_preemptions`, else 20. `resources` is what the job needs to run (GPUs,
+        CPUs, memory: `dreamlake.lakeshore.resources`); without it, a udf's, else the queue's.
+        `delay_s` or `at` (a datetime, naive read as UTC, or epoch seconds) holds the job as
+        `scheduled` until then (sdk/workflow.py).
         """
         from .workflow import with_due
 
-        req = self._request(payload, envelope, key, priority, max_attempts, timeout_s)
+        req = self._request(
+            payload,
+            envelope,
+            key,
+            priority,
+            max_attempts,
+            timeout_s,
+            resources=resources,
+            max_preemptions=max_preemptions,
+        )
         req = with_due(req, delay_s, at)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
 
@@ -502,6 +535,8 @@ class SyncQueue:
         priority: float | None = None,
         max_attempts: int = 3,
         timeout_s: float | None = None,
+        resources: Mapping[str, Any] | None = None,
+        max_preemptions: int | None = None,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
@@ -514,6 +549,8 @@ class SyncQueue:
             timeout_s,
             self.run_id,
             self._protocol(),
+            resources=resources,
+            max_preemptions=max_preemptions,
         )
 
     def _protocol(self) -> Callable[[], int]:
@@ -524,9 +561,15 @@ class SyncQueue:
 
     @_through_plane
     def submit_many(
-        self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
+        self,
+        payloads: Sequence[Any],
+        *,
+        priority: float | None = None,
+        max_attempts: int = 3,
+        resources: Mapping[str, Any] | None = None,
     ) -> list[str]:
-        """Enqueue many in one transaction (one round trip over HTTP)."""
+        """Enqueue many in one transaction (one round trip over HTTP); `resources` is each
+        job's request, as `submit` takes it."""
         self._first_use(submitting=True)
         protocol = self._protocol()
         reqs = [
@@ -539,6 +582,7 @@ class SyncQueue:
                 None,
                 self.run_id,
                 protocol,
+                resources,
             )
             for p in payloads
         ]
@@ -792,6 +836,8 @@ class Queue:
         max_attempts: int = 3,
         timeout_s: float | None = None,
         block_s: float = 30.0,
+        resources: Mapping[str, Any] | None = None,
+        max_preemptions: int | None = None,
         delay_s: float | None = None,
         at: Any = None,
     ) -> str:
@@ -804,15 +850,26 @@ class Queue:
             max_attempts=max_attempts,
             timeout_s=timeout_s,
             block_s=block_s,
+            resources=resources,
+            max_preemptions=max_preemptions,
             delay_s=delay_s,
             at=at,
         )
 
     async def submit_many(
-        self, payloads: Sequence[Any], *, priority: float | None = None, max_attempts: int = 3
+        self,
+        payloads: Sequence[Any],
+        *,
+        priority: float | None = None,
+        max_attempts: int = 3,
+        resources: Mapping[str, Any] | None = None,
     ) -> list[str]:
         return await _to_thread(
-            self.sync.submit_many, payloads, priority=priority, max_attempts=max_attempts
+            self.sync.submit_many,
+            payloads,
+            priority=priority,
+            max_attempts=max_attempts,
+            resources=resources,
         )
 
     async def result(
@@ -900,6 +957,7 @@ class SyncPriorityQueue(SyncQueue):
         dispatch: Plane | None = None,
         priority_field: str = "priority",
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "priority", unknown)
@@ -909,6 +967,7 @@ class SyncPriorityQueue(SyncQueue):
             kind="priority",
             priority_field=priority_field,
             elasticity=elasticity,
+            resources=resources,
             declare=True,
         )
 
@@ -929,6 +988,7 @@ class SyncBoltzmannQueue(SyncPriorityQueue):
         dispatch: Plane | None = None,
         priority_field: str = "priority",
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "boltzmann", unknown)
@@ -940,6 +1000,7 @@ class SyncBoltzmannQueue(SyncPriorityQueue):
             anneal=anneal,
             priority_field=priority_field,
             elasticity=elasticity,
+            resources=resources,
             declare=True,
         )
 
@@ -953,10 +1014,18 @@ class SyncFILOQueue(SyncQueue):
         *,
         dispatch: Plane | None = None,
         elasticity: Mapping[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "filo", unknown)
-        self._configure(name, dispatch=dispatch, kind="filo", elasticity=elasticity, declare=True)
+        self._configure(
+            name,
+            dispatch=dispatch,
+            kind="filo",
+            elasticity=elasticity,
+            resources=resources,
+            declare=True,
+        )
 
 
 def _twin_init(

@@ -68,6 +68,8 @@ class RowSpec:
     missing: Missing = "create"
     #: Re-touch the row this often (run queues), or never.
     touch_s: float | None = None
+    #: The queue's default request (issue 34): created with it, patched when it differs.
+    resources: dict[str, Any] | None = None
 
     def needed(self, *, submitting: bool) -> bool:
         """Whether first use has anything to do for this call."""
@@ -106,6 +108,8 @@ def _create_fields(spec: RowSpec) -> dict[str, Any]:
         fields["elasticity"] = spec.elasticity
     if spec.description is not None:
         fields["description"] = spec.description
+    if spec.resources is not None:
+        fields["resources"] = spec.resources
     return fields
 
 
@@ -123,6 +127,8 @@ def _reconcile(plane: Plane, spec: RowSpec, info: QueueInfo, *, touch: bool) -> 
         changes["elasticity"] = spec.elasticity
     if spec.description is not None and (touch or info.description != spec.description):
         changes["description"] = spec.description
+    if spec.resources is not None and info.resources != spec.resources:
+        changes["resources"] = spec.resources
     if not changes:
         return
     try:

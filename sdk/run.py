@@ -18,6 +18,12 @@ passed down as `LAKESHORE_STORAGE`). It lives in `contextvars`, so it follows th
 coroutines and async generators; a thread the body starts itself sees no job (`dls.run.id` is
 None there) but still reads and writes the same default storage.
 
+A long job survives losing its box (issue 35): `dls.run.checkpoint(state)` stores its state
+durably and returns once it is safe, `dls.run.last_checkpoint()` gives it back on a later
+attempt (None on the first), and `dls.run.preempting` (an event; `dls.run.on_preempt(fn)`,
+`dls.run.preempt_deadline` in epoch seconds) says the box is going away: checkpoint, then
+`raise dls.Preempted()`. docs/preemption.md shows the whole pattern.
+
 Keys are relative to the current `dls.scope(...)` (scopes nest: `a` then `b` is `a/b`); a key
 that starts with '/' ignores the scope. `write` returns the full key, which is what a body
 returns to its producer. Outside any job the I/O functions work on the default storage, so the
@@ -26,6 +32,8 @@ same code runs in a notebook.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,16 +41,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any
 
+from .attempt import AttemptLink
 from .errors import DispatchError, InvalidArgument
 from .storage import Storage, check_key, join_key
 from .storage import storage as open_storage
 
 __all__ = [
     "JobContext",
+    "checkpoint",
     "current",
     "exists",
     "job",
     "key",
+    "last_checkpoint",
+    "on_preempt",
     "open",
     "post",
     "read",
@@ -63,6 +75,11 @@ class JobContext:
     storage_at: str | Storage | None = field(repr=False)
     post: Callable[[Any], None]
     queue: str | None = None
+    #: The GPUs the job was placed on, as its CUDA_VISIBLE_DEVICES numbers them (issue 34).
+    gpus: tuple[int, ...] = ()
+    #: The attempt's checkpoints and preemption notice (attempt.py); None where the worker
+    #: offers neither (a body run by hand through `run_body`).
+    link: AttemptLink | None = None
 
     @cached_property
     def storage(self) -> Storage:
@@ -81,6 +98,13 @@ class NotInJob(DispatchError):
     code = "not_in_job"
 
 
+def _placed_gpus() -> tuple[int, ...]:
+    """The GPUs a daemon placed this job on: its child's LAKESHORE_GPUS (a child sees one
+    placement; the daemon replaces a child whose GPUs differ from the next job's)."""
+    text = os.environ.get("LAKESHORE_GPUS", "")
+    return tuple(int(i) for i in text.split(",") if i.strip().isdigit())
+
+
 def current() -> JobContext | None:
     """The job around this call, or None outside one."""
     return _JOB.get()
@@ -94,12 +118,13 @@ def job(
     post: Callable[[Any], None],
     storage: str | Storage | None = None,
     queue: str | None = None,
+    link: AttemptLink | None = None,
 ) -> Iterator[JobContext]:
     """Run the block as the body of attempt `attempt` of `inv_id` (set up by `run_body`).
 
     A job starts at the storage root: scopes of whoever called the worker do not leak in.
     """
-    ctx = JobContext(inv_id, attempt, storage, post, queue)
+    ctx = JobContext(inv_id, attempt, storage, post, queue, _placed_gpus(), link)
     job_token = _JOB.set(ctx)
     scope_token = _SCOPE.set("")
     try:
@@ -197,15 +222,81 @@ def post(value: Any = None) -> None:
     ctx.post(value)
 
 
+def _link(verb: str) -> AttemptLink:
+    ctx = _JOB.get()
+    if ctx is None:
+        raise NotInJob(f"dls.run.{verb} works only inside a running job body")
+    if ctx.link is None:
+        raise NotInJob(
+            f"dls.run.{verb} needs a worker that keeps checkpoints (lakeshore-daemon or "
+            "run_worker); this body was run without one"
+        )
+    return ctx.link
+
+
+def checkpoint(value: Any) -> None:
+    """Store `value` as this job's state, durably; returns once it is safe (the last one wins).
+
+    `value` is anything the codec carries (arrays, tensors, dicts of them, numbers, text). It
+    goes to durable storage and only its Ref to the invocation row; a later attempt reads it
+    back with `last_checkpoint()`. A value the codec cannot carry, or one the storage refuses
+    (over its size limit), raises and leaves the previous checkpoint in place.
+    """
+    link = _link("checkpoint")
+    from . import codec
+
+    try:
+        data = codec.encode(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(
+            f"dls.run.checkpoint cannot store this value ({exc}); the last checkpoint stays"
+        ) from None
+    link.save(data)
+
+
+def last_checkpoint() -> Any:
+    """The state the last `checkpoint(value)` of this job stored, by this attempt or an
+    earlier one; None when it has none (its first attempt, before any checkpoint)."""
+    link = _link("last_checkpoint")
+    if link.last is None:
+        return None
+    from . import spill
+
+    return spill.loads(link.last)
+
+
+def on_preempt(fn: Callable[[], Any]) -> None:
+    """Call `fn` (on the worker's thread) when the box this job runs on is told it is going
+    away; at once if it was told already. Keep it short: set a flag, save, return."""
+    _link("on_preempt").on_preempt(fn)
+
+
+#: What `dls.run.preempting` is outside a job, or under a worker that sends no notices.
+_NEVER = threading.Event()
+
+
 def __getattr__(name: str) -> Any:
-    """`dls.run.id`, `.attempt`, `.queue` (None outside a job) and `.storage`, read live."""
+    """`dls.run.id`, `.attempt`, `.queue` (None outside a job), `.gpus`, `.storage`, and the
+    notice: `.preempting` (an event set when the box is going away) and `.preempt_deadline`
+    (when, in epoch seconds; None until a notice, or when it named no time), read live."""
+    if name == "gpus":  # a list, as `dls.run.gpus` documents; [] outside a placed job
+        ctx = _JOB.get()
+        return list(ctx.gpus) if ctx is not None else []
     if name in ("id", "attempt", "queue"):
         ctx = _JOB.get()
         return getattr(ctx, name) if ctx is not None else None
     if name == "storage":
         return _storage()
+    if name in ("preempting", "preempt_deadline"):
+        ctx = _JOB.get()
+        link = ctx.link if ctx is not None else None
+        if name == "preempting":
+            return link.preempting if link is not None else _NEVER
+        return link.deadline if link is not None else None
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), "id", "attempt", "queue", "storage"])
+    return sorted(
+        [*globals(), "id", "attempt", "queue", "storage", "gpus", "preempting", "preempt_deadline"]
+    )

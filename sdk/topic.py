@@ -65,10 +65,14 @@ def iter_frames(
             value = _value(frame, allow_pickle)
             if value is _END:
                 return
-            yield value
+            if value is not _RESUME:
+                yield value
 
 
 _END = object()
+#: A RESUME frame (issue 35): where a later attempt took the job up again, in the raw journal
+#: (`plane.frames`); a stream of values passes over it.
+_RESUME = object()
 
 
 def _value(frame: Frame, allow_pickle: bool = False) -> Any:
@@ -86,6 +90,8 @@ def _value(frame: Frame, allow_pickle: bool = False) -> Any:
             else "job failed"
         )
         raise DispatchError(str(message))
+    if frame.kind == "RESUME":
+        return _RESUME
     return _END
 
 

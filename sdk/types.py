@@ -37,7 +37,15 @@ KIND_ALIASES: dict[str, Kind] = {
 QueueState = Literal["active", "draining", "archived"]
 QUEUE_STATES: tuple[QueueState, ...] = ("active", "draining", "archived")
 
-FrameKind = Literal["VALUE", "ERROR", "END"]
+FrameKind = Literal["VALUE", "ERROR", "END", "RESUME"]
+
+#: Preemptions a job survives unless its submit or its queue says otherwise (issue 35).
+DEFAULT_MAX_PREEMPTIONS = 20
+MAX_PREEMPTIONS_LIMIT = 1000
+#: Why an attempt ended, as the worker decided it before it signalled the job (`ended_by`):
+#: a notice that the box is going away, a kill asked by cancel, the run's timeout, the job's
+#: process dying, the job's own error, its worker lost with the lease, a command exiting 75.
+END_CAUSES = ("notice", "cancel", "timeout", "died", "error", "daemon_lost", "exit75")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
@@ -143,6 +151,12 @@ class SubmitRequest:
     #: Objects the submit made that the payload names only inside a pickle (a thunk's spilled
     #: array arguments): retention deletes them with the row, which it cannot find otherwise.
     objects: tuple[StorageRef, ...] = ()
+    #: What the job needs to run (sdk/resources.py): None states nothing, and the queue's
+    #: default applies; {} asks for nothing.
+    resources: dict[str, Any] | None = None
+    #: How many preemptions the job survives (issue 35); None: its queue's
+    #: `admission.max_preemptions`, else DEFAULT_MAX_PREEMPTIONS.
+    max_preemptions: int | None = None
     #: The map this job is one item (or chunk) of (sdk/mapping.py): `jobs ls --map ID` lists
     #: them. None: a job of its own.
     map_id: str | None = None
@@ -173,6 +187,25 @@ class Invocation:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    #: What was asked (sdk/resources.py), after the udf's and the queue's defaults; {}: none.
+    resources: dict[str, Any] = field(default_factory=dict)
+    #: Where the attempt runs or ran: {worker, gpus: [{index, uuid, name, share}], ...}.
+    placement: dict[str, Any] | None = None
+    #: Why a queued job waits, for machines: resources | reserved_for:<id> |
+    #: waiting_for_capacity | unschedulable; None when nothing was found to say.
+    pending_reason: str | None = None
+    #: Why no live daemon of its queue could ever run it, in words; None when one could.
+    unschedulable_reason: str | None = None
+    #: Attempts that a preemption ended (issue 35): counted in `attempt`, not against
+    #: `max_attempts`; past `max_preemptions` the job fails.
+    preemptions: int = 0
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    #: Why the last attempt that ended other than by success ended, as its worker decided it
+    #: (END_CAUSES): kept once the job succeeds (a resumed job still says what interrupted
+    #: it); None while no attempt ended that way.
+    ended_by: str | None = None
+    #: The job's last checkpoint: the encoded Ref of its state in durable storage (None: none).
+    checkpoint: bytes | None = None
 
     @property
     def terminal(self) -> bool:
@@ -197,6 +230,15 @@ class Claim:
     priority: float = 0.0
     #: The server's HMAC of the payload (sdk/signing.py); None when the plane signs nothing.
     signature: str | None = None
+    #: What the job asked for (sdk/resources.py), for the daemon to place it; {}: nothing.
+    resources: dict[str, Any] = field(default_factory=dict)
+    #: Issue 35: how many attempts before this one a preemption ended, and the checkpoint the
+    #: job left (an encoded Ref), which `dls.run.last_checkpoint()` reads in the body.
+    preemptions: int = 0
+    checkpoint: bytes | None = None
+    #: A token for the job's own code, in place of its worker's (plane/job_token.py): minted by
+    #: a server that signs, None on an embedded plane.
+    job_token: str | None = None
 
 
 class Ack(NamedTuple):
@@ -218,6 +260,8 @@ class ClaimArgs(NamedTuple):
     kind: str | None = None
     temperature: float = 1.0
     host: str | None = None
+    #: What the claimer has free (sdk/resources.py `Free`); None: hand it any job.
+    free: dict[str, Any] | None = None
 
     def keywords(self) -> dict[str, Any]:
         """Everything but the queues, as `claim_many` and `ack_and_claim` take it."""
@@ -244,6 +288,8 @@ class QueueInfo:
     admission: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: The request of a job submitted here without one (sdk/resources.py); {}: none.
+    resources: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

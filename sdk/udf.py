@@ -1,7 +1,8 @@
 """`@udf`: a function bound to a queue, still callable locally, submitted by value.
 
 `f.submit(...)` takes the function's own arguments; the options of the submit are underscored
-(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`) so they never collide with them.
+(`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_max_preemptions`,
+`_resources`) so they never collide with them.
 
 `queue=` is a queue object or a queue name. With a name, the decorator builds the queue and picks
 its class from the other arguments: `priority_field=` -> PriorityQueue, `temperature=` or
@@ -27,6 +28,7 @@ from .queue import (
     SyncPriorityQueue,
     SyncQueue,
 )
+from .resources import check_optional
 from .types import normalize_kind
 
 if TYPE_CHECKING:
@@ -72,8 +74,11 @@ class SubmitOptions:
     dispatch: Plane | None = None
     timeout_s: float | None = None
     max_attempts: int = 3
+    max_preemptions: int | None = None
     #: remote() only: how long to wait for the result.
     timeout: float = 30.0
+    #: This call's request (`_resources=`), instead of the udf's.
+    resources: Mapping[str, Any] | None = None
     #: submit() only: held as `scheduled` this long, or until then (sdk/workflow.py).
     delay_s: float | None = None
     at: Any = None
@@ -87,7 +92,9 @@ class SubmitOptions:
             dispatch=_option(kwargs, "_dispatch", Plane, None),
             timeout_s=_option(kwargs, "_timeout_s", (int, float), None),
             max_attempts=_option(kwargs, "_max_attempts", int, 3),
+            max_preemptions=_option(kwargs, "_max_preemptions", int, None),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
+            resources=_option(kwargs, "_resources", Mapping, None),
             delay_s=_option(kwargs, "_delay_s", (int, float), None),
             at=kwargs.pop("_at", None),
         )
@@ -116,8 +123,12 @@ class UDF(Generic[P, R]):
         queue: SyncQueue | Queue | str,
         *,
         scope: str | None = None,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
+        #: What each call needs to run (sdk/resources.py), unless a call says `_resources=`;
+        #: None: the queue's default.
+        self.resources = check_optional(resources)
         self.fn = fn
         if isinstance(queue, Queue):
             queue = queue.sync
@@ -154,9 +165,14 @@ class UDF(Generic[P, R]):
             priority=opts.priority,
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
+            resources=self._resources(opts),
+            max_preemptions=opts.max_preemptions,
             delay_s=opts.delay_s,
             at=opts.at,
         )
+
+    def _resources(self, opts: SubmitOptions) -> Mapping[str, Any] | None:
+        return opts.resources if opts.resources is not None else self.resources
 
     def map(
         self,
@@ -193,6 +209,7 @@ class UDF(Generic[P, R]):
             max_attempts=opts.max_attempts,
             timeout_s=opts.timeout_s,
             timeout=opts.timeout,
+            resources=self._resources(opts),
         )
         return result
 
@@ -208,6 +225,7 @@ def udf(
     anneal: Mapping[str, Any] = ...,
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
+    resources: Mapping[str, Any] | None = ...,
     **unknown: NoReturn,
 ) -> UDF[P, R]: ...
 @overload
@@ -221,6 +239,7 @@ def udf(
     anneal: Mapping[str, Any] = ...,
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
+    resources: Mapping[str, Any] | None = ...,
     **unknown: NoReturn,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]: ...
 def udf(
@@ -228,20 +247,26 @@ def udf(
     *,
     queue: SyncQueue | Queue | str = "default",
     scope: str | None = None,
+    resources: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> UDF[P, R] | Callable[[Callable[P, R]], UDF[P, R]]:
     """Bind a function to a queue: `@udf(queue=q)` or `@udf(queue="tutorial", ...)`.
 
     With a name, `priority_field=`, `temperature=`, `anneal=`, `elasticity=` and `kind=` build
     the queue (PriorityQueue for priority_field, BoltzmannQueue for temperature or anneal).
+    `resources=` is what each call needs to run (GPUs, CPUs, memory: sdk/resources.py).
     """
+    check_optional(resources)
     unknown = sorted(set(options) - set(QUEUE_OPTIONS))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], [*QUEUE_OPTIONS, "queue", "scope"], n=1)
+        close = difflib.get_close_matches(
+            unknown[0], [*QUEUE_OPTIONS, "queue", "scope", "resources"], n=1
+        )
         raise InvalidArgument(
             f"@udf got an unknown argument {unknown[0]}="
             + (f"; did you mean {close[0]}=?" if close else "")
-            + f" (it takes queue=, scope= and, with a queue name, {'=, '.join(QUEUE_OPTIONS)}=)"
+            + " (it takes queue=, scope=, resources= and, with a queue name, "
+            + f"{'=, '.join(QUEUE_OPTIONS)}=)"
         )
     check_scope(scope)
     if options and not isinstance(queue, str):
@@ -252,6 +277,6 @@ def udf(
     bound = queue_from_name(queue, options) if isinstance(queue, str) else queue
 
     def wrap(f: Callable[P, R]) -> UDF[P, R]:
-        return UDF(f, bound, scope=scope)
+        return UDF(f, bound, scope=scope, resources=resources)
 
     return wrap(fn) if fn is not None else wrap

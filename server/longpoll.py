@@ -218,10 +218,8 @@ async def admit_handing(
     taken = seats.take(work_key(ns, queue), len(requests))
     if not taken:
         return await admit(store, submit, wait_s, durable=not sync_later)
-    # Each claims from this queue only, though it may serve others: a transaction that took
-    # this queue's counter rows must not go on to lock another queue's (Postgres would see two
-    # such submits deadlock), and the others had nothing for it when it last looked.
-    claimers = [seat.args._replace(queues=[queue]) for seat in taken]
+    # Each claims from this queue only, by its own kind and steal rule (`submit_handing`).
+    claimers = [seat.args for seat in taken]
     try:
         ids, claims = await run_write(
             store,

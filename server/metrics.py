@@ -106,6 +106,11 @@ class StoreCollector(Collector):
             "Controller decisions (queue events other than lifecycle actions), by kind",
             labels=["namespace", "queue", "decision"],
         )
+        unschedulable = GaugeMetricFamily(
+            "lakeshore_jobs_unschedulable",
+            "Queued jobs that no live daemon of their queue could ever run (resources), per queue",
+            labels=["namespace", "queue"],
+        )
         stale_before = time.time() - WORKER_STALE_S
         view = self.store.metrics_view(stale_before)
         depth_rows, worker_rows, event_rows = view["depth"], view["workers"], view["events"]
@@ -123,7 +128,10 @@ class StoreCollector(Collector):
             events.add_metric(labels, float(r["n"]))
             if r["kind"] not in LIFECYCLE_EVENTS:
                 decisions.add_metric(labels, float(r["n"]))
+        for r in view.get("unschedulable", []):
+            unschedulable.add_metric([r["namespace"], r["queue"]], float(r["n"]))
         yield depth
+        yield unschedulable
         yield workers
         yield events
         yield decisions

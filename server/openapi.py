@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..types import END_CAUSES
 from .endpoint import Api
 
 BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
@@ -60,10 +61,51 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "QueueCreate": _obj(
-        {"name": STR, "kind": STR, "description": STR, "elasticity": OBJ, "admission": OBJ},
+        {
+            "name": STR,
+            "kind": STR,
+            "description": STR,
+            "elasticity": OBJ,
+            "admission": OBJ,
+            "resources": _ref("Resources"),
+        },
         ("name",),
     ),
-    "QueuePatch": _obj({"description": STR, "admission": OBJ, "elasticity": OBJ, "kind": STR}),
+    "QueuePatch": _obj(
+        {
+            "description": STR,
+            "admission": OBJ,
+            "elasticity": OBJ,
+            "kind": STR,
+            "resources": _ref("Resources"),
+        }
+    ),
+    "Resources": {
+        **_obj(
+            {
+                "gpus": NUM,
+                "gpu_type": {"anyOf": [STR, STRS]},
+                "gpu_memory_gb": NUM,
+                "cpus": NUM,
+                "memory_gb": NUM,
+            }
+        ),
+        "additionalProperties": False,
+        "description": "what a job needs (docs/sdk.md): gpus below 1 shares one GPU, from 1 "
+        "up a whole number; gpu_type a name or an ordered list matched in the GPU's name",
+    },
+    "Free": _obj(
+        {
+            "gpus_whole": NUM,
+            "gpu_share": NUM,
+            "gpu_names": STRS,
+            "gpu_memory_gb": NUM,
+            "cpus": NUM,
+            "memory_gb": NUM,
+            "default_gpus": NUM,
+        }
+    ),
+    "Placement": _obj({"lease": STR, "placement": OBJ}, ("lease", "placement")),
     "QueueInfo": _obj(
         {
             "namespace": STR,
@@ -75,6 +117,7 @@ SCHEMAS: dict[str, Any] = {
             "admission": OBJ,
             "created_at": NUM,
             "updated_at": NUM,
+            "resources": _ref("Resources"),
         }
     ),
     "QueueShow": {
@@ -103,6 +146,7 @@ SCHEMAS: dict[str, Any] = {
             "scheduled": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
+            "unschedulable": INT,
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
@@ -113,11 +157,13 @@ SCHEMAS: dict[str, Any] = {
             "key": STR,
             "priority": NUM,
             "max_attempts": INT,
+            "max_preemptions": INT,
             "timeout_s": NUM,
             "host": {
                 "type": "string",
                 "description": "locality: the host id whose tier holds the payload's objects",
             },
+            "resources": _ref("Resources"),
             "map_id": {
                 "type": "string",
                 "description": "the map this job is an item of (listed by ?map= on /invocations)",
@@ -157,6 +203,14 @@ SCHEMAS: dict[str, Any] = {
             "created_at": NUM,
             "started_at": NUM,
             "finished_at": NUM,
+            "resources": _ref("Resources"),
+            "placement": _nullable(OBJ),
+            "pending_reason": _nullable(STR),
+            "unschedulable_reason": _nullable(STR),
+            "preemptions": INT,
+            "max_preemptions": INT,
+            "ended_by": _nullable({"enum": list(END_CAUSES)}),
+            "checkpoint": _nullable(BYTES),
         }
     ),
     "Cancel": _obj({"kill": BOOL}),
@@ -180,6 +234,7 @@ SCHEMAS: dict[str, Any] = {
                 "commit before any wait, and the answer carries ack_errors",
                 "items": _ref("AckItem"),
             },
+            "free": _ref("Free"),
         },
         ("worker",),
     ),
@@ -195,6 +250,14 @@ SCHEMAS: dict[str, Any] = {
             "timeout_s": NUM,
             "priority": NUM,
             "signature": _nullable(STR),
+            "resources": _ref("Resources"),
+            "preemptions": INT,
+            "checkpoint": _nullable(BYTES),
+            "job_token": {
+                **_nullable(STR),
+                "description": "a token for the job's own code, in place of the worker's: its "
+                "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
+            },
         }
     ),
     "ClaimResult": _obj(
@@ -222,12 +285,27 @@ SCHEMAS: dict[str, Any] = {
         {"lease": STR, "state": {"enum": ["killed", "timeout", "failed"]}, "error": STR},
         ("lease", "state"),
     ),
-    "Release": _obj({"lease": STR}, ("lease",)),
+    "Release": _obj(
+        {
+            "lease": STR,
+            "outcome": {"enum": ["unrun", "preempted"]},
+            "cause": {"enum": list(END_CAUSES)},
+        },
+        ("lease",),
+    ),
+    "Checkpoint": _obj({"lease": STR, "checkpoint": BYTES}, ("lease", "checkpoint")),
+    "Cause": _obj({"lease": STR, "cause": {"enum": list(END_CAUSES)}}, ("lease", "cause")),
+    "Noted": _obj({"noted": BOOL}),
+    "Checkpointed": _obj({"previous": _nullable(BYTES)}),
     "Released": _obj({"released": BOOL}),
     "Renew": _obj({"leases": STRS, "lease_s": NUM}),
     "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
     "Frame": _obj(
-        {"seq": INT, "kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES)}
+        {
+            "seq": INT,
+            "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]},
+            "value": _nullable(BYTES),
+        }
     ),
     "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
     "PostFrame": _obj(
@@ -255,7 +333,9 @@ SCHEMAS: dict[str, Any] = {
     ),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
     "Heartbeat": _obj({"load": OBJ, "state": STR}),
-    "WorkerState": _obj({"state": {"enum": ["alive", "draining", "gone"]}}, ("state",)),
+    "WorkerState": _obj(
+        {"state": {"enum": ["alive", "draining", "preempting", "gone"]}}, ("state",)
+    ),
 }
 
 QUERY_TYPES = {
@@ -427,7 +507,11 @@ SCHEMAS.update(
             ("events", "now"),
         ),
         "FleetWorkerState": _obj(
-            {"namespace": STR, "ref": STR, "state": {"enum": ["alive", "draining", "gone"]}},
+            {
+                "namespace": STR,
+                "ref": STR,
+                "state": {"enum": ["alive", "draining", "preempting", "gone"]},
+            },
             ("namespace", "ref", "state"),
         ),
         "FleetLeader": _obj(

@@ -13,7 +13,8 @@ from typing import Any
 
 from .. import codec
 from ..errors import DispatchError, Forbidden, InvalidArgument
-from ..plane.auth import MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
+from ..plane.auth import JOB, MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
+from ..plane.job_token import with_job_tokens
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
 from ..plane.wakeup import reading
 from ..storage import StorageRef
@@ -52,6 +53,8 @@ ITEM_FIELDS = (
     "host",
     "id",
     "objects",
+    "resources",
+    "max_preemptions",
     "map_id",
     "delay_s",
     "at",
@@ -61,6 +64,13 @@ MAX_LEASE_S = 7 * 24 * 3600.0
 WAIT_HINT = f"the server holds a request at most {MAX_WAIT_S:g} s; ask again to wait longer"
 #: Payloads up to this size are checked for code in the event loop; bigger ones in a thread.
 CHECK_INLINE_BYTES = 64 * 1024
+
+
+def _max_preemptions(item: Fields) -> int | None:
+    """An item's max_preemptions (issue 35); None: its queue's, else the default."""
+    if item.data.get("max_preemptions") is None:
+        return None
+    return item.integer("max_preemptions", 0)
 
 
 async def submit(call: Call) -> dict[str, Any]:
@@ -85,6 +95,9 @@ async def submit(call: Call) -> dict[str, Any]:
                 host=_host(item),
                 id=item.text("id"),
                 objects=_objects(item),
+                # As sent: the store's check refuses it in the words every plane uses.
+                resources=item.data.get("resources"),
+                max_preemptions=_max_preemptions(item),
                 map_id=item.text("map_id"),
                 delay_s=item.number("delay_s"),
                 at=_at(item),
@@ -265,7 +278,18 @@ async def claim(call: Call) -> dict[str, Any]:
     null or its refusal. A worker that just finished a job takes its next one in one request.
     """
     b = call.body
-    b.only("queues", "worker", "lease_s", "kind", "temperature", "wait", "limit", "host", "acks")
+    b.only(
+        "queues",
+        "worker",
+        "lease_s",
+        "kind",
+        "temperature",
+        "wait",
+        "limit",
+        "host",
+        "acks",
+        "free",
+    )
     queues = b.str_list("queues")
     worker = b.req_text("worker")
     host = _host(b)
@@ -283,7 +307,8 @@ async def claim(call: Call) -> dict[str, Any]:
         raise InvalidArgument(f"field 'limit' must be an integer in [1, {MAX_BATCH}]")
     acks = _acks(b) if "acks" in b.data else None
 
-    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host)
+    free = b.mapping("free")
+    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host, free)
     out: dict[str, Any] = {}
     got: list[Claim] = []
     since = None
@@ -311,6 +336,9 @@ async def claim(call: Call) -> dict[str, Any]:
         # Nobody will read these claims: give them back now rather than after the lease runs out.
         await call.run(lambda: [call.store.release(c.id, c.lease) for c in got])
         got = []
+    key = call.store.signing_key
+    if got and key is not None and call.token is not None:
+        got = with_job_tokens(key, got, call.token)  # what the jobs hold instead of the worker's
     if batch:
         out["claims"] = got
     else:
@@ -388,14 +416,54 @@ async def end(call: Call) -> None:
 
 async def release(call: Call) -> dict[str, bool]:
     b = call.body
-    b.only("lease")
+    b.only("lease", "outcome", "cause")
     lease = b.req_text("lease")
+    outcome, cause = b.text("outcome") or "unrun", b.text("cause") or "notice"
 
     def run() -> bool:
         _owned(call.store, call.ns, call.param("id"))
-        return call.store.release(call.param("id"), lease)
+        return call.store.release(call.param("id"), lease, outcome=outcome, cause=cause)
 
     return {"released": await call.run(run)}
+
+
+async def place(call: Call) -> None:
+    b = call.body
+    b.only("lease", "placement")
+    lease = b.req_text("lease")
+    placement = b.mapping("placement")
+    if placement is None:
+        raise InvalidArgument(f"field '{b.where('placement')}' is required")
+
+    def run() -> None:
+        _owned(call.store, call.ns, call.param("id"))
+        call.store.place(call.param("id"), lease, placement)
+
+    await call.run(run)
+
+
+async def note_cause(call: Call) -> dict[str, bool]:
+    """Issue 35: why the worker is about to end this attempt, before it signals the job."""
+    b = call.body
+    b.only("lease", "cause")
+    lease, cause = b.req_text("lease"), b.req_text("cause")
+    noted = await call.run(
+        lambda: call.store.note_cause(call.param("id"), lease, cause, ns=call.ns)
+    )
+    return {"noted": noted}
+
+
+async def checkpoint(call: Call) -> dict[str, bytes | None]:
+    """Issue 35: the job's last checkpoint, an encoded Ref (the state is in storage)."""
+    b = call.body
+    b.only("lease", "checkpoint")
+    lease, data = b.req_text("lease"), b.blob("checkpoint")
+    if data is None:
+        raise InvalidArgument("field 'checkpoint' is required: the encoded Ref of the state")
+    previous = await call.run(
+        lambda: call.store.checkpoint(call.param("id"), lease, data, ns=call.ns)
+    )
+    return {"previous": previous}
 
 
 async def renew(call: Call) -> dict[str, dict[str, bool]]:
@@ -571,6 +639,34 @@ ROUTES = [
     ),
     Api(
         "POST",
+        "/invocations/{id}/placement",
+        place,
+        "Record where a claimed attempt runs (worker, GPU indexes and UUIDs); needs its lease",
+        status=204,
+        body="Placement",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/cause",
+        note_cause,
+        "Record why the worker is about to end this running attempt, before it signals the job",
+        body="Cause",
+        response="Noted",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
+        "/invocations/{id}/checkpoint",
+        checkpoint,
+        "Record the job's last checkpoint (the encoded Ref of its state in durable storage) "
+        "under the attempt's lease; answers the one it replaced",
+        body="Checkpoint",
+        response="Checkpointed",
+        scopes=(WORK,),
+    ),
+    Api(
+        "POST",
         "/leases/renew",
         renew,
         "Extend leases; returns {id: kill_requested}",
@@ -614,6 +710,6 @@ ROUTES = [
         status=201,
         body="PostFrame",
         response="Seq",
-        scopes=(SUBMIT_DATA, WORK),
+        scopes=(SUBMIT_DATA, WORK, JOB),
     ),
 ]

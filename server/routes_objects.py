@@ -37,7 +37,7 @@ from starlette.types import Scope
 from ..errors import Conflict, InvalidArgument, NotFound, PayloadTooLarge
 from ..objects.layout import ALIGN, MAGIC, PREFIX, ObjectCorrupt
 from ..objects.plane import is_plane_url, split
-from ..plane.auth import READ, SUBMIT_DATA, WORK
+from ..plane.auth import JOB, READ, SUBMIT_DATA, WORK
 from ..storage import OBJECTS_PREFIX, Storage, StorageRef
 from .blocking import run_blocking
 from .body_budget import ClientGone
@@ -380,7 +380,7 @@ ROUTES = [
         "the body) are checked before it becomes visible; 201 stored, 200 already there",
         status=201,
         response="ObjectStored",
-        scopes=(SUBMIT_DATA, WORK),
+        scopes=(SUBMIT_DATA, WORK, JOB),
         raw=True,
     ),
     Api(
@@ -389,7 +389,7 @@ ROUTES = [
         get_object,
         "An object's bytes (the plane tier), streamed as stored (application/octet-stream); "
         "HEAD for its length",
-        scopes=(READ, WORK),
+        scopes=(READ, WORK, JOB),
         raw=True,
     ),
 ]

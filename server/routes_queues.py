@@ -14,7 +14,7 @@ from ..plane.store import SqlStore, check_elasticity
 from ..types import QueueInfo, WorkerInfo
 from .endpoint import Api, Call
 
-QUEUE_FIELDS = ("name", "kind", "description", "elasticity", "admission")
+QUEUE_FIELDS = ("name", "kind", "description", "elasticity", "admission", "resources")
 PATCH_FIELDS = ("description", "admission", "elasticity", "kind")
 
 
@@ -31,6 +31,8 @@ async def create_queue(call: Call) -> QueueInfo:
     ):
         if value is not None:
             fields[key] = value
+    if "resources" in b.data:  # checked by the store, whose refusal every plane shares
+        fields["resources"] = b.data["resources"]
     return await call.run(call.store.create_queue, call.ns, name, **fields)
 
 

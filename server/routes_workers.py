@@ -98,7 +98,7 @@ ROUTES = [
         "POST",
         "/workers/{ref}/state",
         set_state,
-        "Set alive | draining | gone",
+        "Set alive | draining | preempting | gone",
         body="WorkerState",
         response="WorkerInfo",
         scopes=(WORK, MANAGE),

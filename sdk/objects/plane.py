@@ -58,6 +58,7 @@ __all__ = [
     "PlaneTier",
     "child_environment",
     "durable_target",
+    "forget_planes",
     "is_plane_url",
     "tier_for",
     "using",
@@ -140,12 +141,9 @@ class PlaneTier:
 
     def environment(self) -> dict[str, str]:
         """The environment that makes a child process's default plane this one (a daemon's
-        job processes: they read and write plane-tier objects with their daemon's token)."""
-        env = {"LAKESHORE_URL": self.base, "LAKESHORE_NAMESPACE": self.namespace}
-        auth = self._headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            env["LAKESHORE_TOKEN"] = auth[len("bearer ") :]
-        return env
+        job processes). Never this client's token: each job reads and writes plane-tier
+        objects with a token of its own (daemon/credentials.py), not its daemon's."""
+        return {"LAKESHORE_URL": self.base, "LAKESHORE_NAMESPACE": self.namespace}
 
     def _path(self, ref_id: str) -> str:
         return f"{_NAMESPACES}{quote(self.namespace, safe='')}/objects/{ref_id}"
@@ -344,6 +342,12 @@ _CURRENT: ContextVar[Any] = ContextVar("lakeshore_objects_plane", default=_UNSET
 _KNOWN: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
+def forget_planes() -> None:
+    """Forget the planes used so far (a daemon's job process between jobs: each job's token is
+    its own, and dies with the job)."""
+    _KNOWN.clear()
+
+
 def _tier_of(plane: Any) -> PlaneTier | None:
     """`plane`'s object tier when it is a control plane over HTTP (an `HttpDispatch`)."""
     make = getattr(plane, "object_tier", None)
@@ -452,6 +456,7 @@ class _Elsewhere(PlaneTier):
 
 def child_environment(plane: Any) -> dict[str, str]:
     """What a daemon adds to its job processes' environment so that they read and write
-    plane-tier objects through its plane, with its token ({} for an embedded plane)."""
+    plane-tier objects through its plane ({} for an embedded plane); each job brings its own
+    token (daemon/credentials.py)."""
     tier = _tier_of(plane)
     return {} if tier is None else tier.environment()

@@ -52,7 +52,12 @@ MANAGE: Final = "manage"
 #: The cross-namespace fleet routes (the controller over HTTP); nothing inside a namespace.
 ADMIN: Final = "admin"
 
-#: Every scope, in the order tables show them.
+#: What a running job's own token holds beside the scopes it inherits from its daemon's
+#: (plane/job_token.py): its namespace's plane-tier objects and topic posts. The server mints it
+#: with each claim; no stored token holds it, and `tokens create` cannot grant it.
+JOB: Final = "job"
+
+#: Every scope a token can be created with, in the order tables show them.
 SCOPES: Final = (READ, SUBMIT_DATA, SUBMIT_CODE, WORK, MANAGE, ADMIN)
 #: What a token holds unless it is created with explicit scopes: everything a namespace token
 #: could do before scopes existed (so no existing token or script changed behaviour).
@@ -116,7 +121,7 @@ class TokenScope:
 
     def describe(self) -> str:
         """The held scopes for a message: 'read, submit-data', or 'none'."""
-        return format_scopes(self.scopes).replace(" ", ", ") or "none"
+        return ", ".join(s for s in (JOB, *SCOPES) if s in self.scopes) or "none"
 
 
 def expired_message(expires_at: float) -> str:

@@ -59,6 +59,7 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> Claim | None: ...
     def claim_many(
         self,
@@ -71,8 +72,12 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         """Up to `limit` jobs in one durable write; waits up to wait_s for the first.
+
+        `free` is what the claimer has free (`resources.check_free`): only a job whose request
+        fits is handed over, and one at a time while GPUs, CPUs or memory are counted.
 
         `host` is the claimer's host id (`objects.host_id()`): a job whose objects live in
         another host's tier is left to that host for its queue's `locality_wait_s`. None: a
@@ -91,6 +96,7 @@ class Plane(Protocol):
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """`ack_many(acks)`, then `claim_many(...)`: a worker's one call per job. The acks
         commit before any wait (with the claim, when a job is there); per ack, the refusal
@@ -102,7 +108,23 @@ class Plane(Protocol):
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str: ...
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None: ...
-    def release(self, inv_id: str, lease: str) -> bool: ...
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        """Give a claimed job back: `unrun` leaves its attempt unspent; `preempted` counts a
+        preemption for `cause` (issue 35) and fails a job past its max_preemptions (False)."""
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        """Record why the worker is about to end a running attempt (types.END_CAUSES), before
+        it signals the job; False if the attempt is no longer this lease's."""
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        """Make `checkpoint` (the encoded Ref of the state in durable storage) the job's last,
+        under the attempt's lease; returns the one it replaced, for the caller to delete."""
+
+    def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
+        """Record where the attempt holding `lease` runs (its worker, GPUs): issue 34."""
+
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]: ...
 
     # queues

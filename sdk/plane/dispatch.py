@@ -265,6 +265,7 @@ class Dispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> Claim | None:
         """The next job or None: `claim_many` of one (one code path, one wire form)."""
         got = self.claim_many(
@@ -276,6 +277,7 @@ class Dispatch:
             temperature=temperature,
             wait_s=wait_s,
             host=host,
+            free=free,
         )
         return got[0] if got else None
 
@@ -290,6 +292,7 @@ class Dispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         return self._claim_waiting(
             queues,
@@ -300,6 +303,7 @@ class Dispatch:
             limit=limit,
             kind=kind,
             temperature=temperature,
+            free=free,
         )
 
     def _claim_waiting(
@@ -331,9 +335,15 @@ class Dispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         claiming: dict[str, Any] = dict(
-            worker=worker, limit=limit, lease_s=lease_s, kind=kind, temperature=temperature
+            worker=worker,
+            limit=limit,
+            lease_s=lease_s,
+            kind=kind,
+            temperature=temperature,
+            free=free,
         )
         errors: list[DispatchError | None] = []
 
@@ -359,8 +369,19 @@ class Dispatch:
     def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
         self.store.end(inv_id, lease, state=state, error=error)
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        return self.store.release(inv_id, lease)
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        return self.store.release(inv_id, lease, outcome=outcome, cause=cause)
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        return self.store.note_cause(inv_id, lease, cause, ns=self.namespace)
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        return self.store.checkpoint(inv_id, lease, checkpoint, ns=self.namespace)
+
+    def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
+        self.store.place(inv_id, lease, placement)
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         return self.store.renew(leases, lease_s)

@@ -13,7 +13,6 @@ never pulls in the server stack.
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import json
 import os
 import random
@@ -37,7 +36,6 @@ from ..errors import (
     ServerBusy,
     Unavailable,
 )
-from ..home import home
 from ..types import (
     DEFAULT_NAMESPACE,
     Ack,
@@ -98,6 +96,10 @@ def _submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["host"] = r.host
     if r.id is not None:
         item["id"] = r.id
+    if r.resources is not None:  # likewise
+        item["resources"] = r.resources
+    if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
+        item["max_preemptions"] = r.max_preemptions
     if r.objects:  # likewise: a server before objects refuses the field
         item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
     if r.map_id is not None:
@@ -177,7 +179,8 @@ class _Replica:
 #: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
 #: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
 _REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames)|leases/renew"
+    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
+    r"|leases/renew"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 
@@ -193,31 +196,6 @@ def _mint_id() -> str:
     from ulid import ULID
 
     return str(ULID())
-
-
-def _loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _token_from_home(url: str) -> str | None:
-    """The box's admin token (written by a `lakeshore server` on this box), for that server only.
-
-    It is sent to loopback addresses and nowhere else: `--url` pointing at another host (a typo,
-    a hostile link) must not receive this box's admin token. Any other server needs an explicit
-    token (`--token`, LAKESHORE_TOKEN).
-    """
-    if not _loopback(url):
-        return None
-    try:
-        return (home() / "token").read_text().strip() or None
-    except OSError:
-        return None
 
 
 def check_url(url: str) -> str:
@@ -285,9 +263,10 @@ class HttpDispatch:
     """A plane behind `lakeshore server`: `HttpDispatch("http://127.0.0.1:8765")`.
 
     `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
-    server's first start); `namespace` defaults to LAKESHORE_NAMESPACE, then `default`. For an
-    https URL, `verify` says which certificates to trust (tls.py): None reads
-    LAKESHORE_CA_BUNDLE, else the public roots.
+    server's first start) when every URL reaches the server that wrote it (home_token.py);
+    `namespace` defaults to LAKESHORE_NAMESPACE, then `default`. For an https URL, `verify`
+    says which certificates to trust (tls.py): None reads LAKESHORE_CA_BUNDLE, else the public
+    roots.
     """
 
     def __init__(
@@ -309,7 +288,11 @@ class HttpDispatch:
         self._at = 0
         self._switch = threading.Lock()
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
-        token = token or os.environ.get("LAKESHORE_TOKEN") or _token_from_home(self.urls[0])
+        token = token or os.environ.get("LAKESHORE_TOKEN")
+        if not token:
+            from .home_token import home_token  # the token file, its record: only when needed
+
+            token = home_token(self.urls)
         headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
         if token:
             headers["authorization"] = f"Bearer {check_token(token)}"
@@ -646,6 +629,7 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> Claim | None:
         """The next job or None: `claim_many` of one (one code path, one wire form)."""
         got = self.claim_many(
@@ -657,6 +641,7 @@ class HttpDispatch:
             temperature=temperature,
             wait_s=wait_s,
             host=host,
+            free=free,
         )
         return got[0] if got else None
 
@@ -671,10 +656,13 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
             body = self._claim_body(queues, worker, limit, lease_s, wait, host)
             body.update(kind=kind, temperature=temperature)
+            if free is not None:  # only when sent: a server before resources refuses it
+                body["free"] = free
             data = self._request("POST", "/claims", body, wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
@@ -692,12 +680,15 @@ class HttpDispatch:
         temperature: float = 1.0,
         wait_s: float = 0.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """One request: the server commits the acks (with the claim when a job is there)
         before it waits; a wait past its cap goes on as plain claims."""
         wait = min(wait_s, SERVER_WAIT_CAP_S)
         body = self._claim_body(queues, worker, limit, lease_s, wait, host)
         body.update(kind=kind, temperature=temperature)
+        if free is not None:
+            body["free"] = free
         body["acks"] = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
         data = self._request("POST", "/claims", body, wait_s=wait)
         errors = [None if e is None else self._item_error(e) for e in data["ack_errors"]]
@@ -712,6 +703,7 @@ class HttpDispatch:
                 temperature=temperature,
                 wait_s=wait_s - wait,
                 host=host,
+                free=free,
             )
         return errors, got
 
@@ -766,9 +758,33 @@ class HttpDispatch:
             {"lease": lease, "state": state, "error": storable_text(error)},
         )
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", {"lease": lease})
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        body: dict[str, Any] = {"lease": lease}
+        if outcome != "unrun":  # only then: a server before issue 35 refuses the fields
+            body |= {"outcome": outcome, "cause": cause}
+        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", body)
         return bool(data["released"])
+
+    def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
+        path = f"/invocations/{_segment(inv_id)}/placement"
+        self._request("POST", path, {"lease": lease, "placement": placement})
+
+    def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
+        data = self._request(
+            "POST", f"/invocations/{_segment(inv_id)}/cause", {"lease": lease, "cause": cause}
+        )
+        return bool(data["noted"])
+
+    def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
+        data = self._request(
+            "POST",
+            f"/invocations/{_segment(inv_id)}/checkpoint",
+            {"lease": lease, "checkpoint": checkpoint},
+        )
+        previous = data.get("previous")
+        return None if previous is None else bytes(previous)
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         if not leases:

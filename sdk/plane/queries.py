@@ -2,6 +2,10 @@
 
 The statements are the plane's semantics; a dialect only fills in its few words ({blob},
 {skip_locked}, ...) and its parameter style, so SQLite and Postgres run the same text.
+
+A condition several statements must share word for word is a `-- fragment: <name>` section,
+which a statement of the same file names as `{<name>}`, as it names a dialect word: every claim
+says what a claimable job is through `{claimable}`, so no claim can drift from the others.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
-_SECTION = re.compile(r"^-- (name|migration): *(\S+)\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^-- (name|migration|fragment): *(\S+)\s*$", re.MULTILINE)
 _WORD = re.compile(r"\{([a-z_]+)\}")
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -46,6 +50,11 @@ SQLITE = Dialect(
         "postgres_only": "--",
         # ... and one that starts with {sqlite_only} is SQLite's: its trigger syntax, say.
         "sqlite_only": "",
+        # `text REGEXP pattern`: the connector registers the function (sqlite.py).
+        "regexp": "REGEXP",
+        # NULL-safe (in)equality.
+        "is": "IS",
+        "is_not": "IS NOT",
     },
     param_style=":{}",
 )
@@ -59,21 +68,77 @@ POSTGRES = Dialect(
         "for_update": "FOR UPDATE",
         "postgres_only": "",
         "sqlite_only": "--",
+        "regexp": "~",
+        "is": "IS NOT DISTINCT FROM",
+        "is_not": "IS DISTINCT FROM",
     },
     param_style="%({})s",
 )
 
 
+#: A statement holding `{fits}` is two: as written without the fragment (a claim from a worker
+#: that sends no free resources: its plan unchanged), and `<name>_fit` with it. So `{fits}` is
+#: left in place when the other fragments are expanded, for `queries` to make the two.
+FITS = "fits"
+
+
+def _text(filename: str) -> str:
+    return resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+
+
 def _sections(filename: str) -> dict[str, str]:
-    text = resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+    """The statements (or migrations) of `filename` by name, its fragments but `{fits}` expanded."""
+    return expand_fragments(_text(filename))
+
+
+def _fragments(text: str) -> dict[str, str]:
     parts = _SECTION.split(text)
     # parts = [preamble, kind, name, body, kind, name, body, ...]
-    return {parts[i + 1]: parts[i + 2].strip() for i in range(1, len(parts) - 2, 3)}
+    return {
+        parts[i + 1]: _uncommented(parts[i + 2].strip())
+        for i in range(1, len(parts), 3)
+        if parts[i] == "fragment"
+    }
+
+
+def expand_fragments(text: str, keep: tuple[str, ...] = (FITS,)) -> dict[str, str]:
+    """The `name` and `migration` sections of `text`, each `{fragment}` they name replaced by
+    that `fragment` section's body (its own leading comment lines dropped: they explain the
+    fragment, not the statement it lands in)."""
+    parts = _SECTION.split(text)
+    # parts = [preamble, kind, name, body, kind, name, body, ...]
+    sections = [(parts[i], parts[i + 1], parts[i + 2].strip()) for i in range(1, len(parts), 3)]
+    fragments = {name: _uncommented(body) for kind, name, body in sections if kind == "fragment"}
+    clashes = fragments.keys() & (SQLITE.words.keys() | POSTGRES.words.keys())
+    if clashes:
+        raise ValueError(f"fragment names {sorted(clashes)} are dialect words; rename them")
+
+    def expand(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return match.group(0) if name in keep else fragments.get(name, match.group(0))
+
+    return {name: _WORD.sub(expand, body) for kind, name, body in sections if kind != "fragment"}
+
+
+def _uncommented(body: str) -> str:
+    lines = body.splitlines()
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    return "\n".join(lines).strip()
 
 
 @cache
 def queries(dialect: Dialect) -> dict[str, str]:
-    return {name: dialect.render(sql) for name, sql in _sections("queries.sql").items()}
+    fragments = _fragments(_text("queries.sql"))
+    out: dict[str, str] = {}
+    for name, sql in _sections("queries.sql").items():
+        text = dialect.render(sql)
+        marker = "{" + FITS + "}"
+        if marker in text:
+            out[f"{name}_fit"] = text.replace(marker, dialect.render(fragments[FITS]))
+            text = text.replace(marker + "\n", "").replace(marker, "")
+        out[name] = text
+    return out
 
 
 @cache

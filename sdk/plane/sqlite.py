@@ -13,7 +13,9 @@ commit's, has carried it to disk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -171,6 +173,7 @@ class SqliteConnector:
             self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
         self._conn.row_factory = sqlite3.Row
+        add_functions(self._conn)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if not self.memory:
@@ -198,6 +201,7 @@ class SqliteConnector:
                 timeout=BUSY_TIMEOUT_MS / 1000,
             )
             self._reader.row_factory = sqlite3.Row
+            add_functions(self._reader)
             self._reader.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.waker.relay_through(CrossProcessWaker(Path(self.path + ".wake")))
 
@@ -426,3 +430,20 @@ class SqliteConnector:
         with self._read_lock:
             if self._reader is not None:
                 self._reader.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _regexp(pattern: str | None, text: str | None) -> bool:
+    """SQLite's `text REGEXP pattern` (it has the operator, not the function): a search, as
+    Postgres's `~` is. A claim matches a job's GPU types with it (the `fits` fragment)."""
+    if pattern is None or text is None:
+        return False
+    return _pattern(pattern).search(text) is not None
+
+
+def add_functions(conn: sqlite3.Connection) -> None:
+    conn.create_function("regexp", 2, _regexp, deterministic=True)

@@ -36,8 +36,10 @@ from .. import protocols, signing
 from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
 from ..types import Ack, Claim, WorkerInfo
+from . import checkpoints
 from .acks import AckQueue
 from .log import EventLogger
+from .notice import Preemptible
 from .retry import GaveUp, Retrier, is_transient
 from .slot import JobSink, Outcome, Slot, SlotFactory
 
@@ -133,9 +135,12 @@ class WorkerConfig:
     #: A refused claim (an unknown queue, a token without rights) raises out of `run()` instead
     #: of being logged and retried: right for a library call, wrong for a fleet's daemon.
     raise_refusals: bool = False
+    #: After a preemption notice, how long running jobs get to checkpoint and stop before they
+    #: are killed and released as preempted (never past the notice's own deadline).
+    preempt_grace_s: float = 30.0
 
 
-class WorkerCore(JobSink):
+class WorkerCore(Preemptible, JobSink):
     """`WorkerCore(plane, config, slots).run()` returns the exit code; `fatal` says why it crashed.
 
     The constructor only stores its arguments; `run()` does everything, and `drain()` /
@@ -181,6 +186,7 @@ class WorkerCore(JobSink):
         self._retry = Retrier(self._log)
         self._buffer: deque[Claim] = deque()  # claimed ahead of a free slot (under self._free)
         self._acks = AckQueue()
+        self._init_notice()
 
     # -- the public controls ------------------------------------------------------------------
 
@@ -221,6 +227,15 @@ class WorkerCore(JobSink):
     def _ready_fields(self) -> dict[str, Any]:
         """What the `daemon.ready` line says besides the worker, its queues and concurrency."""
         return {}
+
+    def _offer(self) -> dict[str, Any] | None:
+        """What this worker has free, sent with each claim so that only jobs that fit come
+        back (`resources.check_free`); None: any job (a worker that places nothing)."""
+        return None
+
+    def _placed(self, claim: Claim) -> bool:
+        """Take the resources a claimed job asked for; False: it went back to the queue."""
+        return True
 
     def _on_ready(self) -> None:
         self._log.info(
@@ -397,6 +412,9 @@ class WorkerCore(JobSink):
             wait_s=wait_s,
             host=self.host,
         )
+        offer = self._offer()
+        if offer is not None:
+            claiming["free"] = offer
         if not riders:
             return self.plane.claim_many(queues, **claiming)
         errors, claims = self.plane.ack_and_claim([ack for _, ack in riders], queues, **claiming)
@@ -404,13 +422,14 @@ class WorkerCore(JobSink):
         return claims
 
     def _take(self, claims: Sequence[Claim]) -> bool:
-        """Buffer what was claimed and start what fits; False (all released) once draining."""
-        if self._draining.is_set():
+        """Buffer what was claimed and start what fits; False (all released) once draining.
+        A claim that lands after claiming paused (a rebalance) goes back unrun too."""
+        if self._draining.is_set() or self.claiming_paused:
             for claim in claims:
                 self._release_unstarted(claim)
-            return False
+            return not self._draining.is_set()
         for claim in claims:
-            if self._refused(claim):
+            if self._refused(claim) or not self._placed(claim):
                 continue
             self._log.info(
                 "job.claimed", invocation=claim.id, queue=claim.queue, attempt=claim.attempt
@@ -429,6 +448,10 @@ class WorkerCore(JobSink):
         refill = max(1, (self.config.prefetch + 1) // 2)
         with self._free:
             while not self._draining.is_set() and self.fatal is None:
+                if self.claiming_paused:  # a rebalance recommendation: jobs in hand run on
+                    self._acks.unride()
+                    self._free.wait(self.config.claim_wait_s)
+                    continue
                 left = self._jobs_left()
                 if left == 0:
                     self._acks.unride()  # no claim is coming to carry them
@@ -467,15 +490,20 @@ class WorkerCore(JobSink):
     def _start_buffered(self) -> None:
         """Hand buffered claims to free slots, oldest first (never while draining)."""
         with self._free:
-            for slot in self.slots:
-                if not self._buffer or self._draining.is_set():
+            while self._buffer and not self._draining.is_set():
+                idle = [s for s in self.slots if not s.busy]
+                if not idle:
                     break
-                if not slot.busy:
-                    claim = self._buffer.popleft()
-                    self._log.debug("job.started", invocation=claim.id, slot=slot.index)
-                    self.started_jobs += 1
-                    slot.assign(claim)
+                claim = self._buffer.popleft()
+                slot = self._slot_for(claim, idle)
+                self._log.debug("job.started", invocation=claim.id, slot=slot.index)
+                self.started_jobs += 1
+                slot.assign(claim)
             self._free.notify_all()
+
+    def _slot_for(self, claim: Claim, idle: Sequence[Slot]) -> Slot:
+        """Which idle slot runs `claim` (the daemon picks one whose child sees its GPUs)."""
+        return idle[0]
 
     def _refused(self, claim: Claim) -> bool:
         """Never run a payload from a namespace this worker does not serve, or one the control
@@ -562,7 +590,9 @@ class WorkerCore(JobSink):
                     previous=self._membership or ["default"],
                 )
                 self._membership = list(membership)
-        if row.state in ("draining", "gone") and not self._draining.is_set():
+        if row.state == "preempting" and self.preempt_until is None:
+            self.preempt("worker row set to preempting")
+        elif row.state in ("draining", "gone") and not self._draining.is_set():
             self._log.info("daemon.remote_drain", row_state=row.state)
             self.drain(f"worker row set to {row.state}")
 
@@ -693,6 +723,8 @@ class WorkerCore(JobSink):
         elif outcome.kind == "release":
             if self._settle_call(claim, "release", lambda: plane.release(claim.id, claim.lease)):
                 log.info("job.released", reason=outcome.error)
+        elif outcome.kind == "preempted":
+            self._settle_preempted(claim, outcome, log)
         elif outcome.kind == "lost":
             log.warning("job.abandoned", reason=outcome.error)
         else:  # died, killed, timeout: the worker ended the attempt
@@ -706,6 +738,26 @@ class WorkerCore(JobSink):
 
     def slot_free(self, slot: Slot) -> None:
         self._start_buffered()
+
+    def checkpoint(self, claim: Claim, data: bytes) -> bytes:
+        return checkpoints.store(self, claim, data)
+
+    def post_resume(self, claim: Claim) -> None:
+        checkpoints.mark_resume(self, claim)
+
+    def note_cause(self, claim: Claim, cause: str) -> None:
+        checkpoints.note_cause(self, claim, cause)
+
+    def _settle_preempted(self, claim: Claim, outcome: Outcome, log: Any) -> None:
+        """Give a preempted attempt back (issue 35): requeued at once, not charged."""
+
+        def release() -> bool:
+            return self.plane.release(
+                claim.id, claim.lease, outcome="preempted", cause=outcome.cause
+            )
+
+        if self._settle_call(claim, "release", release):
+            log.info("job.preempted", cause=outcome.cause, reason=outcome.error)
 
     def _ack_loop(self) -> None:
         while (batch := self._acks.take(busy=lambda: bool(self._buffer))) is not None:
@@ -770,7 +822,9 @@ class WorkerCore(JobSink):
         self._release_buffer()  # at once, so other workers can take them while these finish
         self.notifier.stopping(self._status_line())
         self._wait_for_slots()
-        grace = STOP_NOW_GRACE_S if self._urgent.is_set() else self.config.kill_grace_s
+        # A notice's grace was the jobs' time to stop: what is left is killed at once.
+        urgent = self._urgent.is_set() or self.preempt_until is not None
+        grace = STOP_NOW_GRACE_S if urgent else self.config.kill_grace_s
         for slot in self.slots:
             claim = slot.claim
             if claim is not None and slot.abort(claim.id, "release", grace):
@@ -795,11 +849,11 @@ class WorkerCore(JobSink):
 
     def _wait_for_slots(self) -> None:
         """Let running jobs finish, up to drain_timeout_s (heartbeats keep their leases)."""
-        deadline = time.monotonic() + self.config.drain_timeout_s
+        started = time.monotonic()
         extended_at = 0.0
         with self._free:
             while any(s.busy for s in self.slots) and not self._urgent.is_set():
-                remaining = deadline - time.monotonic()
+                remaining = self._drain_deadline(started) - time.monotonic()
                 if remaining <= 0:
                     self._log.warning("daemon.drain_timeout", busy=sum(s.busy for s in self.slots))
                     return

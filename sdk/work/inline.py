@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from .. import codec, spill
+from ..attempt import AttemptLink, Preempted
 from ..execute import Handler, run_body
 from ..types import Claim
 from .slot import (
@@ -29,7 +30,7 @@ from .slot import (
     JobSink,
     Outcome,
     SlotBase,
-    abort_error,
+    abort_outcome,
     crash_outcome,
     format_failure,
     summarise_failure,
@@ -61,12 +62,19 @@ class InlineSlot(SlotBase):
         self._plane = plane  # the worker's: objects go through it (objects/plane.py)
         self._changed = threading.Condition(self._lock)  # the body ended, or an end was asked
         self._runner: _Runner | None = None
+        self._body: _Body | None = None  # the running attempt's (under the lock)
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot("idle", [], None)
 
     def _aborted(self) -> None:
         self._changed.notify_all()
+
+    def _tell(self, deadline: float | None) -> None:
+        with self._lock:
+            body = self._body
+        if body is not None:
+            body.link.notice(deadline)
 
     # -- the slot thread ---------------------------------------------------------------------
 
@@ -92,8 +100,17 @@ class InlineSlot(SlotBase):
         body = _Body(claim, self._sink, self._handler, self._storage, self._changed, self._plane)
         if self._runner is None:
             self._runner = _Runner(f"lakeshore-job-{self.index}")
+        with self._lock:
+            self._body = body
+            noticed = self._noticed
+        if noticed is not None:  # a notice before this job started: it is told at once
+            body.link.notice(noticed[0])
         self._runner.run(body)
-        outcome = self._wait(claim, body)
+        try:
+            outcome = self._wait(claim, body)
+        finally:
+            with self._lock:
+                self._body = None
         if body.outcome is None:  # abandoned: it keeps the runner, the next job gets another
             self._drop_runner()
         return outcome
@@ -114,7 +131,7 @@ class InlineSlot(SlotBase):
             assert self._abort is not None
             _, reason, _ = self._abort
         body.abandon()
-        return Outcome(reason, error=abort_error(reason))
+        return abort_outcome(reason)
 
 
 class _Runner:
@@ -156,6 +173,12 @@ class _Body:
         self._changed = changed
         self._abandoned = False
         self._refused: Outcome | None = None
+        self.link = AttemptLink(self._save, claim.checkpoint)
+
+    def _save(self, data: bytes) -> bytes:
+        if self._abandoned:
+            raise JobAbandoned(f"invocation {self.claim.id} was ended while it ran")
+        return self._sink.checkpoint(self.claim, data)
 
     def abandon(self) -> None:
         self._abandoned = True
@@ -177,6 +200,7 @@ class _Body:
     def _run(self) -> None:
         claim = self.claim
         try:
+            self._sink.post_resume(claim)
             result = run_body(
                 codec.decode(claim.payload),
                 self.emit,
@@ -185,8 +209,11 @@ class _Body:
                 attempt=claim.attempt,
                 storage=self._storage,
                 queue=claim.queue,
+                link=self.link,
             )
             outcome = Outcome("ok", result=spill.dumps(result, storage=self._storage))
+        except Preempted as exc:
+            outcome = self._refused or Outcome("preempted", error=str(exc), cause=exc.cause)
         except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
             outcome = self._refused or Outcome(
                 "error", error=format_failure(exc), summary=summarise_failure(exc)

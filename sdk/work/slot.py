@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, cast
 
 from ..types import Claim
 
-OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost"]
+OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost", "preempted"]
 AbortReason = Literal["killed", "release", "lost"]
 
 #: A wait on a job's deadline is cut into pieces no longer than this: select() and friends
@@ -36,6 +36,8 @@ class Outcome:
     error: str = ""
     #: One line for the log (the exception type and message); `error` is what the row keeps.
     summary: str = ""
+    #: A preempted attempt's cause (types.END_CAUSES): a notice, or a command exiting 75.
+    cause: str = "notice"
 
 
 class JobSink(Protocol):
@@ -47,6 +49,17 @@ class JobSink(Protocol):
     def settle(self, claim: Claim, outcome: Outcome) -> None: ...
 
     def slot_free(self, slot: Slot) -> None: ...
+
+    def checkpoint(self, claim: Claim, data: bytes) -> bytes:
+        """Store `data` as the job's checkpoint (issue 35); the encoded Ref its row now holds.
+        Raises a `DispatchError` saying why it was refused (the previous one then stays)."""
+
+    def post_resume(self, claim: Claim) -> None:
+        """Mark in the journal that this attempt takes the job up again (a RESUME frame)."""
+
+    def note_cause(self, claim: Claim, cause: str) -> None:
+        """Record on the row why the slot is about to end the attempt, before it signals the
+        job (issue 35); best effort, and never long: the kill does not wait on an outage."""
 
 
 class Slot(Protocol):
@@ -63,6 +76,9 @@ class Slot(Protocol):
 
     def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
         """Ask the slot to end `inv_id` now; False if it is no longer the slot's job."""
+
+    def notice(self, deadline: float | None) -> None:
+        """Tell the running job its box is going away by `deadline` (`dls.run.preempting`)."""
 
     def close(self) -> None:
         """Let the slot's thread exit once its current job is done."""
@@ -99,6 +115,7 @@ class SlotBase(abc.ABC):
         #: (invocation id, why, grace): what other threads asked of the running job.
         self._abort: tuple[str, AbortReason, float] | None = None
         self._thread: threading.Thread | None = None
+        self._noticed: tuple[float | None] | None = None
 
     thread_name = "lakeshore-slot"
 
@@ -131,6 +148,24 @@ class SlotBase(abc.ABC):
     def close(self) -> None:
         """Let the slot's thread exit once its current job is done."""
         self._inbox.put(None)
+
+    def notice(self, deadline: float | None) -> None:
+        """Tell the running job its box is going away by `deadline`; kept for a job the slot
+        starts after it (`noticed`), which is told as it starts."""
+        with self._lock:
+            self._noticed = (deadline,)
+        self._tell(deadline)
+
+    @property
+    def noticed(self) -> tuple[float | None] | None:
+        """The notice this slot was given, if any: (its deadline,)."""
+        with self._lock:
+            return self._noticed
+
+    def _tell(self, deadline: float | None) -> None:
+        """Pass a notice to the running job, if the kind can (by default it is not told, and
+        the end of the grace ends it)."""
+        return None
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -221,6 +256,20 @@ def abort_error(reason: AbortReason) -> str:
         "release": "released unfinished: the worker stopped before the job did",
         "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
     }[reason]
+
+
+#: The cause a slot records before it ends an attempt on request (a lost lease: none, the row
+#: is no longer the slot's to write).
+ABORT_CAUSES: dict[AbortReason, str] = {"killed": "cancel", "release": "notice"}
+
+
+def abort_outcome(reason: AbortReason) -> Outcome:
+    """The outcome of an attempt ended on request. A job still running when its worker stops
+    (a preemption notice's grace ran out, a second signal) is preempted (issue 35): it goes
+    back to the queue at once, not charged to its attempts."""
+    if reason == "release":
+        return Outcome("preempted", error=abort_error(reason), cause="notice")
+    return Outcome(reason, error=abort_error(reason))
 
 
 def crash_outcome(exc: BaseException) -> Outcome:

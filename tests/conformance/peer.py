@@ -23,6 +23,7 @@ from typing import Any
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import ERRORS_BY_CODE, DispatchError
 from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.types import Ack
 
 #: How long the test process waits for a peer's answer before calling the peer stuck.
 ANSWER_TIMEOUT_S = 30.0
@@ -129,6 +130,27 @@ class PeerOps:
         )
         return [c.id for c in claims]
 
+    def op_claim_many(self, queues: list[str], limit: int = 1, wait: float = 0.0) -> list[str]:
+        """Ids claimed by a worker of `queues` (its first is its primary), in claim order."""
+        claims = self.plane.claim_many(
+            queues, worker=f"peer-{os.getpid()}", limit=limit, wait_s=wait
+        )
+        return [c.id for c in claims]
+
+    def op_ack_and_claim(
+        self, acks: list[dict[str, Any]], queues: list[str], limit: int = 1, wait: float = 0.0
+    ) -> list[str]:
+        """Settle `acks` ({id, lease}) and claim as `op_claim_many`, as a daemon's worker
+        does when a job ends; a refused ack raises."""
+        settled = [Ack(a["id"], a["lease"], dls.encode(None)) for a in acks]
+        errors, claims = self.plane.ack_and_claim(
+            settled, queues, worker=f"peer-{os.getpid()}", limit=limit, wait_s=wait
+        )
+        for error in errors:
+            if error is not None:
+                raise error
+        return [c.id for c in claims]
+
     def op_ack(self, queue: str, job: dict[str, Any], result: Any = None) -> None:
         self.q(queue).ack(dls.Job(**job), result)
 
@@ -186,8 +208,10 @@ class PeerOps:
                 self.plane.cancel(submitted[i - 3])
         return len(submitted)
 
-    def op_release(self, id: str, lease: str) -> bool:
-        return self.plane.release(id, lease)
+    def op_release(
+        self, id: str, lease: str, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        return self.plane.release(id, lease, outcome=outcome, cause=cause)
 
     def op_renew(self, leases: list[str], lease_s: float) -> dict[str, bool]:
         return self.plane.renew(leases, lease_s)

@@ -366,9 +366,9 @@ def test_an_expired_lease_ack_before_any_reclaim_is_refused(plane: PlaneEnv) -> 
     assert q.claim() is not None  # the sweep hands it out again
 
 
-def test_a_job_whose_leases_keep_expiring_fails_after_max_attempts(plane: PlaneEnv) -> None:
+def test_a_job_whose_leases_keep_expiring_fails_after_max_preemptions(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
-    inv = q.submit(1, max_attempts=2)
+    inv = q.submit(1, max_attempts=1, max_preemptions=1)
     first = plane.peer.claim("gpu", lease_s=0.2)
     assert first is not None
     second = eventually(lambda: q.claim(lease_s=0.2), timeout=10)
@@ -381,11 +381,14 @@ def test_a_job_whose_leases_keep_expiring_fails_after_max_attempts(plane: PlaneE
     with pytest.raises(DispatchError, match="lease expired"):
         list(q.stream(inv, timeout=1))
     assert q.count("failed") == 1 and q.count("queued") == 0
+    row = q.status(inv)
+    assert (row.attempt, row.preemptions, row.ended_by) == (2, 2, "daemon_lost")
+    assert "max_preemptions of 1" in (row.error or "")
 
 
 def test_result_sweeps_an_expired_last_attempt(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
-    inv = q.submit(1, max_attempts=1)
+    inv = q.submit(1, max_preemptions=0)
     assert plane.peer.claim("gpu", lease_s=0.2) is not None
 
     with pytest.raises(DispatchError, match="lease expired"):

@@ -143,3 +143,64 @@ def host_that_read(ref: Any) -> dict[str, Any]:
     from dreamlake.lakeshore import objects
 
     return {"host": objects.host_id(), "sum": float(dls.get(ref).sum())}
+
+
+def credentials_in_reach() -> dict[str, Any]:
+    """What a job finds of credentials where any code finds them: its environment, the first
+    environment of its process, and its daemon's (None when the kernel refuses the read)."""
+    try:
+        parent: str | None = Path(f"/proc/{os.getppid()}/environ").read_bytes().decode("latin-1")
+    except OSError:
+        parent = None
+    return {
+        "env": {k: v for k, v in os.environ.items() if "TOKEN" in k or "SIGNING" in k},
+        "proc_self_environ": Path("/proc/self/environ").read_bytes().decode("latin-1"),
+        "daemon_environ": parent,
+    }
+
+
+def act_as_a_worker(queue: str, follow_up: int) -> dict[str, Any]:
+    """With the token the job was given (from its environment, as the SDK reads it), try what
+    its worker does, then what a job may: say what each met."""
+    import dreamlake.lakeshore as dls
+    from dreamlake.lakeshore.errors import DispatchError
+
+    me = dls.run.id
+    out: dict[str, Any] = {"token": os.environ.get("LAKESHORE_TOKEN")}
+    with dls.HttpDispatch() as plane:
+        attempts = {
+            "claim": lambda: plane.claim([queue], worker="thief"),
+            "ack": lambda: plane.ack(me, "a-guessed-lease", None),
+            "renew": lambda: plane.renew(["a-guessed-lease"], lease_s=60),
+            "register": lambda: plane.register_worker("thief", queues=[queue]),
+            "submit": lambda: dls.SyncQueue(queue, dispatch=plane).submit(
+                dls.thunk(square, follow_up)
+            ),
+            "put": lambda: str(dls.put(b"x" * 300_000, via=plane).id),
+        }
+        for name, attempt in attempts.items():
+            try:
+                out[name] = ("ok", attempt())
+            except DispatchError as exc:
+                out[name] = (type(exc).__name__, str(exc))
+    return out
+
+
+def big_result(size: int) -> bytes:
+    """More than the inline limit: the job's process spills it, through the plane tier when no
+    storage is configured, with the job's own token."""
+    return b"r" * size
+
+
+def placed(directory: str | None = None, peers: int = 1) -> dict[str, Any]:
+    """The GPUs this job's process sees and `dls.run.gpus`; with `directory`, first wait until
+    `peers` jobs run at once (proves they overlap)."""
+    import dreamlake.lakeshore as dls
+
+    if directory is not None:
+        wait_for_peers(directory, peers)
+    return {
+        "pid": os.getpid(),
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": dls.run.gpus,
+    }

@@ -116,3 +116,39 @@ def test_the_daemon_rides_out_a_server_restart_with_its_job_running(tmp_path: Pa
     finally:
         proc.stop()
         _stop(server)
+
+
+def test_gpu_placement_over_http(
+    server: object, tenant: object, http_plane: Callable[..., HttpDispatch], tmp_path: Path
+) -> None:
+    """Issue 34 over a real server: the claim sends what is free, the placement comes back on
+    the row, and a fractional pair shares one declared GPU."""
+    plane = http_plane(namespace=tenant.namespace, token=tenant.token)  # type: ignore[attr-defined]
+    proc = DaemonProcess(
+        tmp_path,
+        "remote-gpus",
+        ["-q", "gpus-http", "--gpus", "2", "--gpu-type", "NVIDIA H200", "--lease-s", "5"],
+        env={
+            "LAKESHORE_URL": server.url,  # type: ignore[attr-defined]
+            "LAKESHORE_TOKEN": tenant.token,  # type: ignore[attr-defined]
+            "LAKESHORE_NAMESPACE": tenant.namespace,  # type: ignore[attr-defined]
+        },
+    )
+    try:
+        proc.ready()
+        q = dls.SyncQueue("gpus-http", dispatch=plane, resources={"gpus": 2})
+        whole = q.submit(dls.thunk(jobs.placed))
+        assert sorted(q.result(whole, timeout=30)["gpus"]) == [0, 1]
+        assert q.status(whole).resources == {"gpus": 2}
+        meet = str(tmp_path / "halves")
+        halves = [
+            q.submit(dls.thunk(jobs.placed, meet, 2), resources={"gpus": 0.5, "gpu_type": "H200"})
+            for _ in range(2)
+        ]
+        seen = [q.result(i, timeout=30) for i in halves]
+        assert seen[0]["cuda"] == seen[1]["cuda"] and len(seen[0]["gpus"]) == 1
+        placement = q.status(halves[0]).placement
+        assert placement is not None and placement["worker"] == "remote-gpus"
+        assert placement["gpus"][0]["name"] == "NVIDIA H200"
+    finally:
+        proc.stop()

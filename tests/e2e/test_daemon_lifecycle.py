@@ -206,15 +206,16 @@ def test_drain_timeout_releases_the_job_and_another_daemon_completes_it(
     inv = q.submit(dls.thunk(jobs.once_then_fast, str(marker), 600))
     child = int(wait_until(lambda: marker.exists() and marker.read_text(), what="first attempt"))
 
-    first.signal(signal.SIGTERM)
+    first.signal(signal.SIGTERM)  # a preemption notice (issue 35)
     assert first.wait(timeout=30) == 0
-    assert first.find("job.released", invocation=inv) is not None
+    assert first.find("job.preempted", invocation=inv, cause="notice") is not None
     assert not pid_alive(child)
     assert q.status(inv).state == "queued"  # back in the queue at once, not after a lease
 
     start(daemons, tmp_path, "second", "-q", "handover")
     assert q.result(inv, timeout=30) == "second run"
-    assert q.status(inv).attempt == 1  # a release does not spend an attempt
+    row = q.status(inv)  # a preemption does not spend an attempt: it counts apart
+    assert (row.attempt, row.preemptions, row.max_attempts) == (2, 1, 3)
 
 
 def test_a_second_signal_stops_at_once(

@@ -9,6 +9,7 @@ straight into the store (as the controller does) shows up without any route seei
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import jobs
@@ -158,6 +159,27 @@ def test_readyz_is_503_when_the_store_does_not_answer(tmp_path, monkeypatch):
         assert asyncio.run(get("/healthz")).status_code == 200  # alive, just not ready
     finally:
         store.close()
+
+
+def test_jobs_no_daemon_could_run_are_a_gauge_per_queue(server, tenant):
+    """lakeshore_jobs_unschedulable (issue 34): the server's sweeper names them."""
+    ns = tenant.namespace
+    plane = HttpDispatch(server.url, token=tenant.token, namespace=ns)
+    try:
+        gpu = {"index": 0, "uuid": "u0", "name": "NVIDIA H200", "memory_mb": 143771}
+        info = {"gpus": [gpu], "gpus_per_job": 0, "resources": {"gpus": 1}}
+        plane.register_worker("one-gpu", queues=["train"], info=info)
+        big = {"gpus": 2}
+        plane.submit("train", [SubmitRequest(payload=b"\x90", resources=big) for _ in range(3)])
+        plane.submit("train", [SubmitRequest(payload=b"\x90", resources={"gpus": 1})])
+    finally:
+        plane.close()
+    deadline = time.monotonic() + 15.0  # the sweep names them within 10 s
+    while (
+        n := value(scrape(server.url), "lakeshore_jobs_unschedulable", namespace=ns, queue="train")
+    ) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert n == 3
 
 
 def test_acks_riding_a_claim_are_counted_when_they_commit_not_when_the_claim_ends(server, tenant):

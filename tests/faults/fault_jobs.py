@@ -84,3 +84,42 @@ def paced(n: int, pause_s: float) -> Any:
         yield i
         time.sleep(pause_s)
     return n
+
+
+def checkpointed(steps: int, every: int, log: str, pause_s: float) -> int:
+    """Sum i*i for i in 1..steps, a step at a time, checkpointing every `every` steps (issue 35):
+    killed anywhere, the next attempt goes on from the last checkpoint. Each step run is a line
+    `attempt step` in `log`, so a test can measure the progress a kill cost."""
+    import dreamlake.lakeshore as dls
+
+    state = dls.run.last_checkpoint() or {"step": 0, "total": 0}
+    with Path(log).open("a") as out:
+        while state["step"] < steps:
+            if dls.run.preempting.is_set():
+                dls.run.checkpoint(state)
+                raise dls.Preempted()
+            step = state["step"] + 1
+            state = {"step": step, "total": state["total"] + step * step}
+            out.write(f"{dls.run.attempt} {step}\n")
+            out.flush()
+            if step % every == 0:
+                dls.run.checkpoint(state)
+            time.sleep(pause_s)
+    return int(state["total"])
+
+
+def progress_lost(log: str) -> list[int]:
+    """Per resume in `log` (written by `checkpointed`): how many steps already run were run
+    again, i.e. the furthest step an earlier attempt reached before this one started, less
+    the step this one started from."""
+    lost = []
+    furthest = 0
+    seen: set[int] = set()
+    for line in Path(log).read_text().splitlines():
+        attempt, step = (int(x) for x in line.split())
+        if attempt not in seen:
+            seen.add(attempt)
+            if len(seen) > 1:
+                lost.append(max(0, furthest - (step - 1)))
+        furthest = max(furthest, step)
+    return lost

@@ -29,6 +29,8 @@ from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.types import Invocation
 
 FAULTS = ("kill9-daemon", "sigstop-daemon", "kill9-server", "restart-server", "calm")
+#: Checkpointing jobs in the mix (issue 35): steps, checkpoint interval, pause per step.
+CHECKPOINTED = (2, 80, 5, 0.1)
 DAEMON_LEASE_S = 2.0
 LOOP_LEASE_S = 1.0
 
@@ -43,6 +45,8 @@ class MixedReport:
     anomalies: list[str] = field(default_factory=list)
     loop_stats: dict[str, int] = field(default_factory=dict)
     daemon_stats: dict[str, int] = field(default_factory=dict)
+    #: Steps run again at each resume of a checkpointing job (at most one interval each).
+    checkpoint_resumes: list[int] = field(default_factory=list)
 
 
 def _ppid(inv: Invocation) -> Any:
@@ -87,6 +91,7 @@ def run_mixed(
     try:
         for d in daemons:
             d.ready()
+        checkpointed = _submit_checkpointed(producer, home)
         submitter = Submitter("s", lossy[0], history, "loops", [f"k{i}" for i in range(loop_jobs)])
         workers = [
             LoopWorker(
@@ -118,6 +123,7 @@ def run_mixed(
         join_all([submitter], 60)
         drain(producer, sorted(history.ids()), 90)
         drain(producer, ids, 90)
+        drain(producer, list(checkpointed), 90)
         stop.set()
         join_all(workers, 20)
 
@@ -135,6 +141,13 @@ def run_mixed(
             for i, r in drows.items()
             if r.state != "succeeded"
         ]
+        report.anomalies += _checkpoint_anomalies(seed, producer, checkpointed)
+        report.checkpoint_resumes = [
+            n
+            for log in checkpointed.values()
+            if log.exists()
+            for n in fault_jobs.progress_lost(str(log))
+        ]
         report.anomalies += _counter_drift(seed, srv)
         report.daemon_jobs, report.loop_jobs = len(ids), len(history.ids())
         report.loop_stats, report.daemon_stats = history.stats(), daemon_history.stats()
@@ -146,6 +159,34 @@ def run_mixed(
         for p in [producer, *lossy]:
             p.close()
         srv.stop()
+
+
+def _submit_checkpointed(plane: HttpDispatch, home: Path) -> dict[str, Path]:
+    """The checkpointing jobs, each with the log of the steps it ran."""
+    count, steps, every, pause_s = CHECKPOINTED
+    q = dls.SyncQueue("mixed", dispatch=plane)
+    logs = {}
+    for i in range(count):
+        log = home / f"checkpointed-{i}.log"
+        job = dls.thunk(fault_jobs.checkpointed, steps, every, str(log), pause_s)
+        logs[q.submit(job, max_attempts=1)] = log
+    return logs
+
+
+def _checkpoint_anomalies(seed: int, plane: HttpDispatch, logs: dict[str, Path]) -> list[str]:
+    """Every checkpointing job succeeded with the exact total (no step lost or counted twice),
+    and each resume ran again at most one checkpoint interval of steps."""
+    _, steps, every, _ = CHECKPOINTED
+    out = []
+    for inv_id, log in logs.items():
+        row = plane.invocation(inv_id)
+        expected = sum(i * i for i in range(1, steps + 1))
+        if row.state != "succeeded" or codec.decode(row.result or b"") != expected:
+            out.append(f"[seed {seed}] checkpointed job {inv_id} ended {row.state}: {row.error}")
+        lost = fault_jobs.progress_lost(str(log)) if log.exists() else []
+        if any(n > every for n in lost):
+            out.append(f"[seed {seed}] checkpointed job {inv_id} re-ran {lost} steps per resume")
+    return out
 
 
 def _counter_drift(seed: int, srv: ServerProcess) -> list[str]:

@@ -15,7 +15,8 @@ def test_faults_mixed_at_random(tmp_path: Path, seed: int) -> None:
     report = run_mixed(tmp_path, seed, seconds=10.0, daemon_jobs=30, loop_jobs=120)
     print(
         f"mixed: faults={report.faults} daemon_jobs={report.daemon_jobs} "
-        f"loop_jobs={report.loop_jobs} loops={report.loop_stats} daemons={report.daemon_stats}"
+        f"loop_jobs={report.loop_jobs} loops={report.loop_stats} daemons={report.daemon_stats} "
+        f"checkpoint_resumes={report.checkpoint_resumes}"
     )
     assert not report.anomalies, "\n".join(report.anomalies)
     assert report.loop_stats["settles_refused"] > 0, "no stall produced a late, refused settle"

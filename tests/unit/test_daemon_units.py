@@ -69,3 +69,10 @@ def test_systemd_analyze_verify_accepts_the_unit(name: str, tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Unknown key" not in result.stderr and "Invalid" not in result.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_unit_puts_a_token_on_its_command_line(name: str) -> None:
+    """A command line is every user's to read (`ps`): tokens come from an EnvironmentFile."""
+    exec_start = service(name)["ExecStart"]
+    assert "--token" not in exec_start and "lks_" not in exec_start

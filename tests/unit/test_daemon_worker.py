@@ -177,7 +177,9 @@ def test_a_crashed_side_task_stops_the_daemon_and_releases_its_job(plane: Dispat
     wait_until(lambda: q.status(inv).state == "running", what="running")
     faulty.broken = "heartbeat"
     assert running.join() == EXIT_CRASHED
-    assert q.status(inv).state == "queued" and q.status(inv).attempt == 0
+    # Interrupted, not failed (issue 35): a preemption, its attempt not charged.
+    row = q.status(inv)
+    assert (row.state, row.attempt, row.preemptions, row.ended_by) == ("queued", 1, 1, "notice")
 
 
 def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> None:

@@ -270,3 +270,47 @@ def test_a_result_that_ends_elsewhere_is_read_and_other_endings_wake_no_reader(
         assert inv["result"] == b"elsewhere" and reads() == 2
 
     serve(store, scenario)
+
+
+POOL = {"kind": "elastic", "min": 0, "max": 2, "pool": "mixed", "steal_delay_s": 60}
+
+
+def test_a_held_claim_is_not_handed_a_job_it_may_only_steal_later(store: SqlStore) -> None:
+    """A pool worker (primary `pool-a`) waiting on both queues: a fresh `pool-b` job stays for
+    `pool-b`'s own workers until it has waited `steal_delay_s`; a `pool-a` one is its own."""
+    for name in ("pool-a", "pool-b"):
+        store.create_queue("default", name, elasticity=POOL)
+    keys = ["default/pool-a", "default/pool-b"]
+
+    async def scenario(c: Client) -> None:
+        claim = c.claim(queues=["pool-a", "pool-b"])
+        await c.held(keys[1])
+        (stolen,) = (await c.post("/queues/pool-b/invocations", {"payload": b"\x01"}))["ids"]
+        await until(
+            lambda: claim.done() or bool(c.seats._by_key.get(keys[1])),
+            "the claim to answer or sit down again",
+        )
+        assert not claim.done(), f"handed {claim.result()} before it waited 60 s"
+        (own,) = (await c.post("/queues/pool-a/invocations", {"payload": b"\x02"}))["ids"]
+
+        assert (await claim)["claim"]["id"] == own
+        assert store.invocation("default", stolen).state == "queued"
+
+    serve(store, scenario)
+
+
+def test_the_store_hands_a_claimer_only_jobs_of_the_submitted_queue(store: SqlStore) -> None:
+    """The claimer's other queues are left alone (they had nothing when it last looked, and a
+    submit that went on to lock their rows could deadlock another submit); the steal rule
+    still reads the claimer's whole list: `pool-b` is not its primary."""
+    for name in ("pool-a", "pool-b"):
+        store.create_queue("default", name, elasticity=POOL)
+    store.submit("default", "other", [SubmitRequest(payload=b"\x00")])
+    args = [ClaimArgs(["other", "q"], "w1", 60.0, limit=5)]
+    ids, handed = store.submit_handing("default", "q", [SubmitRequest(payload=b"\x01")], args)
+    assert [[c.id for c in got] for got in handed] == [ids]
+
+    args = [ClaimArgs(["pool-a", "pool-b"], "w1", 60.0, limit=5)]
+    _, handed = store.submit_handing("default", "pool-b", [SubmitRequest(payload=b"\x02")], args)
+    assert handed == [[]]
+    assert store.count("default", "pool-b", "queued") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.auth import bootstrap
 from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.plane.home_token import forget_listener, record_listener
 from dreamlake.lakeshore.storage import LocalStorage
 
 
@@ -57,21 +59,92 @@ def test_a_second_store_under_one_home_never_overwrites_the_first_token(tmp_path
         second.close()
 
 
-def test_the_home_token_is_sent_to_loopback_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def home_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home holding an admin token, and no token or proxy in the environment."""
     monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path))
-    monkeypatch.delenv("LAKESHORE_TOKEN", raising=False)
+    for name in ("LAKESHORE_TOKEN", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     (tmp_path / "token").write_text("lks_home-admin\n")
+    return tmp_path
 
-    def auth(url: str) -> str | None:
-        with dls.HttpDispatch(url) as plane:  # constructing connects to nothing
-            return plane._client.headers.get("authorization")
 
-    assert auth("http://127.0.0.1:8765") == "Bearer lks_home-admin"
-    assert auth("http://localhost:8765") == "Bearer lks_home-admin"
-    assert auth("http://[::1]:8765") == "Bearer lks_home-admin"
+def auth(url: str) -> str | None:
+    """The Authorization header a client of `url` would send (constructing connects nowhere)."""
+    with dls.HttpDispatch(url) as plane:
+        return plane._client.headers.get("authorization")
+
+
+ADMIN = "Bearer lks_home-admin"
+
+
+def test_without_a_record_of_its_server_the_home_token_goes_nowhere(home_token: Path) -> None:
+    assert auth("http://127.0.0.1:8765") is None
+    assert auth("http://localhost:8765") is None
+
+
+def test_the_home_token_goes_to_the_sockets_its_server_bound_and_nowhere_else(
+    home_token: Path,
+) -> None:
+    record_listener(home_token, "lks_home-admin", "http", [("127.0.0.1", 8765), ("::1", 8765)])
+
+    assert auth("http://127.0.0.1:8765") == ADMIN
+    assert auth("http://[::1]:8765") == ADMIN
+    assert auth("http://localhost:8765") == ADMIN  # every address it names is the server's
+    assert auth("http://127.0.0.1:8765,http://[::1]:8765") == ADMIN
+    # another port of this box is another server, whoever runs it
+    assert auth("http://127.0.0.1:8766") is None
+    assert auth("http://127.0.0.1:8765,http://127.0.0.1:8766") is None  # a replica elsewhere
+    assert auth("http://127.0.0.2:8765") is None  # bound to 127.0.0.1: .2 is anyone's
+    assert auth("https://127.0.0.1:8765") is None
     assert auth("http://control-plane.example:8765") is None
     assert auth("http://127.0.0.1.example:8765") is None
+
+
+def test_a_server_bound_to_one_family_owns_no_port_of_the_other(home_token: Path) -> None:
+    record_listener(home_token, "lks_home-admin", "http", [("127.0.0.1", 8765)])
+
+    assert auth("http://127.0.0.1:8765") == ADMIN
+    assert auth("http://[::1]:8765") is None  # another user may hold [::1]:8765
+
+
+def test_a_wildcard_covers_the_loopback_addresses_of_its_family(home_token: Path) -> None:
+    record_listener(home_token, "lks_home-admin", "https", [("0.0.0.0", 443)])
+
+    assert auth("https://127.0.0.1") == ADMIN
+    assert auth("https://127.0.0.9:443") == ADMIN
+    assert auth("https://[::1]") is None
+    assert auth("https://10.1.2.3") is None  # this box's, perhaps, or another's: never
+
+
+def test_a_record_of_another_token_or_a_proxy_in_between_sends_nothing(
+    home_token: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_listener(home_token, "lks_replaced-since", "http", [("127.0.0.1", 8765)])
+    assert auth("http://127.0.0.1:8765") is None
+
+    record_listener(home_token, "lks_home-admin", "http", [("127.0.0.1", 8765)])
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:3128")
+    monkeypatch.setenv("no_proxy", "")
+    assert auth("http://127.0.0.1:8765") is None  # the proxy would read the header
+
+
+def test_an_explicit_token_goes_where_it_is_sent(
+    home_token: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LAKESHORE_TOKEN", "lks_explicit")
     assert auth("http://control-plane.example:8765") == "Bearer lks_explicit"
+
+
+def test_a_stopping_server_removes_its_record_and_no_other(home_token: Path) -> None:
+    path = record_listener(home_token, "lks_home-admin", "http", [("127.0.0.1", 8765)])
+    assert mode(path) == 0o600
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "pid": record["pid"] + 1}))  # another server's now
+
+    forget_listener(home_token)
+    assert path.exists()
+
+    record_listener(home_token, "lks_home-admin", "http", [("127.0.0.1", 8765)])
+    forget_listener(home_token)
+    assert not path.exists()

@@ -151,11 +151,12 @@ def test_a_token_goes_only_to_a_plane_the_process_uses(remote: HttpDispatch) -> 
         tiers.tier_for(elsewhere)
 
 
-def test_a_daemon_hands_its_plane_to_its_jobs(remote: HttpDispatch) -> None:
+def test_a_daemon_hands_its_plane_to_its_jobs_but_not_its_token(remote: HttpDispatch) -> None:
+    """Each job brings a token of its own (daemon/credentials.py): the worker's would let any
+    job claim and settle the queue's other jobs."""
     assert tiers.child_environment(remote) == {
         "LAKESHORE_URL": URL,
         "LAKESHORE_NAMESPACE": "team-a",
-        "LAKESHORE_TOKEN": "lks_secret",
     }
     with dls.Dispatch(":memory:") as local:
         assert tiers.child_environment(local) == {}

@@ -21,6 +21,7 @@ from dreamlake.lakeshore.plane.queries import (
     queries,
     split_statements,
 )
+from dreamlake.lakeshore.plane.sqlite import add_functions
 
 
 def test_bind_without_lists_writes_the_dialect_style_and_keeps_params() -> None:
@@ -122,6 +123,7 @@ def test_split_statements_drops_comments_and_blanks() -> None:
 @pytest.fixture
 def migrated() -> Iterator[sqlite3.Connection]:
     db = sqlite3.connect(":memory:")
+    add_functions(db)  # REGEXP, as the connector's connections have it
     for _, sql in migrations(SQLITE):
         for statement in split_statements(sql):
             db.execute(statement)

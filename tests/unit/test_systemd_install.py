@@ -94,6 +94,32 @@ def test_url_and_token_go_to_the_shared_environment_file_readable_by_root_only(
     assert "LAKESHORE_URL=http://cp.internal:8765\nLAKESHORE_TOKEN=ls_abc\n" in shared.read_text()
 
 
+def test_the_token_can_come_from_a_file_instead_of_the_command_line(tmp_path: Path) -> None:
+    token = tmp_path / "worker.token"
+    token.write_text("lks_from-file\n")
+    token.chmod(0o600)
+
+    result = install(
+        tmp_path, "--daemon", "gpu", "--url", "http://cp:8765", "--token-file", str(token)
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "LAKESHORE_TOKEN=lks_from-file\n" in (tmp_path / "etc" / "lakeshore.env").read_text()
+
+
+def test_a_token_file_others_may_read_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    token = tmp_path / "worker.token"
+    token.write_text("lks_from-file\n")
+    token.chmod(0o644)
+
+    result = install(tmp_path, "--daemon", "gpu", "--token-file", str(token))
+
+    assert result.exit_code == 2, result.output
+    assert f"the token file {token} is open to other users (mode 0644)" in result.output
+    assert "lks_from-file" not in result.output
+    assert not (tmp_path / "units").exists() and not (tmp_path / "etc").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

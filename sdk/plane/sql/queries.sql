@@ -1,6 +1,7 @@
 -- Every statement the plane runs, by name. Parameters are :named; a list parameter expands to
 -- one placeholder per element; {skip_locked} is the dialect's row-lock clause (empty on SQLite,
--- whose writers are already serialised by BEGIN IMMEDIATE).
+-- whose writers are already serialised by BEGIN IMMEDIATE); {claimable} is the fragment of that
+-- name below (sdk/plane/queries.py expands fragments before the dialect's words).
 
 -- name: ensure_namespace
 INSERT INTO namespaces (name, org, created_at) VALUES (:ns, :org, :now)
@@ -45,7 +46,9 @@ SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :k
 
 -- name: get_invocation
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, result, created_at, started_at, finished_at
+    kill_requested, worker, error, result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -57,29 +60,48 @@ WHERE namespace = :ns AND queue = :queue AND state = :state;
 SELECT queue, state, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state IN ('queued', 'running') GROUP BY queue, state;
 
+-- fragment: fits
+-- A claim from a worker that sends what it has free (issue 34, sdk/resources.py) takes only a
+-- job that fits in it: its GPUs (a fraction below 1 on the GPU with the most room, from 1 up
+-- that many GPUs nobody uses), of a type and memory it has, its CPUs and memory. Columns of the
+-- row the walk reads anyway (migration 24); NULL gpus is a job that states none: the worker's
+-- --gpus-per-job. gpu_type is a pattern of the acceptable names (`gpu_type_pattern`),
+-- searched in the names of the worker's GPUs with room.
+AND (COALESCE(gpus, :default_gpus) = 0 OR (
+    (CASE WHEN COALESCE(gpus, :default_gpus) < 1 THEN :gpu_share ELSE :gpus_whole END)
+        >= COALESCE(gpus, :default_gpus)
+    AND (gpu_memory_gb IS NULL OR gpu_memory_gb <= :gpu_memory_gb)
+    AND (gpu_type IS NULL OR :gpu_names {regexp} gpu_type)))
+AND (cpus IS NULL OR cpus <= :cpus) AND (memory_gb IS NULL OR memory_gb <= :memory_gb)
+
+-- fragment: claimable
+-- What a claim may take, written once for every claim statement (and the boltzmann levels a
+-- claim picks from), each of which adds only which queues: a queued job of the claimer's
+-- namespace whose retry backoff is over (not_before), whose deadline (deadline_cutoff_s) has
+-- not passed, that is not held for another host (locality_until, migration 16: a column of the
+-- row the walk reads anyway, NULL on every unhinted row) and whose queue is not archived.
+namespace = :ns AND state = 'queued' AND not_before <= :now
+    AND (deadline_at IS NULL OR deadline_at >= :now)
+    AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
+    AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+
 -- name: priority_levels
 SELECT priority, count(*) AS n FROM invocations
-WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-  AND (deadline_at IS NULL OR deadline_at >= :now)
-  AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-  AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+WHERE queue IN (:queues) AND {claimable}
+  {fits}
 GROUP BY priority;
 
 -- name: claim_fifo
--- Every claim below passes by a job held for another host (locality_until, migration 16) until
--- its window ends: a column of the row the walk reads anyway, NULL on every unhinted row.
 UPDATE invocations
 SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND {claimable}
+      {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources, preemptions, checkpoint;
 
 -- name: claim_fifo_batch
 -- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
@@ -89,13 +111,11 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id IN (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND {claimable}
+      {fits}
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources, preemptions, checkpoint;
 
 -- name: claim_filo
 UPDATE invocations
@@ -103,13 +123,11 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND {claimable}
+      {fits}
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources, preemptions, checkpoint;
 
 -- name: claim_level
 UPDATE invocations
@@ -117,21 +135,22 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND not_before <= :now
-      AND priority = :priority
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue IN (:queues) AND priority = :priority AND {claimable}
+      {fits}
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources, preemptions, checkpoint;
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
--- instead of queueing behind, or deadlocking with, each other.
-UPDATE invocations SET state = 'queued', lease = NULL, worker = NULL, not_before = 0
+-- instead of queueing behind, or deadlocking with, each other. A lease that ran out with no
+-- settle is the worker's loss, not the job's failure (issue 35): a preemption, requeued at once
+-- while the job has preemptions left, its attempts untouched.
+UPDATE invocations SET state = 'queued', lease = NULL, worker = NULL, not_before = 0,
+    preemptions = preemptions + 1, ended_by = 'daemon_lost'
 WHERE id IN (
     SELECT id FROM invocations
-    WHERE state = 'running' AND lease_expires_at < :now AND attempt < max_attempts
+    WHERE state = 'running' AND lease_expires_at < :now AND preemptions < max_preemptions
       AND kill_requested = 0 {skip_locked})
 RETURNING id;
 
@@ -141,13 +160,19 @@ RETURNING id;
 -- its retries.
 UPDATE invocations
 SET state = CASE WHEN kill_requested = 1 THEN 'killed' ELSE 'failed' END,
-    error = 'lease expired on attempt ' || attempt || ' of ' || max_attempts
-        || ' (the worker stopped heartbeating)',
+    error = CASE WHEN kill_requested = 1
+        THEN 'lease expired on attempt ' || attempt || ' after a kill was requested'
+            || ' (the worker stopped heartbeating)'
+        ELSE 'lease expired on attempt ' || attempt || ' (the worker stopped heartbeating): '
+            || 'preempted ' || (preemptions + 1) || ' times, past its max_preemptions of '
+            || max_preemptions || ', so it can never finish' END,
+    preemptions = CASE WHEN kill_requested = 1 THEN preemptions ELSE preemptions + 1 END,
+    ended_by = CASE WHEN kill_requested = 1 THEN 'cancel' ELSE 'daemon_lost' END,
     finished_at = :now
 WHERE id IN (
     SELECT id FROM invocations
     WHERE state = 'running' AND lease_expires_at < :now
-      AND (attempt >= max_attempts OR kill_requested = 1) {skip_locked})
+      AND (preemptions >= max_preemptions OR kill_requested = 1) {skip_locked})
 RETURNING id, error;
 
 -- name: expire_deadlines
@@ -170,18 +195,20 @@ UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
   AND lease_expires_at >= :now
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, created_at, started_at, finished_at;
+    kill_requested, worker, error, created_at, started_at, finished_at,
+    preemptions, max_preemptions, ended_by, checkpoint;
 
 -- name: settle_terminal
-UPDATE invocations SET state = :state, error = :error, finished_at = :now
+UPDATE invocations SET state = :state, error = :error, finished_at = :now, ended_by = :cause
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
 RETURNING id;
 
 -- name: settle_retry
+-- Attempts a preemption ended are not charged: `attempt - preemptions` counts the failures.
 UPDATE invocations SET state = 'queued', error = :error, not_before = :not_before,
-    worker = NULL
+    worker = NULL, ended_by = 'error'
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
-  AND attempt < max_attempts AND kill_requested = 0
+  AND attempt - preemptions < max_attempts AND kill_requested = 0
 RETURNING id;
 
 -- name: release
@@ -251,9 +278,10 @@ VALUES (:id, :ns, :name, :queues, :host, :pid, :info, '{}', 'alive', :now, :now)
 UPDATE workers SET state = 'gone' WHERE namespace = :ns AND name = :name AND state != 'gone';
 
 -- name: heartbeat_worker
--- An operator's drain (or a retirement) outlives the daemon's own report of being alive.
+-- An operator's drain (or a retirement, or a preemption notice) outlives the daemon's own
+-- report of being alive.
 UPDATE workers SET heartbeat_at = :now, load = :load,
-    state = CASE WHEN state IN ('gone', 'draining') THEN state ELSE :state END
+    state = CASE WHEN state IN ('gone', 'draining', 'preempting') THEN state ELSE :state END
 WHERE id = :id
 RETURNING queues, state;
 
@@ -306,6 +334,10 @@ UPDATE namespaces SET org = :org WHERE name = :ns;
 -- name: auth_list_namespaces
 SELECT name, org, created_at FROM namespaces ORDER BY name;
 
+-- name: auth_job_of
+-- A job token's invocation: it opens its namespace while the attempt it was minted for runs.
+SELECT namespace, state, lease FROM invocations WHERE id = :id;
+
 -- name: key_exists
 SELECT 1 AS found FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :key;
 
@@ -329,56 +361,72 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 -- queue equals it") let neither SQLite nor a generic Postgres plan seek on them: 2.3 s for 20
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
@@ -404,7 +452,9 @@ ORDER BY id DESC LIMIT :limit;
 UPDATE invocations
 SET state = 'queued', lease = NULL, lease_expires_at = NULL, worker = NULL, kill_requested = 0,
     not_before = 0, started_at = NULL, finished_at = NULL, deadline_at = :deadline_at,
-    max_attempts = CASE WHEN attempt >= max_attempts THEN attempt + 1 ELSE max_attempts END
+    max_attempts = CASE WHEN attempt >= max_attempts THEN attempt + 1 ELSE max_attempts END,
+    max_preemptions = CASE WHEN preemptions >= max_preemptions THEN preemptions + 1
+        ELSE max_preemptions END
 WHERE id = :id AND namespace = :ns AND state IN ('failed', 'killed', 'timeout')
 RETURNING id;
 
@@ -459,14 +509,11 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND not_before <= :now
-      AND created_at <= :aged
-      AND (deadline_at IS NULL OR deadline_at >= :now)
-      AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
-      AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+    WHERE queue = :queue AND created_at <= :aged AND {claimable}
+      {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature;
+    signature, resources, preemptions, checkpoint;
 
 -- name: controller_queues
 SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
@@ -538,7 +585,7 @@ RETURNING seq, CASE WHEN length(value) <= :ref_bytes THEN value END AS value;
 SELECT id,
     CASE WHEN length(payload) <= :ref_bytes THEN payload END AS payload,
     CASE WHEN length(result) <= :ref_bytes THEN result END AS result,
-    objects
+    objects, checkpoint
 FROM invocations
 WHERE namespace = :ns AND finished_at IS NOT NULL AND finished_at < :cutoff
   AND state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
@@ -625,6 +672,141 @@ SELECT MIN(at) AS at FROM queue_rollup WHERE namespace = :ns;
 -- Rollup rows of :ns from seconds before :upto (retention: at most a minute's rows a batch).
 DELETE FROM queue_rollup WHERE namespace = :ns AND at < :upto;
 
+-- name: set_invocation_resources
+-- A submit's request (issue 34) on the row it just inserted: what was asked, and the same as
+-- the columns the `fits` fragment compares. Only submits that state one (or whose queue has a
+-- default) run it, so a plain submit writes what it always did.
+UPDATE invocations SET resources = :resources, gpus = :gpus, gpu_type = :gpu_type,
+    gpu_memory_gb = :gpu_memory_gb, cpus = :cpus, memory_gb = :memory_gb
+WHERE id = :id;
+
+-- name: set_queue_resources
+UPDATE queues SET resources = :resources, updated_at = :now WHERE namespace = :ns AND name = :name;
+
+-- name: place_invocation
+-- Where a claimed attempt runs (the daemon picks its GPUs): fenced by the attempt's lease, so a
+-- stale worker cannot write over the placement of a newer attempt.
+UPDATE invocations SET placement = :placement, pending_reason = NULL, unschedulable_reason = NULL
+WHERE id = :id AND lease = :lease AND state = 'running'
+RETURNING id;
+
+-- name: queued_head
+-- The head of a fifo claim among the jobs a worker could ever run (issue 34, no starvation):
+-- the `fits` fragment bound to what the worker has in all, not what it has free. A worker
+-- whose head does not fit what is free reserves for it (store/reservation.py).
+SELECT id, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb FROM invocations
+WHERE queue IN (:queues) AND {claimable}
+  {fits}
+ORDER BY priority DESC, id ASC LIMIT 1;
+
+-- name: claim_id
+-- Claim the head a worker reserved for, once it fits: still queued, or nothing.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint;
+
+-- name: claim_backfill
+-- While a worker reserves for its head, only a job that fits what is free and surely ends
+-- (its timeout_s) before the reservation could start (:start_bound) may run meanwhile.
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = (
+    SELECT id FROM invocations
+    WHERE queue IN (:queues) AND {claimable}
+      {fits}
+      AND timeout_s IS NOT NULL AND timeout_s <= :start_bound - :now
+    ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint;
+
+-- name: queued_shapes
+-- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
+-- the ones no live daemon of their queue could ever run; the oldest of each, for the queue's
+-- unschedulable_fail_after_s.
+SELECT namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason,
+    count(*) AS n, MIN(resources) AS sample
+FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason;
+
+-- name: live_workers
+-- Every worker row that heartbeats (all namespaces): what the sweep checks requests against.
+SELECT namespace, name, queues, info FROM workers
+WHERE heartbeat_at >= :since AND state <> 'gone';
+
+-- name: set_pending
+-- One request's queued jobs in a queue get a pending reason (NULL clears it), rows whose reason
+-- differs only. {is} compares NULLs as equal: NULL columns are parts of a request too.
+UPDATE invocations SET pending_reason = :reason, unschedulable_reason = :words
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb
+  AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
+RETURNING id;
+
+-- name: fail_unschedulable
+-- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,
+-- fail with the reason instead of waiting forever.
+UPDATE invocations SET state = 'failed', error = :words, finished_at = :now
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb AND created_at <= :before
+RETURNING id;
+
+-- name: unschedulable_counts
+-- lakeshore_jobs_unschedulable, per queue (index invocations_shapes).
+SELECT namespace, queue, count(*) AS n FROM invocations
+WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'unschedulable'
+GROUP BY namespace, queue;
+
+-- name: unschedulable_in_queue
+SELECT count(*) AS n FROM invocations
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND pending_reason = 'unschedulable';
+
+-- name: release_preempted
+-- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and
+-- keeps its place (its id orders it among its priority: ahead of everything submitted after
+-- it). The attempt it used stays counted in `attempt` but not against max_attempts; `:cause`
+-- is why, as the worker decided it. Refused (no row) once the job has no preemption left: the
+-- store then ends it failed.
+UPDATE invocations SET state = 'queued', lease = NULL, worker = NULL, not_before = 0,
+    preemptions = preemptions + 1, ended_by = :cause
+WHERE id = :id AND lease = :lease AND state = 'running' AND preemptions < max_preemptions
+RETURNING id;
+
+-- name: preemptions_of
+SELECT preemptions, max_preemptions, attempt FROM invocations WHERE id = :id;
+
+-- name: set_max_preemptions
+-- A submit's (or its queue's) max_preemptions when it is not the column's default of 20: one
+-- statement more only for the submits that set it.
+UPDATE invocations SET max_preemptions = :max_preemptions WHERE id = :id;
+
+-- name: count_preemption
+-- The preemption that ended a job out of preemptions counts too (the row says how many it had).
+UPDATE invocations SET preemptions = preemptions + 1 WHERE id = :id;
+
+-- name: checkpoint_of
+-- The checkpoint a new one replaces ({for_update}: the write below follows in this transaction).
+SELECT checkpoint, lease, state FROM invocations WHERE id = :id {for_update};
+
+-- name: set_checkpoint
+-- The job's last checkpoint (an encoded spilled Ref, never the state): fenced by the attempt's
+-- lease, as a post is, so a stale worker cannot overwrite a newer attempt's checkpoint.
+UPDATE invocations SET checkpoint = :checkpoint
+WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
+RETURNING id;
+
+-- name: note_cause
+-- Why the worker is about to end a running attempt (issue 35), written before it signals the
+-- job: a daemon that dies between the two leaves the cause it decided, never one guessed later.
+UPDATE invocations SET ended_by = :cause
+WHERE id = :id AND lease = :lease AND state = 'running'
+RETURNING id;
 -- name: promote_due
 -- Delays (issue 36, sdk/workflow.py): scheduled jobs of these queues whose time has come, to
 -- queued, oldest due first, a bounded batch at a time (a claim that found one due runs this

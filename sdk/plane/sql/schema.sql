@@ -488,6 +488,44 @@ ALTER TABLE invocations ADD COLUMN objects TEXT;
 {postgres_only}             AS integer)
 {postgres_only} $$;
 
+-- migration: 24
+-- GPUs as a schedulable resource (issue 34, sdk/resources.py). `resources` is what the job
+-- asked for (JSON, after the udf's and the queue's defaults; NULL: nothing stated); the four
+-- numbers and the type pattern beside it are the same request as columns a claim compares on
+-- the row its walk reads anyway (the `fits` fragment), NULL where the request says nothing.
+-- `placement` is where an attempt runs (JSON: worker, GPU indexes, UUIDs and names), written by
+-- the daemon under the attempt's lease. `pending_reason` and `unschedulable_reason` are what the
+-- sweep found about a queued job no live daemon of its queue could run (machine word / words).
+-- A queue's `resources` is the request of a job submitted to it without one.
+ALTER TABLE invocations ADD COLUMN resources TEXT;
+ALTER TABLE invocations ADD COLUMN gpus {real};
+ALTER TABLE invocations ADD COLUMN gpu_type TEXT;
+ALTER TABLE invocations ADD COLUMN gpu_memory_gb {real};
+ALTER TABLE invocations ADD COLUMN cpus {real};
+ALTER TABLE invocations ADD COLUMN memory_gb {real};
+ALTER TABLE invocations ADD COLUMN placement TEXT;
+ALTER TABLE invocations ADD COLUMN pending_reason TEXT;
+ALTER TABLE invocations ADD COLUMN unschedulable_reason TEXT;
+ALTER TABLE queues ADD COLUMN resources TEXT NOT NULL DEFAULT '{}';
+-- What the unschedulable sweep reads (store/schedulable.py): the shapes of queued jobs that
+-- state a request, per queue, and how many of each carry which pending reason; only those rows,
+-- so a queue of plain jobs costs it nothing however deep.
+CREATE INDEX IF NOT EXISTS invocations_shapes ON invocations
+    (namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason)
+    WHERE state = 'queued' AND resources IS NOT NULL;
+-- migration: 25
+-- Preemption and checkpoints (issue 35). A preemption (a notice the box is going away, a
+-- worker that vanished with the job's lease) is not the job's failure: it is counted in
+-- `preemptions`, apart from `attempt`, and only `max_preemptions` of them are allowed (a job
+-- that can never finish still ends). `attempt - preemptions` is what counts against
+-- max_attempts. `ended_by` is why the last attempt ended as the worker decided it before it
+-- signalled the job (notice, cancel, timeout, died, error, daemon_lost, exit75), never guessed
+-- from how the process died. `checkpoint` is the job's last checkpoint: the encoded spilled
+-- Ref of an object in durable storage (a few hundred bytes), never the state itself.
+ALTER TABLE invocations ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE invocations ADD COLUMN max_preemptions INTEGER NOT NULL DEFAULT 20;
+ALTER TABLE invocations ADD COLUMN ended_by TEXT;
+ALTER TABLE invocations ADD COLUMN checkpoint {blob};
 -- migration: 27
 -- Map (issue 36, sdk/mapping.py): the jobs of one `f.map(...)` carry its id, so `lakeshore jobs
 -- ls --map ID`, `GET .../invocations?map=ID` and the dashboard list them. NULL for every other

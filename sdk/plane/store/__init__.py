@@ -19,6 +19,7 @@ and results stay opaque bytes: the store never decodes them.
     frames.py       the journal
     views.py        read models: the dashboard's, the controller's, /metrics'
     retention.py    trimming ended invocations
+    placement.py    resources: a job's request, a queue's default, where an attempt runs
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .base import (
 )
 from .frames import FrameStore
 from .invocations import InvocationStore
+from .placement import PlacementStore
 from .providers import ProviderStore
 from .records import boltzmann_level, check_admission, check_elasticity
 from .retention import RetentionStore
@@ -61,5 +63,13 @@ __all__ = [
 ]
 
 
-class SqlStore(InvocationStore, FrameStore, AuthStore, ProviderStore, ViewStore, RetentionStore):
+class SqlStore(
+    InvocationStore,
+    FrameStore,
+    AuthStore,
+    ProviderStore,
+    ViewStore,
+    RetentionStore,
+    PlacementStore,
+):
     """The whole store: one object per database, shared by every caller of the plane."""

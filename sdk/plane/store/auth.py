@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from ...errors import Forbidden, InvalidArgument, NotFound, Unauthorized
 from ...types import check_name
+from .. import job_token
 from ..auth import (
     ADMIN,
     DEFAULT_SCOPES,
@@ -147,6 +148,8 @@ class AuthStore(NamespaceStore):
         """The scope of a presented token; Unauthorized when missing or unknown."""
         if not token:
             raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+        if token.startswith(job_token.PREFIX):
+            return self._job_token_scope(token)
         with self.connector.transaction(write=False) as tx:
             row = tx.one("auth_get_token", hash=hash_token(token))
         if row is None:
@@ -160,6 +163,29 @@ class AuthStore(NamespaceStore):
         )
         scope.check_live(time.time())
         return scope
+
+    def _job_token_scope(self, token: str) -> TokenScope:
+        """A running job's own token (plane/job_token.py): its namespace, while its attempt
+        runs. Forged, of another server, or of an attempt that ended: one refusal for all, so
+        a guess learns nothing about the job it names."""
+        parsed = job_token.parse(token)
+        key = self.signing_key
+        row = None
+        if parsed is not None and key is not None:
+            with self.connector.transaction(write=False) as tx:
+                row = tx.one("auth_job_of", id=parsed.inv_id)
+        if (
+            parsed is None
+            or key is None
+            or row is None
+            or row["state"] != "running"
+            or not parsed.matches(key, row["namespace"], row["lease"] or "")
+        ):
+            raise Unauthorized(
+                "unknown job token, or its job's attempt has ended: a job's token opens "
+                "nothing once the attempt it was made for is over"
+            )
+        return parsed.scope(row["namespace"])
 
     def authorize(self, scope: TokenScope, ns: str) -> None:
         """Allow `ns` for `scope`: its own namespace or an org sibling. Unknown `ns`: NotFound."""

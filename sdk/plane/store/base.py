@@ -38,6 +38,8 @@ class StoreBase:
         #: each accepted payload is then signed (sdk/signing.py). Never stored in the store.
         self.signing_key: bytes | None = None
         self._swept_at = 0.0
+        #: When this process last named unschedulable jobs (store/schedulable.py).
+        self._judged_at = 0.0
 
     def close(self) -> None:
         self.connector.close()

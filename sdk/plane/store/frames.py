@@ -27,8 +27,10 @@ class FrameStore(StoreBase):
         `post_id`, minted by the client, makes the post safe to send again: a second post with
         the same id on the same channel returns the seq of the frame the first one made.
         """
-        if kind not in ("VALUE", "ERROR", "END"):
-            raise InvalidArgument(f"unknown frame kind '{kind}'; use VALUE|ERROR|END")
+        if kind not in ("VALUE", "ERROR", "END", "RESUME"):
+            raise InvalidArgument(f"unknown frame kind '{kind}'; use VALUE|ERROR|END|RESUME")
+        if kind == "RESUME" and channel.startswith("topic:"):
+            raise InvalidArgument("a RESUME frame marks a job's resume; a topic has none")
         if post_id is not None:
             check_post_id(post_id)
         now = time.time()

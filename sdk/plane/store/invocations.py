@@ -11,6 +11,7 @@ import msgpack
 
 from ... import signing
 from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
+from ...resources import check_free, fit_params
 from ...types import (
     DEFAULT_QUEUE,
     Ack,
@@ -29,8 +30,9 @@ from ...types import (
 from .. import delays, locality
 from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
-from ..steal import claim_with_steal_delay
+from ..steal import steal_aged, stealing
 from ..wakeup import work_key
+from . import schedulable
 from .base import (
     MAX_BATCH,
     RETRY_BASE_S,
@@ -38,6 +40,8 @@ from .base import (
     SWEEP_EVERY_S,
     new_id,
 )
+from .placement import BOX, asked, fitted, scarce, write_request
+from .preemption import PreemptionStore, check_outcome, set_preemption_limit
 from .queues import QueueStore
 from .records import (
     boltzmann_level,
@@ -49,6 +53,10 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+from .reservation import claim_reserving
+
+#: Claim parameters the priority_levels statements do not bind.
+_NOT_LEVELS = frozenset({"expires", "worker", "lease"})
 
 #: Told, after an ack's commit and before anyone is woken, the invocations it ended by id.
 OnEnded = Callable[[Mapping[str, Invocation]], None]
@@ -64,7 +72,7 @@ class Claimed(NamedTuple):
     room: bool
 
 
-class InvocationStore(QueueStore):
+class InvocationStore(PreemptionStore, QueueStore):
     """Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
 
     def submit(
@@ -95,7 +103,11 @@ class InvocationStore(QueueStore):
 
         A claim already waiting when the job arrives takes it with the commit that makes it,
         instead of being woken to claim it in a transaction of its own. Each claim picks its
-        jobs as `claim_many` would, so handing one over never reorders a queue."""
+        jobs as `claim_many` would (its kind, its steal rule), so handing one over never
+        reorders a queue nor lets a job be stolen early; but only from `queue`, though it may
+        serve others: they had nothing for it when it last looked, and a transaction that took
+        this queue's counter rows must not go on to lock another queue's (two such submits
+        would deadlock on Postgres)."""
         check_name(queue)
         for req in requests:
             check_submit(req)
@@ -106,7 +118,7 @@ class InvocationStore(QueueStore):
         ids = [req.id or new_id() for req in requests]
         order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
         claiming = [
-            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host), c)
+            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host, c.free), c)
             for c in claimers
         ]
         handed: list[Claimed] = []
@@ -156,11 +168,14 @@ class InvocationStore(QueueStore):
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
+                else:
+                    set_preemption_limit(tx, row["id"], req, info)
+                    if (wanted := asked(req.resources, info)) is not None:
+                        write_request(tx, row["id"], wanted)
                 ids[i] = row["id"]
             for params, c in claiming:
-                # The queue row read above says the kind of a claim on this queue alone.
-                kind = c.kind if c.kind or list(c.queues) != [queue] else info.kind
-                handed.append(self._claim_in(tx, params, kind, c.temperature, c.limit, info))
+                claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
+                handed.append(claimed)
         if sum(len(h.rows) for h in handed) < len(requests):
             # Only this queue's claim polls re-read; no reader waits on a job that did not exist.
             self.waker.notify(work=[work_key(ns, queue)], reads=False)
@@ -255,15 +270,18 @@ class InvocationStore(QueueStore):
         kind: str | None = None,
         temperature: float = 1.0,
         host: str | None = None,
+        free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
 
         One commit for the batch is the point: a daemon that prefetches pays one durable write
         per batch instead of one per job. Each job is picked as a single claim would pick it,
         so a batch never reorders a queue. `host` is the claimer's host id: a job held for
-        another host is passed by until its locality window ends (plane/locality.py).
+        another host is passed by until its locality window ends (plane/locality.py). `free`
+        is what the claimer has free (`resources.check_free`): then only a job that fits is
+        taken, and one at most, since the next one's fit depends on where this one goes.
         """
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
         # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
         # (the worker's settle is then refused and they run again), and skipping its fsync
         # takes one of the three disk flushes out of every job's path.
@@ -285,6 +303,7 @@ class InvocationStore(QueueStore):
         temperature: float = 1.0,
         host: str | None = None,
         on_ended: OnEnded | None = None,
+        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """Settle `acks` as succeeded and claim as `claim_many` does, in one transaction:
         the worker that just finished a job takes its next one with the commit that records the
@@ -292,7 +311,7 @@ class InvocationStore(QueueStore):
         itself, and the claim still runs. `on_ended` as `ack_many` takes it."""
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host)
+        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
         with self.connector.transaction() as tx:
             # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
@@ -313,13 +332,19 @@ class InvocationStore(QueueStore):
         lease_s: float,
         limit: int,
         host: str | None,
+        free: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A claim's checked parameters, as its statements bind them."""
+        """A claim's checked parameters, as its statements bind them (with `free`, the
+        `fits` fragment's too: `fitted` tells)."""
         names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
         check_host(host)
         now = time.time()
+        checked = None if free is None else check_free(free)
+        fit = {} if checked is None else fit_params(checked)
+        if checked is not None and checked["box"] is not None:
+            fit[BOX] = checked["box"]  # taken out before any statement binds it
         return {
             "ns": ns,
             "queues": names,
@@ -327,6 +352,7 @@ class InvocationStore(QueueStore):
             "expires": now + lease_s,
             "worker": worker,
             "host": host,
+            **fit,
         }
 
     def _claim_in(
@@ -337,8 +363,13 @@ class InvocationStore(QueueStore):
         temperature: float,
         limit: int,
         known: QueueInfo | None = None,
+        within: str | None = None,
     ) -> Claimed:
-        """Claim up to `limit` rows; `known`, a queue row this transaction read already."""
+        """Claim up to `limit` rows; `known`, a queue row this transaction read already;
+        `within`, the one queue to take from (a submit's hand-off), else any of the claim's.
+
+        Every claim comes here, whichever path asked: the kind is chosen and the steal rule
+        applied (`_claim_rows`) in one place."""
         ns, names, now = params["ns"], params["queues"], params["now"]
         expired = 0
         if now - self._swept_at >= SWEEP_EVERY_S:
@@ -359,7 +390,7 @@ class InvocationStore(QueueStore):
         # transaction's own sweep has already counted what it requeued.
         promoted = window is not None and delays.promote_if_due(tx, params, window)
         empty = window is not None and not window["queued"] and not promoted
-        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit)
+        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit, within)
         if not rows:
             if window is None:
                 window = tx.one("locality_next", ns=ns, queues=names, now=now)
@@ -402,17 +433,36 @@ class InvocationStore(QueueStore):
         temperature: float,
         params: dict[str, Any],
         limit: int,
+        within: str | None,
     ) -> list[Row]:
-        """Up to `limit` claimed rows, in the order single claims would have taken them."""
+        """Up to `limit` claimed rows, in the order single claims would have taken them: in
+        `kind` order from the queues free to take now, then what has waited out its queue's
+        steal delay (steal.py). A claimer that counts what it has free (issue 34) takes one job
+        at a time, and on a fifo queue reserves for the head it could run (reservation.py)."""
+        box = params.get(BOX)
+        if box is not None:
+            params = {k: v for k, v in params.items() if k != BOX}
+        free, delayed = stealing(tx, params["ns"], params["queues"], within)
+        if scarce(params):
+            if box is not None and kind == "fifo" and free:
+                row = claim_reserving(tx, {**params, "queues": free}, box)
+                return [row] if row is not None else []
+            limit = 1  # the next job's fit depends on where the claimer puts this one
+        rows = self._claim_free(tx, kind, temperature, {**params, "queues": free}, limit)
+        return rows + steal_aged(tx, params, delayed, limit - len(rows), fit=fitted(params))
+
+    def _claim_free(
+        self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any], limit: int
+    ) -> list[Row]:
+        if not params["queues"]:
+            return []
         if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
-            batch = tx.all("claim_fifo_batch", lease=secrets.token_hex(16), limit=limit, **params)
+            name = "claim_fifo_batch_fit" if fitted(params) else "claim_fifo_batch"
+            batch = tx.all(name, lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
         rows: list[Row] = []
-        for _ in range(limit):
-            one = {**params, "lease": secrets.token_hex(16)}
-            row = claim_with_steal_delay(
-                tx, one, lambda p: self._claim_row(tx, kind, temperature, p)
-            )
+        while len(rows) < limit:
+            row = self._claim_row(tx, kind, temperature, {**params, "lease": secrets.token_hex(16)})
             if row is None:
                 break
             rows.append(row)
@@ -425,29 +475,37 @@ class InvocationStore(QueueStore):
     def _claim_row(
         self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
     ) -> Row | None:
+        fit = "_fit" if fitted(params) else ""
         if kind == "fifo":
-            return tx.one("claim_fifo", **params)
+            return tx.one("claim_fifo" + fit, **params)
         if kind == "filo":
-            return tx.one("claim_filo", **params)
+            return tx.one("claim_filo" + fit, **params)
         levels = tx.all(
-            "priority_levels",
-            ns=params["ns"],
-            queues=params["queues"],
-            now=params["now"],
-            host=params["host"],
+            "priority_levels" + fit,
+            **{k: v for k, v in params.items() if k not in _NOT_LEVELS},
         )
         if not levels:
             return None
         level = boltzmann_level([(r["priority"], r["n"]) for r in levels], temperature)
-        return tx.one("claim_level", priority=level, **params) or tx.one("claim_fifo", **params)
+        return tx.one("claim_level" + fit, priority=level, **params) or tx.one(
+            "claim_fifo" + fit, **params
+        )
 
     def sweep(self) -> int:
-        """End or requeue every attempt whose lease ran out; returns how many moved."""
+        """End or requeue every attempt whose lease ran out; returns how many moved. At most
+        every few seconds, also name the queued jobs no live daemon could run (schedulable.py)."""
+        now = time.time()
         with self.connector.transaction() as tx:
-            moved = self._sweep(tx, time.time())
+            moved = self._sweep(tx, now)
+            if schedulable.due(self._judged_at, now):
+                self._judged_at = now
+                moved += schedulable.sweep(tx, now, self._append_error)
         if moved:
             self.waker.notify()
         return moved
+
+    def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
+        self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
 
     def _sweep(self, tx: Transaction, now: float) -> int:
         due = delays.promote_all_due(tx, now)
@@ -555,7 +613,13 @@ class InvocationStore(QueueStore):
                 state = "queued" if retried else "failed"
             if state == "failed":
                 if tx.one(
-                    "settle_terminal", id=inv_id, lease=lease, state="failed", error=error, now=now
+                    "settle_terminal",
+                    id=inv_id,
+                    lease=lease,
+                    state="failed",
+                    error=error,
+                    now=now,
+                    cause="error",
                 ):
                     self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
                 else:
@@ -571,15 +635,29 @@ class InvocationStore(QueueStore):
         error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
-            if tx.one("settle_terminal", id=inv_id, lease=lease, state=state, error=error, now=now):
+            cause = _END_CAUSE[state]
+            if tx.one(
+                "settle_terminal",
+                id=inv_id,
+                lease=lease,
+                state=state,
+                error=error,
+                now=now,
+                cause=cause,
+            ):
                 self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
             else:
                 self._refuse_settle(tx, inv_id, lease, state, "end")
                 return
         self.waker.notify()
 
-    def release(self, inv_id: str, lease: str) -> bool:
-        """Give a claimed job back unrun (a draining daemon), without spending an attempt."""
+    def release(
+        self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
+    ) -> bool:
+        """Give a claimed job back: `unrun` (a draining daemon) without spending an attempt;
+        `preempted` (its box is going away) as a preemption (preemption.py), for `cause`."""
+        if check_outcome(outcome) == "preempted":
+            return self._release_preempted(inv_id, lease, cause)
         with self.connector.transaction() as tx:
             done = tx.one("release", id=inv_id, lease=lease) is not None
         if done:
@@ -718,6 +796,10 @@ class InvocationStore(QueueStore):
         self.waker.notify()
         assert row is not None
         return invocation_of(row)
+
+
+#: The cause an `end` records (issue 35): the daemon ends an attempt for these reasons only.
+_END_CAUSE = {"killed": "cancel", "timeout": "timeout", "failed": "died"}
 
 
 def listing_statement(

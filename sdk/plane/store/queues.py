@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import Conflict, InvalidArgument, NotFound
+from ...resources import check_resources
 from ...types import (
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_DESCRIPTION,
@@ -17,6 +18,7 @@ from ...types import (
     normalize_kind,
 )
 from .. import locality
+from ..connector import Transaction
 from .records import check_admission, check_elasticity, queue_info_of
 from .workers import WorkerStore
 
@@ -39,11 +41,13 @@ class QueueStore(WorkerStore):
         description: str = "",
         elasticity: dict[str, Any] | None = None,
         admission: dict[str, Any] | None = None,
+        resources: dict[str, Any] | None = None,
     ) -> QueueInfo:
         check_name(name)
         stored_kind = kind if kind == "priority" else normalize_kind(kind)
         elasticity = check_elasticity(elasticity or {"kind": "none"})
         admission = check_admission(admission or {})
+        request = check_resources(resources or {}, "queue resources")
         now = time.time()
         with self.connector.transaction() as tx:
             if not self._create_queue_row(tx, ns, name, stored_kind, description, now):
@@ -59,9 +63,19 @@ class QueueStore(WorkerStore):
                 admission=json.dumps(admission),
                 now=now,
             )
+            if request:
+                self._write_resources(tx, ns, name, request, now)
             row = tx.one("get_queue", ns=ns, name=name)
         assert row is not None
         return queue_info_of(row)
+
+    @staticmethod
+    def _write_resources(
+        tx: Transaction, ns: str, name: str, request: dict[str, Any], now: float
+    ) -> None:
+        """A queue's default request (issue 34): what a job submitted without one asks for."""
+        text = json.dumps(request)  # in the order check_resources lists the keys
+        tx.all("set_queue_resources", ns=ns, name=name, resources=text, now=now)
 
     def queue(self, ns: str, name: str) -> QueueInfo:
         if name == DEFAULT_QUEUE:
@@ -83,13 +97,18 @@ class QueueStore(WorkerStore):
         return [q for q in infos if state is None or q.state == state]
 
     def patch_queue(self, ns: str, name: str, changes: dict[str, Any]) -> QueueInfo:
-        allowed = {"description", "admission", "elasticity", "kind"}
+        allowed = {"description", "admission", "elasticity", "kind", "resources"}
         unknown = set(changes) - allowed
         if unknown:
             raise InvalidArgument(
                 f"cannot patch {', '.join(sorted(unknown))}; patchable fields: "
-                "description, admission, elasticity"
+                "description, admission, elasticity, resources"
             )
+        request = (
+            check_resources(changes["resources"], "queue resources")
+            if "resources" in changes
+            else None
+        )
         current = self.queue(ns, name)
         if "kind" in changes and changes["kind"] != current.kind:
             raise InvalidArgument(
@@ -123,6 +142,7 @@ class QueueStore(WorkerStore):
             description=description,
             elasticity=elasticity,
             admission=admission,
+            resources=request,
         )
 
     def replace_elasticity(self, ns: str, name: str, elasticity: dict[str, Any]) -> QueueInfo:
@@ -146,7 +166,14 @@ class QueueStore(WorkerStore):
         return self._update_queue(ns, current, event, {"from": current.state}, state=target)
 
     def _update_queue(
-        self, ns: str, current: QueueInfo, event: str, detail: dict[str, Any], **fields: Any
+        self,
+        ns: str,
+        current: QueueInfo,
+        event: str,
+        detail: dict[str, Any],
+        *,
+        resources: dict[str, Any] | None = None,
+        **fields: Any,
     ) -> QueueInfo:
         now = time.time()
         merged = {
@@ -169,6 +196,8 @@ class QueueStore(WorkerStore):
                 admission=json.dumps(merged["admission"]),
                 now=now,
             )
+            if resources is not None:
+                self._write_resources(tx, ns, current.name, resources, now)
             self._event(tx, ns, current.name, event, detail, now)
             row = tx.one("get_queue", ns=ns, name=current.name)
         self.waker.notify()
@@ -216,6 +245,7 @@ class QueueStore(WorkerStore):
                 s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
                 for s in ("queued", "running", "scheduled")
             }
+            unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
         return {
             "queue": name,
             "namespace": ns,
@@ -226,4 +256,6 @@ class QueueStore(WorkerStore):
             "scheduled": counts["scheduled"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
             "locality_wait_s": locality.wait_s(info),
+            # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).
+            "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
         }

@@ -12,8 +12,11 @@ from typing import Any
 
 from ...errors import InvalidArgument
 from ...ids import ulid_time
+from ...resources import check_optional
 from ...storage import StorageRef
 from ...types import (
+    DEFAULT_MAX_PREEMPTIONS,
+    MAX_PREEMPTIONS_LIMIT,
     Claim,
     Invocation,
     QueueInfo,
@@ -64,6 +67,7 @@ def check_submit(req: SubmitRequest) -> None:
         raise InvalidArgument(f"priority must be a finite number, got {req.priority!r}")
     if not isinstance(req.max_attempts, int) or not 1 <= req.max_attempts <= 1000:
         raise InvalidArgument(f"max_attempts must be an integer 1..1000, got {req.max_attempts!r}")
+    check_max_preemptions(req.max_preemptions, "max_preemptions")
     if req.timeout_s is not None and (
         isinstance(req.timeout_s, bool)
         or not isinstance(req.timeout_s, (int, float))
@@ -74,9 +78,23 @@ def check_submit(req: SubmitRequest) -> None:
             f"limit), got {req.timeout_s!r}"
         )
     check_host(req.host)
+    check_optional(req.resources)
     if req.map_id is not None:
         check_map_id(req.map_id)
     check_due(req.delay_s, req.at)
+
+
+def check_max_preemptions(value: object, what: str) -> None:
+    """None (the default) or a whole number of preemptions a job survives, 0 to the limit."""
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_PREEMPTIONS_LIMIT
+    ):
+        raise InvalidArgument(
+            f"{what} must be an integer 0..{MAX_PREEMPTIONS_LIMIT} (how many preemptions a job "
+            f"survives; leave it out for {DEFAULT_MAX_PREEMPTIONS}), got {value!r}"
+        )
 
 
 #: The longest delay a submit may ask for (a year): further is a mistake of units.
@@ -143,7 +161,15 @@ def check_elasticity(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_admission(value: dict[str, Any]) -> dict[str, Any]:
-    known = {"max_depth", "on_full", "rate_limit", "deadline_cutoff_s", "locality_wait_s"}
+    known = {
+        "max_depth",
+        "on_full",
+        "rate_limit",
+        "deadline_cutoff_s",
+        "locality_wait_s",
+        "unschedulable_fail_after_s",
+        "max_preemptions",
+    }
     unknown = set(value) - known
     if unknown:
         raise InvalidArgument(
@@ -152,12 +178,13 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         )
     if value.get("on_full", "reject") not in ON_FULL:
         raise InvalidArgument(f"admission.on_full must be reject|block, got {value['on_full']!r}")
-    for field in ("max_depth", "rate_limit", "deadline_cutoff_s"):
+    for field in ("max_depth", "rate_limit", "deadline_cutoff_s", "unschedulable_fail_after_s"):
         v = value.get(field)
         if v is not None and not _in_range(v, 0, low_open=True):
             raise InvalidArgument(
                 f"admission.{field} must be a positive number up to 2**63-1, got {_shown(v)}"
             )
+    check_max_preemptions(value.get("max_preemptions"), "admission.max_preemptions")
     wait = value.get("locality_wait_s")
     if wait is not None and not (_in_range(wait, 0, low_open=False) and wait <= MAX_WAIT_S):
         raise InvalidArgument(
@@ -215,7 +242,20 @@ def invocation_of(row: Row) -> Invocation:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        resources=_json_object(row.get("resources")),
+        placement=_json_object(row.get("placement")) or None,
+        pending_reason=row.get("pending_reason"),
+        unschedulable_reason=row.get("unschedulable_reason"),
+        preemptions=row["preemptions"],
+        max_preemptions=row["max_preemptions"],
+        ended_by=row["ended_by"],
+        checkpoint=_blob(row["checkpoint"]),
     )
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """A JSON object column (resources, placement); NULL reads as {}."""
+    return json.loads(text) if text else {}
 
 
 def claim_of(row: Row) -> Claim:
@@ -230,7 +270,15 @@ def claim_of(row: Row) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         timeout_s=row["timeout_s"],
         priority=row["priority"],
+        resources=_json_object(row.get("resources")),
+        preemptions=row["preemptions"],
+        checkpoint=_blob(row["checkpoint"]),
     )
+
+
+def _blob(value: Any) -> bytes | None:
+    """Stored bytes as bytes (Postgres hands back memoryview), None as None."""
+    return None if value is None else bytes(value)
 
 
 def queue_info_of(row: Row) -> QueueInfo:
@@ -244,6 +292,7 @@ def queue_info_of(row: Row) -> QueueInfo:
         admission=json.loads(row["admission"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        resources=_json_object(row.get("resources")),
     )
 
 

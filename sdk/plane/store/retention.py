@@ -131,7 +131,9 @@ class RetentionStore(StoreBase):
                     done.frames += len(frames)
                     done.refs += _spilled(f["value"] for f in frames)
                     done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
-                done.refs += _spilled(b for r in rows for b in (r["payload"], r["result"]))
+                done.refs += _spilled(
+                    b for r in rows for b in (r["payload"], r["result"], r["checkpoint"])
+                )
                 done.refs += [ref for r in rows for ref in listed_objects(r["objects"])]
             pace.held(freed=bool(rows))
             last = len(rows) < batch

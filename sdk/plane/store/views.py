@@ -108,4 +108,5 @@ class ViewStore(StoreBase):
                 "depth": tx.all("metrics_depth"),
                 "workers": tx.all("metrics_workers", stale_before=stale_before),
                 "events": tx.all("metrics_events"),
+                "unschedulable": tx.all("unschedulable_counts"),
             }

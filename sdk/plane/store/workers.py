@@ -12,6 +12,10 @@ from ...types import DEFAULT_QUEUE, WorkerInfo, check_host, check_name
 from .base import WORKER_STALE_S, StoreBase, new_id
 from .records import worker_info_of
 
+#: `preempting`: an operator's `daemon drain NAME --preempt` (issue 35), a notice that the box is
+#: going away: its daemon tells its jobs, gives them the grace, and releases what is left.
+WORKER_STATES = ("alive", "draining", "preempting", "gone")
+
 
 class WorkerStore(StoreBase):
     """Worker rows: register, heartbeat, membership, state."""
@@ -108,8 +112,8 @@ class WorkerStore(StoreBase):
         return self.worker(ns, current.id)
 
     def set_worker_state(self, ns: str, ref: str, state: str) -> WorkerInfo:
-        if state not in ("alive", "draining", "gone"):
-            raise InvalidArgument(f"unknown worker state '{state}'; use alive|draining|gone")
+        if state not in WORKER_STATES:
+            raise InvalidArgument(f"unknown worker state '{state}'; use {'|'.join(WORKER_STATES)}")
         current = self.worker(ns, ref)
         with self.connector.transaction() as tx:
             tx.all("set_worker_state", id=current.id, state=state)

@@ -1,0 +1,140 @@
+"""Preemption and checkpoints (issue 35): what the store does when a box goes away.
+
+A preemption is not the job's failure. A worker told its box is going away gives the attempt
+back with outcome `preempted`: the job is queued again at once (no backoff, its place in the
+queue kept), `preemptions` counts it, and `max_attempts` is not charged (`attempt -
+preemptions` is). A lease that runs out with no settle is counted the same way by the sweep
+(queries.sql, requeue_expired). `max_preemptions` bounds them, so a job that can never finish
+between two preemptions still ends, failed, saying so.
+
+A checkpoint is an object in durable storage; the row holds only its encoded Ref (the last one
+wins), written under the attempt's lease as a post is, and handed to the next attempt with its
+claim. The store never reads the state itself.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+
+from ...errors import InvalidArgument, LeaseLost, NotFound
+from ...storage import MAX_REF_BYTES, sniff_ref
+from ...types import DEFAULT_MAX_PREEMPTIONS, END_CAUSES, QueueInfo, SubmitRequest
+from ..connector import Transaction
+from .base import StoreBase
+
+#: How a release ends an attempt: given back before it ran, or preempted while it ran.
+RELEASE_OUTCOMES = ("unrun", "preempted")
+
+
+def check_cause(cause: object) -> str:
+    if cause not in END_CAUSES:
+        raise InvalidArgument(f"unknown end cause {cause!r}; use {'|'.join(END_CAUSES)}")
+    assert isinstance(cause, str)
+    return cause
+
+
+def check_outcome(outcome: object) -> str:
+    if outcome not in RELEASE_OUTCOMES:
+        raise InvalidArgument(
+            f"unknown release outcome {outcome!r}; use {'|'.join(RELEASE_OUTCOMES)}"
+        )
+    assert isinstance(outcome, str)
+    return outcome
+
+
+def set_preemption_limit(
+    tx: Transaction, inv_id: str, req: SubmitRequest, queue: QueueInfo
+) -> None:
+    """Store a new job's max_preemptions when its submit or its queue sets one (the column's
+    default, DEFAULT_MAX_PREEMPTIONS, costs no statement)."""
+    limit = req.max_preemptions
+    if limit is None:
+        limit = queue.admission.get("max_preemptions")
+    if limit is not None and limit != DEFAULT_MAX_PREEMPTIONS:
+        tx.all("set_max_preemptions", id=inv_id, max_preemptions=int(limit))
+
+
+class PreemptionStore(StoreBase):
+    """The preempted release and the checkpoint write."""
+
+    def _release_preempted(self, inv_id: str, lease: str, cause: str) -> bool:
+        """Requeue a preempted attempt at once; True if it went back to the queue. A job out
+        of preemptions ends failed instead (False), with an ERROR frame that says why."""
+        cause = check_cause(cause)
+        now = time.time()
+        with self.connector.transaction() as tx:
+            if tx.one("release_preempted", id=inv_id, lease=lease, cause=cause) is not None:
+                requeued = True
+            else:
+                requeued = False
+                row = tx.one("preemptions_of", id=inv_id)
+                if row is None:
+                    raise NotFound(f"unknown invocation '{inv_id}'")
+                error = (
+                    f"preempted {row['preemptions'] + 1} times ({cause} on attempt "
+                    f"{row['attempt']}), past its max_preemptions of {row['max_preemptions']}, "
+                    "so it can never finish"
+                )
+                if not tx.one(
+                    "settle_terminal",
+                    id=inv_id,
+                    lease=lease,
+                    state="failed",
+                    error=error,
+                    now=now,
+                    cause=cause,
+                ):
+                    return False  # not this worker's attempt any more: nothing to give back
+                tx.all("count_preemption", id=inv_id)
+                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+        self.waker.notify()
+        return requeued
+
+    def note_cause(self, inv_id: str, lease: str, cause: str, *, ns: str | None = None) -> bool:
+        """Record why the worker is about to end this attempt, before it signals the job;
+        False when the attempt is no longer this lease's (nothing is written)."""
+        cause = check_cause(cause)
+        with self.connector.transaction() as tx:
+            if ns is not None and tx.one("get_invocation", id=inv_id, ns=ns) is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            return tx.one("note_cause", id=inv_id, lease=lease, cause=cause) is not None
+
+    def checkpoint(
+        self, inv_id: str, lease: str, checkpoint: bytes, *, ns: str | None = None
+    ) -> bytes | None:
+        """Make `checkpoint` (an encoded spilled Ref of an object in durable storage) the job's
+        last one, under the attempt's lease; returns the one it replaced (None: none), for its
+        writer to delete. With `ns`, an id of another namespace is unknown."""
+        check_checkpoint(checkpoint)
+        now = time.time()
+        with self.connector.transaction() as tx:
+            if ns is not None and tx.one("get_invocation", id=inv_id, ns=ns) is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            held = tx.one("checkpoint_of", id=inv_id)
+            if held is None:
+                raise NotFound(f"unknown invocation '{inv_id}'")
+            done = tx.one("set_checkpoint", id=inv_id, lease=lease, checkpoint=checkpoint, now=now)
+            if done is None:
+                raise LeaseLost(
+                    f"checkpoint refused: invocation '{inv_id}' is {held['state']} and not held "
+                    "under this lease (its lease expired, or it was re-dispatched or ended); "
+                    "the previous checkpoint stays"
+                )
+        previous = held["checkpoint"]
+        return None if previous is None else bytes(previous)
+
+
+def check_checkpoint(checkpoint: object) -> bytes:
+    """A checkpoint as the row keeps it: one encoded spilled Ref with a durable copy, a few
+    hundred bytes. The state itself never goes into the row."""
+    if not isinstance(checkpoint, (bytes, bytearray, memoryview)):
+        raise InvalidArgument("a checkpoint is the encoded Ref of its object (bytes)")
+    data = bytes(checkpoint)
+    if len(data) > MAX_REF_BYTES or sniff_ref(data) is None:
+        raise InvalidArgument(
+            "a checkpoint is the encoded Ref of an object in durable storage (at most "
+            f"{MAX_REF_BYTES} bytes; dls.run.checkpoint(value) makes one), not the state itself"
+        )
+    return data

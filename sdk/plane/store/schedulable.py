@@ -1,0 +1,165 @@
+"""Unschedulable, named (issue 34): a queued job no live daemon of its queue could ever run.
+
+The sweep (the server's timer, an embedded process's reads) looks at the distinct requests of
+queued jobs, not at each job (index invocations_shapes), and at every live daemon's offer (its
+worker row: GPUs, declared CPUs and memory, --gpus-per-job). A request that a daemon on its queue
+could run on its empty box is schedulable; one that none could run is `unschedulable`, with the
+reason in words; with no live daemon on the queue it is `waiting_for_capacity`. A reason clears
+when a capable daemon arrives. A queue's admission `unschedulable_fail_after_s` fails such jobs
+with the reason once they have waited that long.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ...resources import describe, gpu_types, type_matches
+from ..connector import Row, Transaction
+from .base import WORKER_STALE_S
+
+#: The sweep runs at most this often per process: "within 10 s" with room to spare.
+EVERY_S = 5.0
+#: Columns a request is stored in (migration 24), as set_pending binds them.
+SHAPE = ("gpus", "gpu_type", "gpu_memory_gb", "cpus", "memory_gb")
+
+#: (transaction, invocation id, error, now): the ERROR frame of a job the sweep failed.
+Append = Callable[[Transaction, str, str, float], None]
+
+
+def sweep(tx: Transaction, now: float, append: Append) -> int:
+    """Write each queued request's pending reason; fail what waited past its queue's limit.
+    Returns how many rows changed."""
+    workers = tx.all("live_workers", since=now - WORKER_STALE_S)
+    changed = 0
+    limits: dict[tuple[str, str], float | None] = {}
+    for shape in _shapes(tx.all("queued_shapes")):
+        ns, queue = shape["namespace"], shape["queue"]
+        reason, words = judge(shape, _serving(workers, ns, queue), queue)
+        keys = {k: shape[k] for k in SHAPE}
+        changed += len(
+            tx.all("set_pending", ns=ns, queue=queue, reason=reason, words=words, **keys)
+        )
+        if reason != "unschedulable":
+            continue
+        if (ns, queue) not in limits:
+            limits[(ns, queue)] = _fail_after(tx, ns, queue)
+        after = limits[(ns, queue)]
+        if after is not None and words is not None:
+            failed = tx.all(
+                "fail_unschedulable",
+                ns=ns,
+                queue=queue,
+                words=words,
+                now=now,
+                before=now - after,
+                **keys,
+            )
+            for row in failed:
+                append(tx, row["id"], words, now)
+            changed += len(failed)
+    return changed
+
+
+def _shapes(rows: Sequence[Row]) -> list[Row]:
+    """One row per (queue, request): the reason column, which the read groups by, dropped."""
+    seen: dict[tuple[Any, ...], Row] = {}
+    for row in rows:
+        key = (row["namespace"], row["queue"], *(row[k] for k in SHAPE))
+        seen.setdefault(key, row)
+    return list(seen.values())
+
+
+def _serving(workers: Sequence[Row], ns: str, queue: str) -> list[dict[str, Any]]:
+    """The offers (worker rows' info) of the live daemons that serve `queue` in `ns`."""
+    out = []
+    for w in workers:
+        queues = json.loads(w["queues"]) or ["default"]
+        if w["namespace"] == ns and queue in queues:
+            out.append({"name": w["name"], **json.loads(w["info"])})
+    return out
+
+
+def judge(
+    shape: Mapping[str, Any], offers: Sequence[Mapping[str, Any]], queue: str
+) -> tuple[str | None, str | None]:
+    """(pending reason, words) for one request on a queue served by `offers`."""
+    if not offers:
+        return "waiting_for_capacity", f"no live daemon serves queue {queue}"
+    if any(could_run(shape, o) for o in offers):
+        return None, None
+    request = json.loads(shape["sample"]) if shape.get("sample") else asked(shape)
+    return "unschedulable", f"needs {describe(request)}; {_have(offers, queue)}"
+
+
+def asked(shape: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored request's columns as a request (its gpu_type pattern back to names)."""
+    out: dict[str, Any] = {k: shape[k] for k in SHAPE if k != "gpu_type" and shape[k] is not None}
+    if "gpus" in out and out["gpus"] == int(out["gpus"]):
+        out["gpus"] = int(out["gpus"])
+    if shape["gpu_type"]:
+        out["gpu_type"] = [n.replace("\\.", ".") for n in shape["gpu_type"].split("|")]
+    return out
+
+
+def could_run(shape: Mapping[str, Any], offer: Mapping[str, Any]) -> bool:
+    """Whether the daemon of `offer`, with nothing running, could run the request."""
+    counted = offer.get("resources")
+    if counted is None:
+        return True  # a worker that places nothing (run_worker, an older daemon) takes any job
+    cpus, memory = counted.get("cpus"), counted.get("memory_gb")
+    if cpus is not None and (shape["cpus"] or 0) > cpus:
+        return False
+    if memory is not None and (shape["memory_gb"] or 0) > memory:
+        return False
+    wanted = shape["gpus"] if shape["gpus"] is not None else offer.get("gpus_per_job", 0)
+    if not wanted:
+        return True
+    request = asked(shape)
+    usable = [
+        g
+        for g in offer.get("gpus", [])
+        if type_matches(request, str(g.get("name", "")))
+        and g.get("memory_mb", 0) / 1024 >= (shape["gpu_memory_gb"] or 0)
+    ]
+    if gpu_types(request):  # all of one type: the placer takes the first type it finds
+        by_type = Counter(
+            next(t for t in gpu_types(request) if t.lower() in str(g["name"]).lower())
+            for g in usable
+        )
+        return max(by_type.values(), default=0) >= max(1.0, float(wanted))
+    return len(usable) >= max(1.0, float(wanted))
+
+
+def _have(offers: Sequence[Mapping[str, Any]], queue: str) -> str:
+    """What the best-equipped daemon on the queue has, in words."""
+    best = max(offers, key=lambda o: len(o.get("gpus", [])))
+    gpus = best.get("gpus", [])
+    if not gpus:
+        kit = "no GPU"
+    else:
+        name, n = Counter(str(g.get("name", "GPU")) for g in gpus).most_common(1)[0]
+        memory = max(g.get("memory_mb", 0) for g in gpus) / 1024
+        kit = f"{n} x {name}" + (f" ({memory:.0f} GB)" if memory else "")
+    counted = best.get("resources") or {}
+    extra = [
+        f"{counted[k]:g} {u}" for k, u in (("cpus", "CPUs"), ("memory_gb", "GB")) if counted.get(k)
+    ]
+    return f"the daemons on queue {queue} have at most {kit}" + (
+        f", {', '.join(extra)}" if extra else ""
+    )
+
+
+def _fail_after(tx: Transaction, ns: str, queue: str) -> float | None:
+    row = tx.one("get_queue", ns=ns, name=queue)
+    if row is None:
+        return None
+    value = json.loads(row["admission"]).get("unschedulable_fail_after_s")
+    return None if value is None else float(value)
+
+
+def due(last: float, now: float | None = None) -> bool:
+    return (now if now is not None else time.time()) - last >= EVERY_S
