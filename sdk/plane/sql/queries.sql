@@ -434,14 +434,18 @@ ORDER BY id DESC LIMIT :limit;
 -- name: list_invocations_map
 -- The jobs of one map (migration 27), newest first, on index invocations_map.
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND map_id = :map_id
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_map_before
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 WHERE namespace = :ns AND map_id = :map_id AND id < :before
 ORDER BY id DESC LIMIT :limit;
