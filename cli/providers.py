@@ -24,7 +24,14 @@ from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..plane.providers import ProviderInfo
 from ..providers import registry
-from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider
+from ..providers.base import (
+    TAG_GROUP,
+    TAG_NAMESPACE,
+    Instance,
+    LaunchSpec,
+    Provider,
+    ProviderError,
+)
 from .daemon import daemon
 from .output import emit_json, hidden_alias, json_option
 from .params import seconds
@@ -80,6 +87,14 @@ def providers() -> None:
 @click.option("--ami", default=None, help="ec2: image id.")
 @click.option("--spot", is_flag=True, default=None, help="ec2: spot, falling back to on-demand.")
 @click.option(
+    "--spot-fallback-after",
+    type=int,
+    default=None,
+    metavar="N",
+    help="ec2: the controller launches on-demand once N of a pool's instances were reclaimed "
+    "within an hour.",
+)
+@click.option(
     "--set",
     "extra",
     multiple=True,
@@ -95,6 +110,7 @@ def add(
     instance_type: str | None,
     ami: str | None,
     spot: bool | None,
+    spot_fallback_after: int | None,
     extra: tuple[str, ...],
     as_json: bool,
     url: str | None,
@@ -108,6 +124,7 @@ def add(
         ("instance_type", instance_type),
         ("ami", ami),
         ("spot", spot),
+        ("spot_fallback_after", spot_fallback_after),
     ):
         if value is not None:
             config[key] = value
@@ -116,6 +133,12 @@ def add(
         missing = [m for m in missing if m.lstrip("-").replace("-", "_") not in config]
         if missing:
             raise click.UsageError(f"--kind ec2 needs {', '.join(missing)}")
+        from ..providers.ec2 import check_config
+
+        try:
+            check_config(config)
+        except ProviderError as exc:
+            raise click.UsageError(str(exc)) from None
     plane = open_plane(url, token, namespace)
     try:
         info = plane.add_provider(name, kind, config)
@@ -293,7 +316,7 @@ def _wait_registered(
             progress.update(task, completed=done)
             if done == len(names):
                 return
-            alive = {i.id for i in provider.list()}
+            alive = {i.id for i in provider.list() if i.state != "reclaimed"}
             dead = [i.daemon for i in instances if i.id not in alive and i.daemon not in live]
             if dead:
                 raise click.ClickException(

@@ -36,6 +36,7 @@ from ..providers.base import (
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
+from .reclaim import Reclaims
 
 log = EventLog("lakeshore.controller")
 
@@ -52,6 +53,9 @@ class Settings:
     scale_down_window_s: float = 300.0
     boot_timeout_s: float = 600.0
     drain_timeout_s: float = 1800.0
+    #: How long an instance whose daemon left on its own waits for its provider to reclaim it
+    #: before the controller terminates it (EC2 takes a spot instance 2 min after its notice).
+    reclaim_grace_s: float = 180.0
     stale_s: float = WORKER_STALE_S
     upscaling_speed: float = 1.0
     #: How launched daemons reach the plane: an http(s) URL, or the SQLite file path.
@@ -84,6 +88,9 @@ class _Memory:
     drained: dict[str, tuple[Target, str]] = field(default_factory=dict)
     last_desired: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
+    #: instance id -> when its worker row was last seen live
+    served_at: dict[str, float] = field(default_factory=dict)
+    reclaims: Reclaims = field(default_factory=Reclaims)
 
 
 def build_provider(info: ProviderInfo) -> Provider:
@@ -185,7 +192,10 @@ class Controller:
             )
             found[key] = t
         timeouts = Timeouts(
-            self.settings.boot_timeout_s, self.settings.stale_s, self.settings.drain_timeout_s
+            self.settings.boot_timeout_s,
+            self.settings.stale_s,
+            self.settings.drain_timeout_s,
+            self.settings.reclaim_grace_s,
         )
         fleets: dict[tuple[str, str], Fleet] = {}
         raw: dict[tuple[str, str], tuple[int, str]] = {}
@@ -200,6 +210,7 @@ class Controller:
                 drained_at=self._mem.drained_at,
                 spec_hash=self._spec_hash(snap, t),
                 idle_since=self._mem.idle_since,
+                served_at=self._mem.served_at,
             )
             self._track_idle(fleet, now)
             fleets[key] = fleet
@@ -214,6 +225,7 @@ class Controller:
         decisions = []
         events: list[tuple[str, str, str, dict[str, Any]]] = []
         self._note_drained_exits(instances, broken, events)
+        self._forget_unlisted(instances, broken, now)
         for key in sorted(fleets):
             t, fleet = found[key], fleets[key]
             desired, reason = raw[key]
@@ -295,6 +307,8 @@ class Controller:
             "running": t.running,
             "reason": reason,
         }
+        if fleet.reclaimed:
+            self._reclaimed(snap, t, fleet.reclaimed, detail, events)
         launched = 0
         if launch:
             launched = self._launch(snap, t, fleet, launch, detail, events)
@@ -351,6 +365,10 @@ class Controller:
         provider = self._provider(info)
         settings = merged_settings(info.config, t.policy.match)
         primaries = pick_primaries(t, fleet, count)
+        hkey = f"{t.namespace}/{t.key}"
+        on_demand, switched = self._mem.reclaims.market_for(hkey, settings, snap.at)
+        if switched is not None:
+            self._event(events, t, "spot_fallback", {**detail, **switched})
         base = t.key.split("/", 1)[1][:100]
         launched: list[str] = []
         try:
@@ -366,6 +384,7 @@ class Controller:
                     settings=settings,
                     plane_url=self.settings.plane_url,
                     plane_token=self.settings.plane_token,
+                    on_demand=on_demand,
                 )
                 launched += [i.daemon for i in provider.launch(spec, n)]
         except Exception as exc:
@@ -403,6 +422,46 @@ class Controller:
                 "reason": "the daemon exited after its drain",
             }
             events.extend((t.namespace, q, "terminated", detail) for q in t.queues)
+
+    def _reclaimed(
+        self,
+        snap: Snapshot,
+        t: Target,
+        reclaimed: list[Instance],
+        detail: dict[str, Any],
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> None:
+        """Record each reclaim once and count it; terminate what the provider still holds
+        (a stopped VM; on one already ended, a no-op that marks its end as seen)."""
+        hkey = f"{t.namespace}/{t.key}"
+        for inst in reclaimed:
+            if self._mem.reclaims.first_seen(hkey, inst, snap.at):
+                log.warning(
+                    "controller.reclaimed", target=t.key, instance=inst.id, reason=inst.reason
+                )
+                self._event(
+                    events,
+                    t,
+                    "reclaimed",
+                    {**detail, "instance": inst.id, "daemon": inst.daemon, "why": inst.reason},
+                )
+        by_provider: dict[str, list[str]] = {}
+        for inst in reclaimed:
+            by_provider.setdefault(inst.tags.get("lakeshore:provider", ""), []).append(inst.id)
+        for name, ids in by_provider.items():
+            info = snap.providers.get((t.namespace, name))
+            if info is None:
+                continue
+            try:
+                self._provider(info).terminate(ids)
+            except Exception as exc:
+                log.warning(
+                    "provider.call_failed",
+                    namespace=t.namespace,
+                    provider=name,
+                    call="terminate",
+                    error=str(exc),
+                )
 
     def _terminate(
         self,
@@ -482,6 +541,19 @@ class Controller:
             self._mem.idle_since.setdefault(inst.id, now)
         for inst, _ in fleet.busy:
             self._mem.idle_since.pop(inst.id, None)
+        for inst, _ in [*fleet.idle, *fleet.busy, *fleet.draining]:
+            self._mem.served_at[inst.id] = now
+
+    def _forget_unlisted(
+        self, instances: list[Instance], broken: set[tuple[str, str | None]], now: float
+    ) -> None:
+        """Instances the providers no longer list need no memory (unless a listing failed)."""
+        self._mem.reclaims.forget_before(now)
+        if broken:
+            return
+        live = {i.id for i in instances}
+        for inst_id in self._mem.served_at.keys() - live:
+            del self._mem.served_at[inst_id]
 
     # -- events -------------------------------------------------------------------------------
 
