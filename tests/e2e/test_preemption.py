@@ -9,13 +9,10 @@ checkpoint interval of 200, and `max_attempts=1` was enough.
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +22,7 @@ import numpy as np
 import pytest
 import training
 from daemon_harness import DaemonProcess, wait_until
+from imds import standin_imds
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
@@ -127,51 +125,10 @@ def test_a_job_whose_daemon_is_killed_resumes_from_its_last_checkpoint(
     assert q.status(inv).ended_by == "daemon_lost"
 
 
-class _Imds(http.server.BaseHTTPRequestHandler):
-    """A stand-in for EC2's instance metadata service (IMDSv2): a token, then 404 for the
-    spot instance-action until the test sets `action` on the server."""
-
-    server: Any
-
-    def do_PUT(self) -> None:
-        if self.path != "/latest/api/token" or not self.headers.get(
-            "X-aws-ec2-metadata-token-ttl-seconds"
-        ):
-            self.send_error(400)
-            return
-        self._answer(200, b"token-1")
-
-    def do_GET(self) -> None:
-        if self.headers.get("X-aws-ec2-metadata-token") != "token-1":
-            self.send_error(401)
-            return
-        action = self.server.action
-        if self.path == "/latest/meta-data/spot/instance-action" and action is not None:
-            self._answer(200, json.dumps(action).encode())
-        else:
-            self.send_error(404)
-
-    def _answer(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture
 def imds() -> Iterator[Any]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
-    server.action = None  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with standin_imds() as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_an_ec2_spot_notice_preempts_the_job_by_its_deadline(
