@@ -87,9 +87,7 @@ def test_a_spot_notice_checkpoints_the_job_and_the_controller_replaces_the_recla
         daemons: list[DaemonProcess] = []
         try:
             plane.add_provider("spot", "ec2", CONFIG)
-            plane.create_queue(
-                "train", elasticity={"kind": "fixed", "max": 1, "provider": "spot"}
-            )
+            plane.create_queue("train", elasticity={"kind": "fixed", "max": 1, "provider": "spot"})
             controller = Controller(
                 fleet,
                 Settings(scale_down_window_s=0.0, plane_url=url, plane_token=token),
