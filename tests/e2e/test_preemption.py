@@ -228,3 +228,32 @@ def test_a_checkpoint_over_the_storage_limit_is_refused_and_the_last_one_stays(
             proc.stop()
     assert answer["error"].startswith("PayloadTooLarge") and "--max-object-mb" in answer["error"]
     assert answer["last"] == {"step": 1}
+
+
+def test_a_command_reads_its_deadline_from_the_file_lakeshore_preempt_deadline_names(
+    fleet: tuple[HttpDispatch, Callable[..., DaemonProcess]],
+) -> None:
+    plane, start = fleet
+    q = dls.SyncQueue("train", dispatch=plane)
+    command = (
+        'echo "before the notice: $(cat "$LAKESHORE_PREEMPT_DEADLINE" 2>/dev/null || echo none)"\n'
+        'trap \'echo "deadline $(cat "$LAKESHORE_PREEMPT_DEADLINE")"; exit 75\' TERM\n'
+        "echo started\n"
+        "while :; do sleep 0.05; done\n"
+    )
+    inv = q.submit(envelope=dls.Envelope.for_exec(command), max_attempts=1)
+    a = start("exec-a", "--preempt-grace-s", "20")
+    lines = lambda: [dls.decode(f.value or b"") for f in plane.frames(inv) if f.kind == "VALUE"]  # noqa: E731
+    wait_until(lambda: "started" in lines(), timeout=60, what="the command started")
+
+    noticed = time.time()
+    a.signal(signal.SIGTERM)
+
+    assert a.wait(timeout=60) == 0
+    row = q.status(inv)
+    assert (row.state, row.preemptions, row.attempt) == ("queued", 1, 1)
+    assert lines()[0] == "before the notice: none"
+    [said] = [line for line in lines() if line.startswith("deadline ")]
+    deadline = float(said.split()[1])
+    assert noticed <= deadline <= time.time() + 20  # the end of the grace, as epoch seconds
+    assert deadline - noticed == pytest.approx(20, abs=5)
