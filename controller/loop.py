@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -35,6 +35,7 @@ from ..providers.base import (
 )
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
+from .observed import ObservedProvider
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
 from .reclaim import Reclaims
 
@@ -110,35 +111,6 @@ class Observer(Protocol):
     def provider_call(
         self, info: ProviderInfo, call: str, seconds: float, error: BaseException | None
     ) -> None: ...
-
-
-class ObservedProvider:
-    """A provider whose every call is timed and its failures counted by an `Observer`."""
-
-    def __init__(self, inner: Provider, info: ProviderInfo, observer: Observer) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._info = info
-        self._observer = observer
-
-    def launch(self, spec: LaunchSpec, count: int) -> list[Instance]:
-        return self._timed("launch", lambda: self.inner.launch(spec, count))
-
-    def terminate(self, ids: Sequence[str]) -> None:
-        self._timed("terminate", lambda: self.inner.terminate(ids))
-
-    def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
-        return self._timed("list", lambda: self.inner.list(tags))
-
-    def _timed(self, call: str, run: Callable[[], T]) -> T:
-        began = time.monotonic()
-        try:
-            value = run()
-        except BaseException as exc:
-            self._observer.provider_call(self._info, call, time.monotonic() - began, exc)
-            raise
-        self._observer.provider_call(self._info, call, time.monotonic() - began, None)
-        return value
 
 
 class Controller:

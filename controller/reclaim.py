@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..providers.base import Instance
+from dreamlake.lakeshore.providers.base import Instance
 
 #: How long a reclaim counts towards `spot_fallback_after`.
 WINDOW_S = 3600.0
