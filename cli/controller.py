@@ -13,7 +13,14 @@ import click
 
 from ..plane.base import Plane
 
-CONTROLLER_EVENTS = ("scaled", "desired", "terminated", "scale_error")
+CONTROLLER_EVENTS = (
+    "scaled",
+    "desired",
+    "terminated",
+    "scale_error",
+    "reclaimed",
+    "spot_fallback",
+)
 
 
 def controller_figures(plane: Plane, queue: str) -> dict[str, Any]:

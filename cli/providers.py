@@ -24,7 +24,14 @@ from ..plane.default import open_plane
 from ..plane.options import plane_options
 from ..plane.providers import ProviderInfo
 from ..providers import registry
-from ..providers.base import TAG_GROUP, TAG_NAMESPACE, Instance, LaunchSpec, Provider
+from ..providers.base import (
+    TAG_GROUP,
+    TAG_NAMESPACE,
+    Instance,
+    LaunchSpec,
+    Provider,
+    ProviderError,
+)
 from .daemon import daemon
 from .output import emit_json, hidden_alias, json_option
 from .params import seconds
@@ -83,6 +90,14 @@ def providers() -> None:
 @click.option("--account", default=None, help="slurm: the account jobs are charged to.")
 @click.option("--qos", default=None, help="slurm: the jobs' quality of service.")
 @click.option(
+    "--spot-fallback-after",
+    type=int,
+    default=None,
+    metavar="N",
+    help="ec2: the controller launches on-demand once N of a pool's instances were reclaimed "
+    "within an hour.",
+)
+@click.option(
     "--set",
     "extra",
     multiple=True,
@@ -101,6 +116,7 @@ def add(
     partition: str | None,
     account: str | None,
     qos: str | None,
+    spot_fallback_after: int | None,
     extra: tuple[str, ...],
     as_json: bool,
     url: str | None,
@@ -117,6 +133,7 @@ def add(
         ("partition", partition),
         ("account", account),
         ("qos", qos),
+        ("spot_fallback_after", spot_fallback_after),
     ):
         if value is not None:
             config[key] = value
@@ -125,6 +142,12 @@ def add(
         missing = [m for m in missing if m.lstrip("-").replace("-", "_") not in config]
         if missing:
             raise click.UsageError(f"--kind ec2 needs {', '.join(missing)}")
+        from ..providers.ec2 import check_config
+
+        try:
+            check_config(config)
+        except ProviderError as exc:
+            raise click.UsageError(str(exc)) from None
     if kind == "slurm":
         _check_slurm(config)
     plane = open_plane(url, token, namespace)
@@ -315,7 +338,7 @@ def _wait_registered(
             progress.update(task, completed=done)
             if done == len(names):
                 return
-            alive = {i.id for i in provider.list()}
+            alive = {i.id for i in provider.list() if i.state != "reclaimed"}
             dead = [i.daemon for i in instances if i.id not in alive and i.daemon not in live]
             if dead:
                 raise click.ClickException(

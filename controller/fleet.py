@@ -78,13 +78,19 @@ class Fleet:
     draining: list[tuple[Instance, WorkerRow]] = field(default_factory=list)
     #: (instance, reason)
     terminate: list[tuple[Instance, str]] = field(default_factory=list)
+    #: Taken back by the provider without being asked (controller/reclaim.py).
+    reclaimed: list[Instance] = field(default_factory=list)
+    #: Their daemon served, then left without being drained (a notice: the box is going away);
+    #: the provider has `reclaim_grace_s` to report them reclaimed before they are terminated.
+    leaving: list[Instance] = field(default_factory=list)
     #: Idle instances launched with another launch config than the target's now (sorted first
     #: in `idle`): the controller rolls them, one drain at a time.
     outdated: int = 0
 
     @property
     def current(self) -> int:
-        """What counts against desired: booting and serving, not draining or doomed."""
+        """What counts against desired: booting and serving, not draining, leaving, reclaimed
+        or doomed: lost capacity is replaced on the tick that sees it lost."""
         return len(self.booting) + len(self.idle) + len(self.busy)
 
     def primaries(self) -> dict[str, int]:
@@ -100,6 +106,9 @@ class Timeouts:
     boot_s: float
     stale_s: float
     drain_s: float
+    #: How long an instance whose daemon left on its own is left for its provider to reclaim
+    #: (EC2 ends a spot instance two minutes after its notice), so the reclaim is seen as one.
+    reclaim_grace_s: float = 180.0
 
 
 def classify(
@@ -111,20 +120,21 @@ def classify(
     drained_at: Mapping[str, float],
     spec_hash: str | None,
     idle_since: Mapping[str, float],
+    served_at: Mapping[str, float] | None = None,
 ) -> Fleet:
-    """Sort instances by what their worker row says; `drained_at` holds our drain requests."""
+    """Sort instances by what their worker row says; `drained_at` holds our drain requests,
+    `served_at` when each instance was last seen with a live worker row."""
     fleet = Fleet()
+    served_at = served_at or {}
     for inst in instances:
         if inst.state == "terminating":
             continue  # the provider is on it
+        if inst.state == "reclaimed":
+            fleet.reclaimed.append(inst)
+            continue
         row = workers.get((inst.namespace, inst.daemon))
         if row is None:
-            if inst.id in drained_at:
-                fleet.terminate.append((inst, "drained: the daemon left"))
-            elif now - inst.launched_at > timeouts.boot_s:
-                fleet.terminate.append((inst, _boot_overrun(inst, timeouts.boot_s)))
-            else:
-                fleet.booting.append(inst)
+            _without_row(fleet, inst, now, timeouts, drained_at, served_at)
         elif now - row.heartbeat_at > timeouts.stale_s:
             fleet.terminate.append(
                 (inst, f"orphan: last worker heartbeat {now - row.heartbeat_at:.0f}s ago")
@@ -155,6 +165,35 @@ def _boot_overrun(inst: Instance, boot_s: float) -> str:
         why = f" ({inst.note})" if inst.note else ""
         return f"orphan: still pending {boot_s:g}s after launch{why}"
     return f"orphan: no worker heartbeat {boot_s:g}s after launch"
+
+
+def _without_row(
+    fleet: Fleet,
+    inst: Instance,
+    now: float,
+    timeouts: Timeouts,
+    drained_at: Mapping[str, float],
+    served_at: Mapping[str, float],
+) -> None:
+    """An instance with no live worker row: drained and gone, left on its own, booting, or an
+    orphan that never reported."""
+    if inst.id in drained_at:
+        fleet.terminate.append((inst, "drained: the daemon left"))
+    elif inst.id in served_at:
+        if now - served_at[inst.id] > timeouts.reclaim_grace_s:
+            fleet.terminate.append(
+                (
+                    inst,
+                    "its daemon left on its own and the provider did not reclaim it "
+                    f"within {timeouts.reclaim_grace_s:g}s",
+                )
+            )
+        else:
+            fleet.leaving.append(inst)
+    elif now - inst.launched_at > timeouts.boot_s:
+        fleet.terminate.append((inst, _boot_overrun(inst, timeouts.boot_s)))
+    else:
+        fleet.booting.append(inst)
 
 
 def pick_primaries(target: Target, fleet: Fleet, count: int) -> list[str]:

@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -35,7 +35,9 @@ from ..providers.base import (
 )
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
+from .observed import ObservedProvider
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
+from .reclaim import Reclaims
 from .sightings import Sightings
 
 log = EventLog("lakeshore.controller")
@@ -53,6 +55,9 @@ class Settings:
     scale_down_window_s: float = 300.0
     boot_timeout_s: float = 600.0
     drain_timeout_s: float = 1800.0
+    #: How long an instance whose daemon left on its own waits for its provider to reclaim it
+    #: before the controller terminates it (EC2 takes a spot instance 2 min after its notice).
+    reclaim_grace_s: float = 180.0
     stale_s: float = WORKER_STALE_S
     upscaling_speed: float = 1.0
     #: How launched daemons reach the plane: an http(s) URL, or the SQLite file path.
@@ -86,6 +91,9 @@ class _Memory:
     last_desired: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
     sightings: Sightings = field(default_factory=Sightings)
+    #: instance id -> when its worker row was last seen live
+    served_at: dict[str, float] = field(default_factory=dict)
+    reclaims: Reclaims = field(default_factory=Reclaims)
 
 
 def build_provider(info: ProviderInfo) -> Provider:
@@ -105,35 +113,6 @@ class Observer(Protocol):
     def provider_call(
         self, info: ProviderInfo, call: str, seconds: float, error: BaseException | None
     ) -> None: ...
-
-
-class ObservedProvider:
-    """A provider whose every call is timed and its failures counted by an `Observer`."""
-
-    def __init__(self, inner: Provider, info: ProviderInfo, observer: Observer) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._info = info
-        self._observer = observer
-
-    def launch(self, spec: LaunchSpec, count: int) -> list[Instance]:
-        return self._timed("launch", lambda: self.inner.launch(spec, count))
-
-    def terminate(self, ids: Sequence[str]) -> None:
-        self._timed("terminate", lambda: self.inner.terminate(ids))
-
-    def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
-        return self._timed("list", lambda: self.inner.list(tags))
-
-    def _timed(self, call: str, run: Callable[[], T]) -> T:
-        began = time.monotonic()
-        try:
-            value = run()
-        except BaseException as exc:
-            self._observer.provider_call(self._info, call, time.monotonic() - began, exc)
-            raise
-        self._observer.provider_call(self._info, call, time.monotonic() - began, None)
-        return value
 
 
 class Controller:
@@ -187,7 +166,10 @@ class Controller:
             )
             found[key] = t
         timeouts = Timeouts(
-            self.settings.boot_timeout_s, self.settings.stale_s, self.settings.drain_timeout_s
+            self.settings.boot_timeout_s,
+            self.settings.stale_s,
+            self.settings.drain_timeout_s,
+            self.settings.reclaim_grace_s,
         )
         fleets: dict[tuple[str, str], Fleet] = {}
         raw: dict[tuple[str, str], tuple[int, str]] = {}
@@ -202,6 +184,7 @@ class Controller:
                 drained_at=self._mem.drained_at,
                 spec_hash=self._spec_hash(snap, t),
                 idle_since=self._mem.idle_since,
+                served_at=self._mem.served_at,
             )
             self._track_idle(fleet, now)
             fleets[key] = fleet
@@ -217,6 +200,7 @@ class Controller:
         events: list[tuple[str, str, str, dict[str, Any]]] = []
         self._note_vanished(snap, instances, found, broken, events)  # before the drained go
         self._note_drained_exits(instances, broken, events)
+        self._forget_unlisted(instances, broken, now)
         for key in sorted(fleets):
             t, fleet = found[key], fleets[key]
             desired, reason = raw[key]
@@ -298,6 +282,8 @@ class Controller:
             "running": t.running,
             "reason": reason,
         }
+        if fleet.reclaimed:
+            self._reclaimed(snap, t, fleet.reclaimed, detail, events)
         launched = 0
         if launch:
             launched = self._launch(snap, t, fleet, launch, detail, events)
@@ -354,6 +340,10 @@ class Controller:
         provider = self._provider(info)
         settings = merged_settings(info.config, t.policy.match)
         primaries = pick_primaries(t, fleet, count)
+        hkey = f"{t.namespace}/{t.key}"
+        on_demand, switched = self._mem.reclaims.market_for(hkey, settings, snap.at)
+        if switched is not None:
+            self._event(events, t, "spot_fallback", {**detail, **switched})
         base = t.key.split("/", 1)[1][:100]
         launched: list[str] = []
         try:
@@ -369,6 +359,7 @@ class Controller:
                     settings=settings,
                     plane_url=self.settings.plane_url,
                     plane_token=self.settings.plane_token,
+                    on_demand=on_demand,
                 )
                 started = provider.launch(spec, n)
                 self._mem.sightings.add(started, t, info.name)
@@ -436,6 +427,46 @@ class Controller:
                 + ("; its worker row marked gone" if row is not None else ""),
             }
             events.extend((t.namespace, q, "terminated", detail) for q in t.queues)
+
+    def _reclaimed(
+        self,
+        snap: Snapshot,
+        t: Target,
+        reclaimed: list[Instance],
+        detail: dict[str, Any],
+        events: list[tuple[str, str, str, dict[str, Any]]],
+    ) -> None:
+        """Record each reclaim once and count it; terminate what the provider still holds
+        (a stopped VM; on one already ended, a no-op that marks its end as seen)."""
+        hkey = f"{t.namespace}/{t.key}"
+        for inst in reclaimed:
+            if self._mem.reclaims.first_seen(hkey, inst, snap.at):
+                log.warning(
+                    "controller.reclaimed", target=t.key, instance=inst.id, reason=inst.reason
+                )
+                self._event(
+                    events,
+                    t,
+                    "reclaimed",
+                    {**detail, "instance": inst.id, "daemon": inst.daemon, "why": inst.reason},
+                )
+        by_provider: dict[str, list[str]] = {}
+        for inst in reclaimed:
+            by_provider.setdefault(inst.tags.get("lakeshore:provider", ""), []).append(inst.id)
+        for name, ids in by_provider.items():
+            info = snap.providers.get((t.namespace, name))
+            if info is None:
+                continue
+            try:
+                self._provider(info).terminate(ids)
+            except Exception as exc:
+                log.warning(
+                    "provider.call_failed",
+                    namespace=t.namespace,
+                    provider=name,
+                    call="terminate",
+                    error=str(exc),
+                )
 
     def _terminate(
         self,
@@ -516,6 +547,19 @@ class Controller:
             self._mem.idle_since.setdefault(inst.id, now)
         for inst, _ in fleet.busy:
             self._mem.idle_since.pop(inst.id, None)
+        for inst, _ in [*fleet.idle, *fleet.busy, *fleet.draining]:
+            self._mem.served_at[inst.id] = now
+
+    def _forget_unlisted(
+        self, instances: list[Instance], broken: set[tuple[str, str | None]], now: float
+    ) -> None:
+        """Instances the providers no longer list need no memory (unless a listing failed)."""
+        self._mem.reclaims.forget_before(now)
+        if broken:
+            return
+        live = {i.id for i in instances}
+        for inst_id in self._mem.served_at.keys() - live:
+            del self._mem.served_at[inst_id]
 
     # -- events -------------------------------------------------------------------------------
 

@@ -98,6 +98,13 @@ def _env(option: str, *older: str) -> list[str]:
 @click.option("--boot-timeout-s", type=seconds(0), default=600.0, show_default=True)
 @click.option("--drain-timeout-s", type=seconds(0), default=1800.0, show_default=True)
 @click.option(
+    "--reclaim-grace-s",
+    type=seconds(0),
+    default=180.0,
+    show_default=True,
+    help="How long a VM whose daemon left on its own is left for its provider to reclaim.",
+)
+@click.option(
     "--plane-url",
     envvar=_env("PLANE_URL", "LAKESHORE_URL"),
     show_envvar=True,
@@ -141,6 +148,7 @@ def controller_command(
     scale_down_window_s: float,
     boot_timeout_s: float,
     drain_timeout_s: float,
+    reclaim_grace_s: float,
     plane_url: str | None,
     plane_token: str | None,
     once: bool,
@@ -165,6 +173,7 @@ def controller_command(
         scale_down_window_s=scale_down_window_s,
         boot_timeout_s=boot_timeout_s,
         drain_timeout_s=drain_timeout_s,
+        reclaim_grace_s=reclaim_grace_s,
         plane_url=plane_url or (None if is_postgres else target),
         plane_token=plane_token,
     )

@@ -26,6 +26,9 @@ TAG_GROUP = "lakeshore:group"  # `daemon launch --name NAME`: NAME
 TAG_SPEC = "lakeshore:spec"  # launch-config hash: outdated instances are the first to go
 TAG_OWNER = "lakeshore:owner"  # "controller" or "cli"
 TAG_PROVIDER = "lakeshore:provider"
+#: Set by a provider on an instance before it terminates it when asked: an instance that ended
+#: without it was taken back (a spot interruption) or ended by someone else.
+TAG_ENDED_BY = "lakeshore:ended-by"
 
 
 class ProviderError(Exception):
@@ -50,6 +53,10 @@ class LaunchSpec:
     plane_url: str | None = None
     plane_token: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Launch on-demand even where `settings` ask for spot: the controller's fallback after
+    #: `spot_fallback_after` reclaims. Not part of `config_hash`: the same config on another
+    #: market, so these instances are not rolled as outdated.
+    on_demand: bool = False
 
     def daemon_names(self, count: int) -> list[str]:
         if self.names:
@@ -86,7 +93,11 @@ class Instance:
     id: str
     tags: Mapping[str, str]
     launched_at: float
-    state: str = "running"  # pending | running | terminating
+    #: pending | running | terminating | reclaimed: ended or stopped without being asked to
+    #: (a spot interruption, a host failure, someone else's hand); the controller replaces it.
+    state: str = "running"
+    #: Why a reclaimed instance ended, in the provider's words.
+    reason: str = ""
     #: Why a pending instance waits, as its provider says it (Slurm's reason: "Resources").
     note: str = ""
 
@@ -116,7 +127,8 @@ class Provider(Protocol):
         """Stop these instances; ids this provider no longer knows are ignored."""
 
     def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
-        """Live instances this provider launched whose tags include all of `tags`."""
+        """Live instances this provider launched whose tags include all of `tags`, and those
+        reclaimed (state `reclaimed`) while the provider still knows of them."""
 
 
 def matches(instance_tags: Mapping[str, str], wanted: Mapping[str, str] | None) -> bool:

@@ -5,19 +5,27 @@ instance tags of `LaunchSpec.tags` so `list()` is a `describe_instances` filtere
 `spot: true` a launch asks for spot capacity and, when EC2 has none (capacity or price errors),
 asks again on demand for the same VM: a job waits less for a dearer VM than for no VM.
 
+An instance that ended or stopped without this provider being asked to end it (a spot
+interruption, a host failure, a hand in the console) is listed as `reclaimed`, with EC2's state
+reason, for as long as EC2 still describes it (about an hour after it ended): `terminate()` tags
+an instance `lakeshore:ended-by` before ending it, so the two are told apart after a restart too.
+
 Config: `region`, `instance_type`, `ami` (required); `spot`, `subnet_id`, `security_group_ids`,
 `key_name`, `iam_instance_profile`, `package` (pip requirement for the VM), `concurrency`,
-`labels`. A queue's `match` overrides any of these (say, `instance_type` per pool).
+`labels`, `spot_fallback_after` (the controller launches on-demand once this many of a pool's
+instances were reclaimed within an hour). A queue's `match` overrides any of these (say,
+`instance_type` per pool).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..extras import needs_extra
-from .base import TAG_PROVIDER, Instance, LaunchSpec, ProviderError, matches
+from .base import TAG_ENDED_BY, TAG_PROVIDER, Instance, LaunchSpec, ProviderError, matches
 from .userdata import render
 
 REQUIRED = ("region", "instance_type", "ami")
@@ -32,13 +40,23 @@ SPOT_CAPACITY_ERRORS = frozenset(
         "InsufficientFreeAddressesInSubnet",
     }
 )
-LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
+ENDING_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 
 
 def check_config(config: Mapping[str, Any]) -> None:
+    """The settings this plugin reads: refused here (and by `lakeshore providers add`) with
+    what is allowed, rather than when the controller first launches."""
     missing = [k for k in REQUIRED if not config.get(k)]
     if missing:
         raise ProviderError(f"ec2 provider config needs {', '.join(missing)}")
+    after = config.get("spot_fallback_after")
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 1):
+        raise ProviderError(
+            f"spot_fallback_after must be a whole number of reclaims, 1 or more; got {after!r}"
+        )
+    if "spot" in config and not isinstance(config["spot"], bool):
+        raise ProviderError(f"spot must be true or false; got {config['spot']!r}")
 
 
 class Ec2Provider:
@@ -83,7 +101,11 @@ class Ec2Provider:
                 params[field] = settings[key]
         if settings.get("iam_instance_profile"):
             params["IamInstanceProfile"] = {"Name": settings["iam_instance_profile"]}
-        if settings.get("spot"):
+        if settings.get("spot") and spec.on_demand:
+            params["TagSpecifications"][0]["Tags"].append(
+                {"Key": "lakeshore:spot-fallback", "Value": "reclaims"}
+            )
+        elif settings.get("spot"):
             spot = {
                 **params,
                 "InstanceMarketOptions": {
@@ -108,29 +130,51 @@ class Ec2Provider:
             raise ProviderError(f"ec2 launch of {daemon} failed: {exc}") from exc
 
     def terminate(self, ids: Sequence[str]) -> None:
-        if ids:
-            self.client.terminate_instances(InstanceIds=list(ids))
+        if not ids:
+            return
+        from botocore.exceptions import ClientError
+
+        # Marks the end as asked for; a failed tag only risks one false "reclaimed".
+        with contextlib.suppress(ClientError):
+            self.client.create_tags(
+                Resources=list(ids), Tags=[{"Key": TAG_ENDED_BY, "Value": "lakeshore"}]
+            )
+        self.client.terminate_instances(InstanceIds=list(ids))
 
     def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         wanted = {TAG_PROVIDER: self.name, **(tags or {})}
         filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in wanted.items()]
-        filters.append({"Name": "instance-state-name", "Values": LIVE_STATES})
+        filters.append({"Name": "instance-state-name", "Values": LISTED_STATES})
         out = []
         for page in self.client.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
                 for raw in reservation["Instances"]:
                     inst = self._instance(raw)
-                    if matches(inst.tags, wanted):
+                    if inst.state != "ended" and matches(inst.tags, wanted):
                         out.append(inst)
         return out
 
     @staticmethod
     def _instance(raw: Mapping[str, Any]) -> Instance:
+        """The instance as the controller sees it (`ended`: ended as it was asked to)."""
         launched = raw.get("LaunchTime")
         state = raw.get("State", {}).get("Name", "pending")
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+        reason = ""
+        if state in ("running", "pending"):
+            seen = state
+        elif TAG_ENDED_BY in tags:
+            seen = "ended" if state == "terminated" else "terminating"
+        elif state in ENDING_STATES:
+            seen = "reclaimed"
+            why = raw.get("StateReason", {}).get("Code") or raw.get("StateTransitionReason")
+            reason = f"{state}: {why or 'no reason given'}"
+        else:
+            seen = "terminating"
         return Instance(
             id=raw["InstanceId"],
-            tags={t["Key"]: t["Value"] for t in raw.get("Tags", [])},
+            tags=tags,
             launched_at=launched.timestamp() if launched is not None else time.time(),
-            state={"running": "running", "pending": "pending"}.get(state, "terminating"),
+            state=seen,
+            reason=reason,
         )

@@ -81,6 +81,12 @@ class FakeProvider:
     def terminated(self) -> builtins.list[str]:
         return [i for c in self.calls if c.verb == "terminate" for i in c.ids]
 
+    def reclaim(self, ids: Sequence[str], reason: str = "spot interruption") -> None:
+        """The cloud takes these back: listed as `reclaimed` until terminated."""
+        with self._lock:
+            for i in ids:
+                self.instances[i] = replace(self.instances[i], state="reclaimed", reason=reason)
+
     def age(self, seconds: float) -> None:
         """Pretend every instance was launched `seconds` earlier (boot timeouts)."""
         with self._lock:

@@ -11,7 +11,9 @@ import collections
 import contextlib
 import inspect
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from . import context, spill, tracing
@@ -28,6 +30,8 @@ Handler = Callable[[Any], Any]
 STDERR_TAIL = 20
 #: A command that exits with this (EX_TEMPFAIL) asks to be run again later: a preemption.
 EXIT_TEMPFAIL = 75
+#: Names the file a command reads its preemption deadline from (see `run_command`).
+DEADLINE_ENV = "LAKESHORE_PREEMPT_DEADLINE"
 
 
 class NoHandler(DispatchError):
@@ -142,50 +146,70 @@ def run_command(envelope: Envelope, emit: Emit) -> int:
 
     A preemption notice reaches the command as SIGTERM (as Slurm's `--signal` would): it has
     the daemon's preemption grace to save its state and exit; exiting 75 (EX_TEMPFAIL) asks
-    to be run again, a preemption, not a failure.
+    to be run again, a preemption, not a failure. An environment variable cannot change once
+    the command runs, so `LAKESHORE_PREEMPT_DEADLINE` names a file instead: absent until a
+    notice, then (written before the SIGTERM) the deadline as epoch seconds.
     """
     assert envelope.command is not None
+    with tempfile.TemporaryDirectory(prefix="lakeshore-exec-") as scratch:
+        deadline_file = Path(scratch) / "preempt-deadline"
+        env = {**(envelope.env or {}), DEADLINE_ENV: str(deadline_file)}
+        code = _run_shell(envelope, env, deadline_file, emit)
+    if code == EXIT_TEMPFAIL:
+        raise Preempted(
+            f"the command exited {EXIT_TEMPFAIL} (EX_TEMPFAIL): run it again later",
+            cause="exit75",
+        )
+    return code
+
+
+def _run_shell(envelope: Envelope, env: dict[str, str], deadline_file: Path, emit: Emit) -> int:
+    """The command's exit code; raises `CommandFailed` for one neither 0 nor 75."""
     tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
     proc = subprocess.Popen(
-        envelope.command,
+        envelope.command or "",
         shell=True,
         cwd=envelope.cwd,
-        env=_command_env(envelope.env),
+        env=_command_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
     )
     assert proc.stdout is not None
-    _forward_notice(proc)
+    _forward_notice(proc, deadline_file)
     with proc.stdout:  # closed also when emit raises (the job was ended while it ran)
         for line in proc.stdout:
             line = line.rstrip("\n")
             tail.append(line)
             emit(line)
     code = proc.wait()
-    if code == EXIT_TEMPFAIL:
-        raise Preempted(
-            f"the command exited {EXIT_TEMPFAIL} (EX_TEMPFAIL): run it again later",
-            cause="exit75",
-        )
-    if code != 0:
+    if code not in (0, EXIT_TEMPFAIL):
         raise CommandFailed(code, list(tail))
     return code
 
 
-def _forward_notice(proc: subprocess.Popen[str]) -> None:
-    """On a preemption notice, SIGTERM the command (the shell execs a lone command)."""
+def _forward_notice(proc: subprocess.Popen[str], deadline_file: Path) -> None:
+    """On a preemption notice, write the deadline where `LAKESHORE_PREEMPT_DEADLINE` points
+    (whole, by a rename: a reader never sees half of it), then SIGTERM the command (the shell
+    execs a lone command)."""
     ctx = jobrun.current()
     if ctx is None or ctx.link is None:
         return
     import signal
 
+    link = ctx.link
+
     def forward() -> None:
+        deadline = link.deadline
+        partial = deadline_file.with_suffix(".tmp")
+        with contextlib.suppress(OSError):  # the command ended and its folder went with it
+            partial.write_text("" if deadline is None else f"{deadline:.3f}\n")
+            partial.replace(deadline_file)
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
 
-    ctx.link.on_preempt(forward)
+    link.on_preempt(forward)
 
 
 class CommandFailed(DispatchError):

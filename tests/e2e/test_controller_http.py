@@ -37,6 +37,14 @@ def test_providers_cli_and_stats_desired_vs_actual(
 
     missing = runner.invoke(cli, ["providers", "add", "aws", "--kind", "ec2", *opts])
     assert missing.exit_code != 0 and "--kind ec2 needs --region" in missing.output
+    ec2 = ["--kind", "ec2", "--region", "eu-west-1", "--instance-type", "g5.xlarge"]
+    for bad in (["--spot-fallback-after", "0"], ["--set", "spot_fallback_after=often"]):
+        refused = runner.invoke(cli, ["providers", "add", "aws", *ec2, "--ami", "a", *bad, *opts])
+        assert refused.exit_code == 2, refused.output
+        assert "spot_fallback_after must be a whole number of reclaims, 1 or more" in (
+            refused.output
+        )
+    assert plane.providers() == []  # refused before anything was stored
     added = runner.invoke(
         cli,
         [
@@ -52,6 +60,8 @@ def test_providers_cli_and_stats_desired_vs_actual(
             "--ami",
             "ami-1",
             "--spot",
+            "--spot-fallback-after",
+            "3",
             "--set",
             "concurrency=4",
             *opts,
@@ -64,6 +74,7 @@ def test_providers_cli_and_stats_desired_vs_actual(
         "instance_type": "g5.xlarge",
         "ami": "ami-1",
         "spot": True,
+        "spot_fallback_after": 3,
         "concurrency": 4,
     }
     listed = json.loads(runner.invoke(cli, ["providers", "ls", "--json", *opts]).output)

@@ -9,13 +9,10 @@ checkpoint interval of 200, and `max_attempts=1` was enough.
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +22,7 @@ import numpy as np
 import pytest
 import training
 from daemon_harness import DaemonProcess, wait_until
+from imds import standin_imds
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
@@ -127,51 +125,10 @@ def test_a_job_whose_daemon_is_killed_resumes_from_its_last_checkpoint(
     assert q.status(inv).ended_by == "daemon_lost"
 
 
-class _Imds(http.server.BaseHTTPRequestHandler):
-    """A stand-in for EC2's instance metadata service (IMDSv2): a token, then 404 for the
-    spot instance-action until the test sets `action` on the server."""
-
-    server: Any
-
-    def do_PUT(self) -> None:
-        if self.path != "/latest/api/token" or not self.headers.get(
-            "X-aws-ec2-metadata-token-ttl-seconds"
-        ):
-            self.send_error(400)
-            return
-        self._answer(200, b"token-1")
-
-    def do_GET(self) -> None:
-        if self.headers.get("X-aws-ec2-metadata-token") != "token-1":
-            self.send_error(401)
-            return
-        action = self.server.action
-        if self.path == "/latest/meta-data/spot/instance-action" and action is not None:
-            self._answer(200, json.dumps(action).encode())
-        else:
-            self.send_error(404)
-
-    def _answer(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture
 def imds() -> Iterator[Any]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
-    server.action = None  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with standin_imds() as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_an_ec2_spot_notice_preempts_the_job_by_its_deadline(
@@ -271,3 +228,32 @@ def test_a_checkpoint_over_the_storage_limit_is_refused_and_the_last_one_stays(
             proc.stop()
     assert answer["error"].startswith("PayloadTooLarge") and "--max-object-mb" in answer["error"]
     assert answer["last"] == {"step": 1}
+
+
+def test_a_command_reads_its_deadline_from_the_file_lakeshore_preempt_deadline_names(
+    fleet: tuple[HttpDispatch, Callable[..., DaemonProcess]],
+) -> None:
+    plane, start = fleet
+    q = dls.SyncQueue("train", dispatch=plane)
+    command = (
+        'echo "before the notice: $(cat "$LAKESHORE_PREEMPT_DEADLINE" 2>/dev/null || echo none)"\n'
+        'trap \'echo "deadline $(cat "$LAKESHORE_PREEMPT_DEADLINE")"; exit 75\' TERM\n'
+        "echo started\n"
+        "while :; do sleep 0.05; done\n"
+    )
+    inv = q.submit(envelope=dls.Envelope.for_exec(command), max_attempts=1)
+    a = start("exec-a", "--preempt-grace-s", "20")
+    lines = lambda: [dls.decode(f.value or b"") for f in plane.frames(inv) if f.kind == "VALUE"]  # noqa: E731
+    wait_until(lambda: "started" in lines(), timeout=60, what="the command started")
+
+    noticed = time.time()
+    a.signal(signal.SIGTERM)
+
+    assert a.wait(timeout=60) == 0
+    row = q.status(inv)
+    assert (row.state, row.preemptions, row.attempt) == ("queued", 1, 1)
+    assert lines()[0] == "before the notice: none"
+    [said] = [line for line in lines() if line.startswith("deadline ")]
+    deadline = float(said.split()[1])
+    assert noticed <= deadline <= time.time() + 20  # the end of the grace, as epoch seconds
+    assert deadline - noticed == pytest.approx(20, abs=5)

@@ -144,3 +144,38 @@ def _error(code: str) -> Any:
 
 _no_spot_capacity = _error("InsufficientInstanceCapacity")
 _unauthorized = _error("UnauthorizedOperation")
+
+
+def test_an_instance_ended_without_being_asked_is_listed_as_reclaimed(ec2: Any) -> None:
+    p = Ec2Provider("my-ec2", {**CONFIG, "spot": True}, client=ec2)
+    taken, stopped, ours = p.launch(spec(), 3)
+
+    ec2.terminate_instances(InstanceIds=[taken.id])  # not through the provider: EC2 took it
+    ec2.stop_instances(InstanceIds=[stopped.id])
+    p.terminate([ours.id])
+
+    found = {i.id: i for i in p.list()}
+    assert ours.id not in found  # ended as asked: gone from the listing
+    assert found[taken.id].state == "reclaimed"
+    assert found[taken.id].reason.startswith("terminated: ")
+    assert found[stopped.id].state == "reclaimed"
+    assert found[stopped.id].reason.startswith("stopped: ")
+
+    p.terminate([stopped.id])  # what the controller does with a reclaimed VM
+    assert stopped.id not in {i.id for i in p.list() if i.state == "reclaimed"}
+
+
+def test_an_on_demand_launch_skips_spot_and_says_why(ec2: Any) -> None:
+    seen: list[dict[str, Any]] = []
+    ec2.meta.events.register("provide-client-params.ec2.RunInstances", _record(seen))
+    p = Ec2Provider("my-ec2", {**CONFIG, "spot": True}, client=ec2)
+    [inst] = p.launch(spec(on_demand=True), 1)
+    assert ["InstanceMarketOptions" in s for s in seen] == [False]
+    assert inst.tags["lakeshore:spot-fallback"] == "reclaims"
+    assert spec(on_demand=True).config_hash == spec().config_hash  # not rolled as outdated
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True])
+def test_spot_fallback_after_must_be_a_count(bad: object) -> None:
+    with pytest.raises(ProviderError, match="spot_fallback_after must be a whole number"):
+        Ec2Provider("x", {**CONFIG, "spot": True, "spot_fallback_after": bad}, client=object())
