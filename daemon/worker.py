@@ -167,17 +167,15 @@ class Daemon(WorkerCore):
         self._metrics.claim_returned(len(claims))
         return claims
 
-    def _renew(self) -> None:
-        retry = self._retry
-        if self._metrics is None or not isinstance(retry, _CountingRetrier):
-            super()._renew()
-            return
+    def _renew(self) -> bool:
+        if self._metrics is None:
+            return super()._renew()
         with self._free:
             held = sum(1 for s in self.slots if s.claim is not None) + len(self._buffer)
-        failed = retry.failures("renew")
-        super()._renew()
-        if held and retry.failures("renew") == failed:
+        answered = super()._renew()
+        if held and answered:
             self._metrics.renewals.inc(held)
+        return answered
 
 
 class _CountingRetrier(Retrier):
@@ -186,12 +184,7 @@ class _CountingRetrier(Retrier):
     def __init__(self, log: Any, metrics: DaemonMetrics) -> None:
         super().__init__(log)
         self._metrics = metrics
-        self._failures: dict[str, int] = {}
-
-    def failures(self, what: str) -> int:
-        return self._failures.get(what, 0)
 
     def unreachable(self, what: str, exc: BaseException) -> None:
-        self._failures[what] = self._failures.get(what, 0) + 1
         self._metrics.plane_error(what, "unreachable")
         super().unreachable(what, exc)

@@ -11,8 +11,9 @@ concern reads top to bottom with no executor hops. The shape follows procrastina
     claim           while not draining: wait for room (free slots + prefetch), claim a batch,
                     hand claims to free slots and keep the rest in the prefetch buffer
     acks            sends the slots' successes in batches, one commit each (acks.py)
-    heartbeat       renew leases (and learn kill requests), report load, re-read the worker row
-    watchdog        WATCHDOG=1 to systemd while the heartbeat loop is making progress
+    leases          renew leases (and learn kill requests), a third of the lease apart (leases.py)
+    heartbeat       report load, re-read the worker row
+    watchdog        WATCHDOG=1 to systemd while the lease loop is making progress
     slot-N          one per slot: runs a job, posts frames, settles (slot.py)
 
 Every side thread is watched: if one raises, the worker stops (releasing what it holds) rather
@@ -37,6 +38,7 @@ from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
 from ..types import Ack, Claim, WorkerInfo
 from .acks import AckQueue
+from .leases import KILL_POLL_S, keep_leases
 from .log import EventLogger
 from .retry import GaveUp, Retrier, is_transient
 from .slot import JobSink, Outcome, Slot, SlotFactory
@@ -48,8 +50,6 @@ T = TypeVar("T")
 CLAIM_WAIT_S = 1.0
 #: The worker row (membership and state) is re-read at least this often while claiming.
 MEMBERSHIP_POLL_S = 1.0
-#: Leases are renewed (and kill requests read) at least this often while a job runs.
-KILL_POLL_S = 1.0
 #: The worker row's heartbeat, at most this far apart (the plane calls a worker stale at 120 s).
 HEARTBEAT_MAX_S = 10.0
 #: While draining, systemd is asked for this much more than the time left, at least this often.
@@ -176,7 +176,7 @@ class WorkerCore(JobSink):
         self._wake = threading.Event()  # the main thread has something to look at
         self._free = threading.Condition()  # a slot became free, or the worker is stopping
         self._stop_reason = ""
-        self._beat_at = time.monotonic()
+        self._lease_tick_at = time.monotonic()
         self._threads: list[threading.Thread] = []
         self._retry = Retrier(self._log)
         self._buffer: deque[Claim] = deque()  # claimed ahead of a free slot (under self._free)
@@ -245,6 +245,7 @@ class WorkerCore(JobSink):
         if started:
             self.notifier.ready(self._status_line())
             self._on_ready()
+            self._spawn_thread("lakeshore-leases", self._lease_loop)
             self._spawn_thread("lakeshore-heartbeat", self._heartbeat_loop)
             self._spawn_thread("lakeshore-claim", self._claim_loop)
             self._spawn_thread("lakeshore-acks", self._ack_loop)
@@ -576,25 +577,37 @@ class WorkerCore(JobSink):
             self._log.error("daemon.row_missing", worker_id=self.worker_id)
             self.drain("worker row missing on the plane")
 
-    # -- heartbeat: leases, kill requests, load -----------------------------------------------
+    # -- leases and kill requests; the heartbeat: load ----------------------------------------
+
+    def _lease_loop(self) -> None:
+        keep_leases(
+            self._renew,
+            self._halt,
+            self.config.lease_s,
+            ticked=self._ticked,
+            slow=lambda took_s: self._log.warning(
+                "lease.renewal_slow", took_s=round(took_s, 3), lease_s=self.config.lease_s
+            ),
+        )
+
+    def _ticked(self, now: float) -> None:
+        self._lease_tick_at = now
 
     def _heartbeat_loop(self) -> None:
-        tick = min(self.config.lease_s / 3, KILL_POLL_S)
         beat_every = min(self.config.lease_s / 3, HEARTBEAT_MAX_S)
-        next_beat = time.monotonic()  # the first beat at once: `daemon show` has load to show
-        while not self._halt.wait(tick):
-            self._beat_at = time.monotonic()
-            self._renew()
-            if time.monotonic() >= next_beat:
-                self._beat()
-                next_beat = time.monotonic() + beat_every
+        wait = min(beat_every, KILL_POLL_S)  # the first beat soon: `daemon show` has load to show
+        while not self._halt.wait(wait):
+            started = time.monotonic()
+            self._beat()
+            wait = max(0.0, started + beat_every - time.monotonic())
 
-    def _renew(self) -> None:
+    def _renew(self) -> bool:
+        """Renew every lease held, running or buffered; False if the plane did not answer."""
         held = [(slot, claim) for slot in self.slots if (claim := slot.claim) is not None]
         with self._free:
             buffered = list(self._buffer)
         if not held and not buffered:
-            return
+            return True
         leases = [c.lease for _, c in held] + [c.lease for c in buffered]
         try:
             alive = self.plane.renew(leases, self.config.lease_s)
@@ -602,7 +615,7 @@ class WorkerCore(JobSink):
             if not is_transient(exc):
                 raise
             self._retry.unreachable("renew", exc)
-            return
+            return False
         self._retry.reachable("renew")
         self._prune_buffer(buffered, alive)
         for slot, claim in held:
@@ -611,6 +624,7 @@ class WorkerCore(JobSink):
                     self._log.warning("job.lease_lost", invocation=claim.id, slot=slot.index)
             elif alive[claim.id] and slot.abort(claim.id, "killed"):
                 self._log.info("job.kill_requested", invocation=claim.id, slot=slot.index)
+        return True
 
     def _prune_buffer(self, buffered: Sequence[Claim], alive: Mapping[str, bool]) -> None:
         """Drop buffered claims whose lease is gone; end those killed before they started."""
@@ -644,9 +658,9 @@ class WorkerCore(JobSink):
     def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
         assert interval is not None
-        stuck_after = interval * 2  # the whole WatchdogSec: a heartbeat loop that hung
+        stuck_after = interval * 2  # the whole WatchdogSec: a lease loop that hung
         while not self._halt.wait(interval):
-            if time.monotonic() - self._beat_at < stuck_after:
+            if time.monotonic() - self._lease_tick_at < stuck_after:
                 self.notifier.watchdog()
 
     def _status_line(self) -> str:

@@ -35,7 +35,8 @@ def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "con
 
 class FaultyPlane:
     """Wraps a plane; `down` makes every call fail as if unreachable, `broken` names a call
-    that raises a programming error (a bug the daemon must not survive half alive)."""
+    that raises a programming error (a bug the daemon must not survive half alive), and
+    `hang(name)` makes that call wait until the event it returns is set."""
 
     def __init__(self, inner: Dispatch) -> None:
         self.inner = inner
@@ -43,6 +44,12 @@ class FaultyPlane:
         self.down = threading.Event()
         self.broken: str | None = None
         self.calls: list[str] = []
+        self.hanging: dict[str, threading.Event] = {}
+        self.hung: list[str] = []  # calls that are waiting in a hang now
+
+    def hang(self, name: str) -> threading.Event:
+        release = self.hanging[name] = threading.Event()
+        return release
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.inner, name)
@@ -55,6 +62,10 @@ class FaultyPlane:
                 raise RuntimeError(f"bug in {name}")
             if self.down.is_set() and name != "close":
                 raise ConnectionRefusedError("plane unreachable")
+            if name in self.hanging:
+                self.hung.append(name)
+                self.hanging[name].wait()
+                self.hung.remove(name)
             return target(*args, **kwargs)
 
         return call
@@ -178,6 +189,38 @@ def test_a_crashed_side_task_stops_the_daemon_and_releases_its_job(plane: Dispat
     faulty.broken = "heartbeat"
     assert running.join() == EXIT_CRASHED
     assert q.status(inv).state == "queued" and q.status(inv).attempt == 0
+
+
+def test_a_heartbeat_that_hangs_does_not_hold_back_lease_renewals(
+    plane: Dispatch, tmp_path: Path
+) -> None:
+    # Given a daemon whose heartbeat hangs, as its load figures and row write took seconds on
+    # a box saturated by CPU-bound jobs (issue 33, item 2), and a job that runs until told
+    faulty = FaultyPlane(plane)
+    release = faulty.hang("heartbeat")
+    q = dls.SyncQueue("q", dispatch=plane)
+    running = Running(faulty, lease_s=1.5)
+    try:
+        inv = q.submit(gate_on(tmp_path / "open", started=tmp_path / "started"))
+        wait_until(lambda: (tmp_path / "started").exists(), what="the job in its slot")
+        wait_until(lambda: "heartbeat" in faulty.hung, what="the heartbeat to hang")
+
+        # When the heartbeat stays stuck, the job's lease is renewed all the same
+        renewed = faulty.calls.count("renew")
+        wait_until(
+            lambda: faulty.calls.count("renew") >= renewed + 3,
+            what="lease renewals while the heartbeat hangs",
+        )
+        assert "heartbeat" in faulty.hung
+
+        # Then the job ends on its first attempt, its lease never lost
+        (tmp_path / "open").touch()
+        assert q.result(inv, timeout=20) == 0
+        assert q.status(inv).attempt == 1
+    finally:
+        release.set()
+        (tmp_path / "open").touch()
+        assert running.stop() == EXIT_OK
 
 
 def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> None:
