@@ -21,6 +21,7 @@ from ..work.core import (
     EXIT_CONFIG,
     EXIT_CRASHED,
     EXIT_OK,
+    EXIT_UNREACHABLE,
     ConfigError,
     WorkerConfig,
     WorkerCore,
@@ -39,6 +40,7 @@ __all__ = [
     "EXIT_CONFIG",
     "EXIT_CRASHED",
     "EXIT_OK",
+    "EXIT_UNREACHABLE",
     "ConfigError",
     "Daemon",
     "DaemonConfig",
@@ -73,7 +75,9 @@ class Daemon(WorkerCore):
         self._meter: LoadMeter | None = None
         self._metrics = metrics
         if metrics is not None:
-            self._retry = _CountingRetrier(self._log, metrics)
+            self._retry = _CountingRetrier(
+                self._log, metrics, give_up_s=config.give_up_unreachable_s
+            )
 
     def run(self, *, install_signals: bool = True) -> int:
         """Serve until drained or stopped; SIGTERM/SIGINT handlers live only inside this call."""
@@ -181,8 +185,8 @@ class Daemon(WorkerCore):
 class _CountingRetrier(Retrier):
     """The core's retrier, counting every failed try (it logs only the first of an outage)."""
 
-    def __init__(self, log: Any, metrics: DaemonMetrics) -> None:
-        super().__init__(log)
+    def __init__(self, log: Any, metrics: DaemonMetrics, *, give_up_s: float | None) -> None:
+        super().__init__(log, give_up_s=give_up_s)
         self._metrics = metrics
 
     def unreachable(self, what: str, exc: BaseException) -> None:

@@ -33,14 +33,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from dreamlake.lakeshore.work.leases import KILL_POLL_S, keep_leases
+
 from .. import protocols, signing
 from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
 from ..types import Ack, Claim, WorkerInfo
 from .acks import AckQueue
-from .leases import KILL_POLL_S, keep_leases
 from .log import EventLogger
-from .retry import GaveUp, Retrier, is_transient
+from .retry import GaveUp, PlaneUnreachable, Retrier, is_transient
 from .slot import JobSink, Outcome, Slot, SlotFactory
 
 T = TypeVar("T")
@@ -65,6 +66,10 @@ ACK_FLUSH_S = 30.0
 EXIT_OK = 0
 EXIT_CRASHED = 1
 EXIT_CONFIG = 2
+#: A burst run gave up on a plane it could not reach (`give_up_unreachable_s`).
+EXIT_UNREACHABLE = 3
+#: How long a burst run waits for a plane it cannot reach before it gives up.
+BURST_GIVE_UP_S = 30.0
 
 #: Claims `limit` jobs from `queues`, waiting up to `wait_s` for the first (plane.claim_many
 #: by default; a queue handle claims with its own kind, temperature and anneal schedule).
@@ -133,6 +138,9 @@ class WorkerConfig:
     #: A refused claim (an unknown queue, a token without rights) raises out of `run()` instead
     #: of being logged and retried: right for a library call, wrong for a fleet's daemon.
     raise_refusals: bool = False
+    #: Stop (EXIT_UNREACHABLE) once registering or claiming has found the plane unreachable for
+    #: this long; None rides out any outage. Burst runs set it: somebody waits for them to end.
+    give_up_unreachable_s: float | None = None
 
 
 class WorkerCore(JobSink):
@@ -178,7 +186,7 @@ class WorkerCore(JobSink):
         self._stop_reason = ""
         self._lease_tick_at = time.monotonic()
         self._threads: list[threading.Thread] = []
-        self._retry = Retrier(self._log)
+        self._retry = Retrier(self._log, give_up_s=config.give_up_unreachable_s)
         self._buffer: deque[Claim] = deque()  # claimed ahead of a free slot (under self._free)
         self._acks = AckQueue()
 
@@ -236,7 +244,12 @@ class WorkerCore(JobSink):
     def run(self) -> int:
         """Serve until drained or stopped (or a side thread crashed); the exit code."""
         factory = self._prepare()
-        worker = self._register()
+        try:
+            worker = self._register()
+        except PlaneUnreachable as exc:
+            self.fatal = exc
+            self._log.error("daemon.plane_unreachable", error=str(exc))
+            return EXIT_UNREACHABLE
         if worker is None:
             return EXIT_OK  # asked to stop before the plane could be reached
         self.worker_id = worker.id
@@ -258,6 +271,8 @@ class WorkerCore(JobSink):
             self._urgent.set()
             self.drain(f"crashed: {self.fatal!r}")
         self._shut_down()
+        if isinstance(self.fatal, PlaneUnreachable):
+            return EXIT_UNREACHABLE
         if self.fatal is not None:
             return EXIT_CRASHED if started else EXIT_CONFIG
         return EXIT_OK
@@ -285,9 +300,12 @@ class WorkerCore(JobSink):
                     info=info,
                 ),
                 give_up=self._draining,
+                bounded=True,
             )
         except GaveUp:
             return None
+        except PlaneUnreachable:
+            raise
         except DispatchError as exc:  # a wrong token or namespace: retrying will not help
             raise ConfigError(f"the plane refused to register this worker: {exc}") from exc
 
@@ -316,7 +334,10 @@ class WorkerCore(JobSink):
             try:
                 target()
             except BaseException as exc:
-                self._log.exception("daemon.task_crashed", task=name)
+                if isinstance(exc, PlaneUnreachable):  # an outage, not a bug: no traceback
+                    self._log.error("daemon.plane_unreachable", task=name, error=str(exc))
+                else:
+                    self._log.exception("daemon.task_crashed", task=name)
                 if self.fatal is None:
                     self.fatal = exc
                 self._wake.set()
@@ -354,11 +375,12 @@ class WorkerCore(JobSink):
                 self._acks.unride(riders)  # the acks thread sends them on its own
                 if is_transient(exc):
                     self._retry.unreachable("claim", exc)
+                    self._retry.check("claim", exc)  # a burst run's bound
                 elif isinstance(exc, DispatchError) and not self.config.raise_refusals:
                     self._log.warning("claim.refused", error=str(exc), queues=queues)
                 else:
                     raise
-                self._draining.wait(backoff.next())
+                self._draining.wait(self._retry.pause("claim", backoff))
                 continue
             finally:
                 self._acks.done(riders)

@@ -18,9 +18,16 @@ from typing import Any
 import pytest
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore.daemon.worker import EXIT_CRASHED, EXIT_OK, Daemon, DaemonConfig
+from dreamlake.lakeshore.daemon.worker import (
+    EXIT_CRASHED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Daemon,
+    DaemonConfig,
+)
 from dreamlake.lakeshore.errors import LeaseLost
 from dreamlake.lakeshore.plane import Dispatch
+from dreamlake.lakeshore.work.retry import PlaneUnreachable
 from dreamlake.lakeshore.work.slot import Outcome
 
 
@@ -35,7 +42,8 @@ def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "con
 
 class FaultyPlane:
     """Wraps a plane; `down` makes every call fail as if unreachable, `broken` names a call
-    that raises a programming error (a bug the daemon must not survive half alive), and
+    that raises a programming error (a bug the daemon must not survive half alive),
+    `unreachable` names calls that fail as if the plane were away while the others answer, and
     `hang(name)` makes that call wait until the event it returns is set."""
 
     def __init__(self, inner: Dispatch) -> None:
@@ -43,6 +51,7 @@ class FaultyPlane:
         self.namespace = inner.namespace
         self.down = threading.Event()
         self.broken: str | None = None
+        self.unreachable: set[str] = set()
         self.calls: list[str] = []
         self.hanging: dict[str, threading.Event] = {}
         self.hung: list[str] = []  # calls that are waiting in a hang now
@@ -60,7 +69,7 @@ class FaultyPlane:
             self.calls.append(name)
             if self.broken == name:
                 raise RuntimeError(f"bug in {name}")
-            if self.down.is_set() and name != "close":
+            if (self.down.is_set() and name != "close") or name in self.unreachable:
                 raise ConnectionRefusedError("plane unreachable")
             if name in self.hanging:
                 self.hung.append(name)
@@ -221,6 +230,21 @@ def test_a_heartbeat_that_hangs_does_not_hold_back_lease_renewals(
         release.set()
         (tmp_path / "open").touch()
         assert running.stop() == EXIT_OK
+
+
+def test_a_burst_run_whose_claims_cannot_reach_the_plane_gives_up_at_its_bound(
+    plane: Dispatch,
+) -> None:
+    # Given a burst daemon that registered, whose claims then find the plane unreachable
+    faulty = FaultyPlane(plane)
+    faulty.unreachable = {"claim_many", "ack_and_claim"}
+    running = Running(faulty, burst=True, give_up_unreachable_s=1.0)
+
+    # Then it stops at the bound instead of retrying for ever, and says why
+    assert running.join() == EXIT_UNREACHABLE
+    assert isinstance(running.daemon.fatal, PlaneUnreachable)
+    assert "claim" in str(running.daemon.fatal)
+    assert plane.worker(running.daemon.worker_id or "").state == "gone"
 
 
 def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> None:
