@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from dreamlake.lakeshore.work.core import BURST_GIVE_UP_S
+
 from .. import __version__, signing
 from ..cli.errors import OneLineCommand
 from ..cli.exporter import start_exporter
@@ -124,6 +126,14 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option(
+    "--give-up-unreachable-s",
+    type=seconds(0, low_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Exit with status 3 once the control plane has been unreachable this long. Default: "
+    f"{BURST_GIVE_UP_S:g} with --burst; without --burst the daemon waits for the plane for ever.",
+)
+@click.option(
     "--lease-s",
     type=seconds(0.5, 3600),
     default=60.0,
@@ -218,6 +228,7 @@ def daemon_command(
     memory_gb: float | None,
     handler: str | None,
     burst: bool,
+    give_up_unreachable_s: float | None,
     lease_s: float,
     drain_timeout_s: float,
     kill_grace_s: float,
@@ -249,6 +260,7 @@ def daemon_command(
         gpus_per_job=gpus_per_job,
         handler=handler,
         burst=burst,
+        give_up_unreachable_s=give_up_unreachable_s or (BURST_GIVE_UP_S if burst else None),
         lease_s=lease_s,
         drain_timeout_s=drain_timeout_s,
         kill_grace_s=kill_grace_s,

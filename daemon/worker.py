@@ -23,6 +23,7 @@ from ..work.core import (
     EXIT_CONFIG,
     EXIT_CRASHED,
     EXIT_OK,
+    EXIT_UNREACHABLE,
     ConfigError,
     WorkerConfig,
     WorkerCore,
@@ -50,6 +51,7 @@ __all__ = [
     "EXIT_CONFIG",
     "EXIT_CRASHED",
     "EXIT_OK",
+    "EXIT_UNREACHABLE",
     "ConfigError",
     "Daemon",
     "DaemonConfig",
@@ -97,7 +99,9 @@ class Daemon(WorkerCore):
         self._meter: LoadMeter | None = None
         self._metrics = metrics
         if metrics is not None:
-            self._retry = _CountingRetrier(self._log, metrics)
+            self._retry = _CountingRetrier(
+                self._log, metrics, give_up_s=config.give_up_unreachable_s
+            )
 
     def run(self, *, install_signals: bool = True) -> int:
         """Serve until drained or stopped; SIGTERM/SIGINT handlers live only inside this call."""
@@ -271,31 +275,24 @@ class Daemon(WorkerCore):
         self._metrics.claim_returned(len(claims))
         return claims
 
-    def _renew(self) -> None:
-        retry = self._retry
-        if self._metrics is None or not isinstance(retry, _CountingRetrier):
-            super()._renew()
-            return
+    def _renew(self) -> bool:
+        if self._metrics is None:
+            return super()._renew()
         with self._free:
             held = sum(1 for s in self.slots if s.claim is not None) + len(self._buffer)
-        failed = retry.failures("renew")
-        super()._renew()
-        if held and retry.failures("renew") == failed:
+        answered = super()._renew()
+        if held and answered:
             self._metrics.renewals.inc(held)
+        return answered
 
 
 class _CountingRetrier(Retrier):
     """The core's retrier, counting every failed try (it logs only the first of an outage)."""
 
-    def __init__(self, log: Any, metrics: DaemonMetrics) -> None:
-        super().__init__(log)
+    def __init__(self, log: Any, metrics: DaemonMetrics, *, give_up_s: float | None) -> None:
+        super().__init__(log, give_up_s=give_up_s)
         self._metrics = metrics
-        self._failures: dict[str, int] = {}
-
-    def failures(self, what: str) -> int:
-        return self._failures.get(what, 0)
 
     def unreachable(self, what: str, exc: BaseException) -> None:
-        self._failures[what] = self._failures.get(what, 0) + 1
         self._metrics.plane_error(what, "unreachable")
         super().unreachable(what, exc)

@@ -24,7 +24,7 @@ from .plane.default import default_plane
 from .queue import DEFAULT_LEASE_S, Queue, SyncQueue
 from .storage import Storage
 from .types import MAX_NAME_LENGTH, NAME_PATTERN, Claim
-from .work.core import WorkerConfig, WorkerCore
+from .work.core import BURST_GIVE_UP_S, WorkerConfig, WorkerCore
 from .work.inline import InlineSlot
 from .work.slot import JobSink
 
@@ -108,6 +108,7 @@ def inline_worker(
         concurrency=concurrency,
         burst=burst,
         burst_wait_s=burst_wait_s,
+        give_up_unreachable_s=BURST_GIVE_UP_S if burst else None,
         max_jobs=max_jobs,
         lease_s=lease_s,
         kind=kind,

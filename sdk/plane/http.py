@@ -52,7 +52,7 @@ from . import http11
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .tls import Verify, tls_context, untrusted_message
-from .waiting import Deadline, room_wait, through_outages
+from .waiting import Deadline, RetryReport, room_wait, through_outages
 
 if TYPE_CHECKING:
     import httpx
@@ -189,6 +189,12 @@ def _repeatable(method: str, path: str) -> bool:
     return method in http11.IDEMPOTENT or (
         method == "POST" and bool(_REPEATABLE_POSTS.fullmatch(path))
     )
+
+
+def _why(exc: BaseException) -> str:
+    """Why a request got no answer, in words: "Connection refused", not the exception's repr."""
+    text = getattr(exc, "strerror", None) or str(exc)
+    return text if text else type(exc).__name__
 
 
 def _mint_id() -> str:
@@ -374,6 +380,7 @@ class HttpDispatch:
         except ServerBusy as busy:
             refused = busy
         deadline = Deadline(self._timeout_s)
+        report = RetryReport(f"{method} {path.split('?')[0]}", "was refused unread")
         while True:
             pause = (refused.retry_after_s or BUSY_RETRY_S) * random.uniform(1.0, 1.5)
             if pause > deadline.remaining():
@@ -381,6 +388,7 @@ class HttpDispatch:
                     f"{refused} (still refused after {self._timeout_s:g} s of retries)",
                     retry_after_s=refused.retry_after_s,
                 ) from None
+            report.retrying(refused, deadline.remaining())
             time.sleep(pause)  # no wake-up crosses the network: the server's hint is the signal
             try:
                 return self._send(method, url, content, params, wait_s)
@@ -432,7 +440,7 @@ class HttpDispatch:
                 raise Unavailable(untrusted_message(replica.url, exc)) from None
             except (OSError, http.client.HTTPException) as exc:
                 raise _Unreachable(
-                    f"cannot reach the control plane at {replica.url}: {exc!r}"
+                    f"cannot reach the control plane at {replica.url}: {_why(exc)}"
                 ) from exc
         else:
             client = replica.client
@@ -549,6 +557,9 @@ class HttpDispatch:
                         wait_s=wait + result_wait,
                     ),
                     self._timeout_s,
+                    what="submit",
+                    why="is sent again with the ids minted here: the job is neither lost nor made "
+                    "twice",
                 )
                 return data
             except QueueFullError as full:

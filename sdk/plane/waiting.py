@@ -4,11 +4,14 @@ The embedded plane waits on its waker in this thread, the server on the same wak
 loop, and the HTTP client in requests the server holds; the loops differ only in how they sleep.
 What they share, and what must agree across planes, is decided here: when a wait is over, and
 how long a submit refused by a full `on_full: block` queue waits before it tries again; and,
-for calls safe to repeat, how long a client rides out an unreachable plane.
+for calls safe to repeat, how long a client rides out an unreachable plane, and how it says so
+while it does: a person who typed `lakeshore submit` against a plane that is down should read
+what is being retried and for how long, not wait in silence for the error (issue 33, item 7b).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -25,6 +28,12 @@ SAFETY_POLL_S = 1.0
 
 #: The first pause before a request that met an outage is sent again; it doubles up to the last.
 OUTAGE_RETRY_FIRST_S, OUTAGE_RETRY_MAX_S = 0.05, 1.0
+#: While a call is retried, a line says so at its first retry and then at most this often.
+RETRY_REPORT_EVERY_S = 5.0
+
+#: Where a client says what it retries: one WARNING record per report. The CLI prints them on
+#: stderr; a program that set up no logging sees them there too (logging's last resort).
+log = logging.getLogger("dreamlake.lakeshore.client")
 
 
 class Deadline:
@@ -57,17 +66,53 @@ def room_wait(full: QueueFullError, deadline: Deadline) -> float:
     return deadline.nap(full.retry_after_s or None)
 
 
-def through_outages(call: Callable[[], T], timeout_s: float) -> T:
+class RetryReport:
+    """The lines a retried call writes: "cannot reach ...; retrying for 28 s more (why)".
+
+    `what` names the call and `why` says why repeating it is safe (so that nobody kills a
+    submit for fear of making the job twice); the first retry is reported at once, the next
+    ones at most every RETRY_REPORT_EVERY_S, so a 30 s window reads as a few lines.
+    """
+
+    def __init__(self, what: str, why: str) -> None:
+        self.what = what
+        self.why = why
+        self._next_at = 0.0
+
+    def retrying(self, error: BaseException, left_s: float) -> None:
+        now = time.monotonic()
+        if now < self._next_at:
+            return
+        self._next_at = now + RETRY_REPORT_EVERY_S
+        log.warning(
+            "%s; retrying for %s s more (%s %s)",
+            error,
+            f"{left_s:.0f}" if left_s >= 1 else f"{left_s:.1f}",
+            self.what,
+            self.why,
+        )
+
+
+def through_outages(
+    call: Callable[[], T],
+    timeout_s: float,
+    *,
+    what: str = "the call",
+    why: str = "is safe to send again",
+) -> T:
     """`call()`, made again while the plane is unreachable, for up to `timeout_s`; then the
     outage's own error. Only for calls that are safe to repeat: a read from a cursor, a submit
-    or a post whose ids the client minted."""
+    or a post whose ids the client minted. Each retry round is reported (`RetryReport`)."""
     deadline = time.monotonic() + timeout_s
     pause = OUTAGE_RETRY_FIRST_S
+    report = RetryReport(what, why)
     while True:
         try:
             return call()
-        except Unavailable:
-            if time.monotonic() + pause > deadline:
+        except Unavailable as exc:
+            left = deadline - time.monotonic()
+            if pause > left:
                 raise
+            report.retrying(exc, left)
             time.sleep(pause)  # a backoff between attempts: no wake-up crosses an outage
             pause = min(pause * 2, OUTAGE_RETRY_MAX_S)

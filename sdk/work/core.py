@@ -11,8 +11,9 @@ concern reads top to bottom with no executor hops. The shape follows procrastina
     claim           while not draining: wait for room (free slots + prefetch), claim a batch,
                     hand claims to free slots and keep the rest in the prefetch buffer
     acks            sends the slots' successes in batches, one commit each (acks.py)
-    heartbeat       renew leases (and learn kill requests), report load, re-read the worker row
-    watchdog        WATCHDOG=1 to systemd while the heartbeat loop is making progress
+    leases          renew leases (and learn kill requests), a third of the lease apart (leases.py)
+    heartbeat       report load, re-read the worker row
+    watchdog        WATCHDOG=1 to systemd while the lease loop is making progress
     slot-N          one per slot: runs a job, posts frames, settles (slot.py)
 
 Every side thread is watched: if one raises, the worker stops (releasing what it holds) rather
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from dreamlake.lakeshore.work.leases import KILL_POLL_S, keep_leases
+
 from .. import protocols, signing
 from ..errors import DispatchError, LeaseLost, NotFound
 from ..plane.base import Plane
@@ -40,7 +43,7 @@ from . import checkpoints
 from .acks import AckQueue
 from .log import EventLogger
 from .notice import Preemptible
-from .retry import GaveUp, Retrier, is_transient
+from .retry import GaveUp, PlaneUnreachable, Retrier, is_transient
 from .slot import JobSink, Outcome, Slot, SlotFactory
 
 T = TypeVar("T")
@@ -50,8 +53,6 @@ T = TypeVar("T")
 CLAIM_WAIT_S = 1.0
 #: The worker row (membership and state) is re-read at least this often while claiming.
 MEMBERSHIP_POLL_S = 1.0
-#: Leases are renewed (and kill requests read) at least this often while a job runs.
-KILL_POLL_S = 1.0
 #: The worker row's heartbeat, at most this far apart (the plane calls a worker stale at 120 s).
 HEARTBEAT_MAX_S = 10.0
 #: While draining, systemd is asked for this much more than the time left, at least this often.
@@ -67,6 +68,10 @@ ACK_FLUSH_S = 30.0
 EXIT_OK = 0
 EXIT_CRASHED = 1
 EXIT_CONFIG = 2
+#: A burst run gave up on a plane it could not reach (`give_up_unreachable_s`).
+EXIT_UNREACHABLE = 3
+#: How long a burst run waits for a plane it cannot reach before it gives up.
+BURST_GIVE_UP_S = 30.0
 
 #: Claims `limit` jobs from `queues`, waiting up to `wait_s` for the first (plane.claim_many
 #: by default; a queue handle claims with its own kind, temperature and anneal schedule).
@@ -138,6 +143,9 @@ class WorkerConfig:
     #: After a preemption notice, how long running jobs get to checkpoint and stop before they
     #: are killed and released as preempted (never past the notice's own deadline).
     preempt_grace_s: float = 30.0
+    #: Stop (EXIT_UNREACHABLE) once registering or claiming has found the plane unreachable for
+    #: this long; None rides out any outage. Burst runs set it: somebody waits for them to end.
+    give_up_unreachable_s: float | None = None
 
 
 class WorkerCore(Preemptible, JobSink):
@@ -181,9 +189,9 @@ class WorkerCore(Preemptible, JobSink):
         self._wake = threading.Event()  # the main thread has something to look at
         self._free = threading.Condition()  # a slot became free, or the worker is stopping
         self._stop_reason = ""
-        self._beat_at = time.monotonic()
+        self._lease_tick_at = time.monotonic()
         self._threads: list[threading.Thread] = []
-        self._retry = Retrier(self._log)
+        self._retry = Retrier(self._log, give_up_s=config.give_up_unreachable_s)
         self._buffer: deque[Claim] = deque()  # claimed ahead of a free slot (under self._free)
         self._acks = AckQueue()
         self._init_notice()
@@ -251,7 +259,12 @@ class WorkerCore(Preemptible, JobSink):
     def run(self) -> int:
         """Serve until drained or stopped (or a side thread crashed); the exit code."""
         factory = self._prepare()
-        worker = self._register()
+        try:
+            worker = self._register()
+        except PlaneUnreachable as exc:
+            self.fatal = exc
+            self._log.error("daemon.plane_unreachable", error=str(exc))
+            return EXIT_UNREACHABLE
         if worker is None:
             return EXIT_OK  # asked to stop before the plane could be reached
         self.worker_id = worker.id
@@ -260,6 +273,7 @@ class WorkerCore(Preemptible, JobSink):
         if started:
             self.notifier.ready(self._status_line())
             self._on_ready()
+            self._spawn_thread("lakeshore-leases", self._lease_loop)
             self._spawn_thread("lakeshore-heartbeat", self._heartbeat_loop)
             self._spawn_thread("lakeshore-claim", self._claim_loop)
             self._spawn_thread("lakeshore-acks", self._ack_loop)
@@ -272,6 +286,8 @@ class WorkerCore(Preemptible, JobSink):
             self._urgent.set()
             self.drain(f"crashed: {self.fatal!r}")
         self._shut_down()
+        if isinstance(self.fatal, PlaneUnreachable):
+            return EXIT_UNREACHABLE
         if self.fatal is not None:
             return EXIT_CRASHED if started else EXIT_CONFIG
         return EXIT_OK
@@ -299,9 +315,12 @@ class WorkerCore(Preemptible, JobSink):
                     info=info,
                 ),
                 give_up=self._draining,
+                bounded=True,
             )
         except GaveUp:
             return None
+        except PlaneUnreachable:
+            raise
         except DispatchError as exc:  # a wrong token or namespace: retrying will not help
             raise ConfigError(f"the plane refused to register this worker: {exc}") from exc
 
@@ -330,7 +349,10 @@ class WorkerCore(Preemptible, JobSink):
             try:
                 target()
             except BaseException as exc:
-                self._log.exception("daemon.task_crashed", task=name)
+                if isinstance(exc, PlaneUnreachable):  # an outage, not a bug: no traceback
+                    self._log.error("daemon.plane_unreachable", task=name, error=str(exc))
+                else:
+                    self._log.exception("daemon.task_crashed", task=name)
                 if self.fatal is None:
                     self.fatal = exc
                 self._wake.set()
@@ -368,11 +390,12 @@ class WorkerCore(Preemptible, JobSink):
                 self._acks.unride(riders)  # the acks thread sends them on its own
                 if is_transient(exc):
                     self._retry.unreachable("claim", exc)
+                    self._retry.check("claim", exc)  # a burst run's bound
                 elif isinstance(exc, DispatchError) and not self.config.raise_refusals:
                     self._log.warning("claim.refused", error=str(exc), queues=queues)
                 else:
                     raise
-                self._draining.wait(backoff.next())
+                self._draining.wait(self._retry.pause("claim", backoff))
                 continue
             finally:
                 self._acks.done(riders)
@@ -606,25 +629,37 @@ class WorkerCore(Preemptible, JobSink):
             self._log.error("daemon.row_missing", worker_id=self.worker_id)
             self.drain("worker row missing on the plane")
 
-    # -- heartbeat: leases, kill requests, load -----------------------------------------------
+    # -- leases and kill requests; the heartbeat: load ----------------------------------------
+
+    def _lease_loop(self) -> None:
+        keep_leases(
+            self._renew,
+            self._halt,
+            self.config.lease_s,
+            ticked=self._ticked,
+            slow=lambda took_s: self._log.warning(
+                "lease.renewal_slow", took_s=round(took_s, 3), lease_s=self.config.lease_s
+            ),
+        )
+
+    def _ticked(self, now: float) -> None:
+        self._lease_tick_at = now
 
     def _heartbeat_loop(self) -> None:
-        tick = min(self.config.lease_s / 3, KILL_POLL_S)
         beat_every = min(self.config.lease_s / 3, HEARTBEAT_MAX_S)
-        next_beat = time.monotonic()  # the first beat at once: `daemon show` has load to show
-        while not self._halt.wait(tick):
-            self._beat_at = time.monotonic()
-            self._renew()
-            if time.monotonic() >= next_beat:
-                self._beat()
-                next_beat = time.monotonic() + beat_every
+        wait = min(beat_every, KILL_POLL_S)  # the first beat soon: `daemon show` has load to show
+        while not self._halt.wait(wait):
+            started = time.monotonic()
+            self._beat()
+            wait = max(0.0, started + beat_every - time.monotonic())
 
-    def _renew(self) -> None:
+    def _renew(self) -> bool:
+        """Renew every lease held, running or buffered; False if the plane did not answer."""
         held = [(slot, claim) for slot in self.slots if (claim := slot.claim) is not None]
         with self._free:
             buffered = list(self._buffer)
         if not held and not buffered:
-            return
+            return True
         leases = [c.lease for _, c in held] + [c.lease for c in buffered]
         try:
             alive = self.plane.renew(leases, self.config.lease_s)
@@ -632,7 +667,7 @@ class WorkerCore(Preemptible, JobSink):
             if not is_transient(exc):
                 raise
             self._retry.unreachable("renew", exc)
-            return
+            return False
         self._retry.reachable("renew")
         self._prune_buffer(buffered, alive)
         for slot, claim in held:
@@ -641,6 +676,7 @@ class WorkerCore(Preemptible, JobSink):
                     self._log.warning("job.lease_lost", invocation=claim.id, slot=slot.index)
             elif alive[claim.id] and slot.abort(claim.id, "killed"):
                 self._log.info("job.kill_requested", invocation=claim.id, slot=slot.index)
+        return True
 
     def _prune_buffer(self, buffered: Sequence[Claim], alive: Mapping[str, bool]) -> None:
         """Drop buffered claims whose lease is gone; end those killed before they started."""
@@ -674,9 +710,9 @@ class WorkerCore(Preemptible, JobSink):
     def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
         assert interval is not None
-        stuck_after = interval * 2  # the whole WatchdogSec: a heartbeat loop that hung
+        stuck_after = interval * 2  # the whole WatchdogSec: a lease loop that hung
         while not self._halt.wait(interval):
-            if time.monotonic() - self._beat_at < stuck_after:
+            if time.monotonic() - self._lease_tick_at < stuck_after:
                 self.notifier.watchdog()
 
     def _status_line(self) -> str:

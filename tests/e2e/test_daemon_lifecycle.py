@@ -17,6 +17,7 @@ from daemon_harness import DaemonProcess, pid_alive, wait_until
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.cli.main import cli
 from dreamlake.lakeshore.plane import Dispatch
+from tests.support.server import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +109,36 @@ def test_handler_gets_plain_payloads_and_burst_exits_when_empty(
     assert q.result(streamed, timeout=1) == 2
     assert list(q.stream(streamed, timeout=1)) == ["a", "b"]
     assert proc.find("daemon.stopped") is not None
+
+
+def test_a_burst_daemon_that_cannot_reach_its_plane_says_so_and_exits_3(
+    tmp_path: Path, daemons: list[DaemonProcess]
+) -> None:
+    # Given a burst daemon pointed at a port nothing listens on, with a short bound
+    url = f"http://127.0.0.1:{free_port()}"
+    bound = ["--url", url, "--token", "lks_nobody", "-q", "q", "--burst"]
+    proc = DaemonProcess(tmp_path, "lost", [*bound, "--give-up-unreachable-s", "3"])
+    daemons.append(proc)
+
+    # Then it says what it retries and for how long, gives up at the bound, and exits 3
+    assert proc.wait(timeout=60) == 3
+    first = proc.find("plane.unreachable", call="register")
+    assert first is not None and f"cannot reach the control plane at {url}" in first["error"]
+    assert first["then"] == "retrying for 3 s more, then giving up"
+    gave_up = proc.find("daemon.plane_unreachable")
+    assert gave_up is not None and gave_up["error"].startswith("gave up after 3 s without")
+
+
+def test_a_burst_daemon_waits_30_s_for_its_plane_by_default(
+    tmp_path: Path, daemons: list[DaemonProcess]
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = DaemonProcess(tmp_path, "lost", ["--url", url, "--token", "lks_x", "--burst"])
+    daemons.append(proc)
+    first = proc.wait_for("plane.unreachable", call="register")
+    assert first["then"] == "retrying for 30 s more, then giving up"
+    proc.signal(signal.SIGTERM)  # asked to stop before it could register: a clean exit
+    assert proc.wait(timeout=30) == 0
 
 
 def test_a_handler_that_does_not_import_stops_the_daemon_at_start(

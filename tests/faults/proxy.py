@@ -3,11 +3,13 @@
     with ChaosProxy(upstream_port, rng) as proxy:      # listens on proxy.port
         proxy.set(delay_s=0.05, drop_p=0.2)            # every new chunk waits; 20% of new
         proxy.cut_all()                                # connections are reset at once
+        proxy.set(slow=(b"/heartbeat ", 2.0))          # requests naming it wait 2 s each
 
 It runs its own asyncio loop in a thread. A dropped connection is accepted and reset at once; a
 cut resets every live one mid-stream (the client may have sent a request the server already
 acted on: that is the lost-answer case); `blackhole` accepts and forwards nothing, so a client
-sees only its own timeout.
+sees only its own timeout. `slow` holds back only the requests whose bytes hold a marker (a
+path), so that one kind of call answers late while every other goes straight through.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class Chaos:
     delay_s: float = 0.0
     drop_p: float = 0.0
     blackhole: bool = False
+    #: (marker, seconds): a chunk from the client that holds `marker` waits that long.
+    slow: tuple[bytes, float] | None = None
 
 
 class ChaosProxy:
@@ -33,7 +37,7 @@ class ChaosProxy:
         self.upstream = (host, upstream_port)
         self.rng = random.Random(rng.random())
         self.chaos = Chaos()
-        self.stats = {"connections": 0, "dropped": 0, "cut": 0}
+        self.stats = {"connections": 0, "dropped": 0, "cut": 0, "slowed": 0}
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -53,7 +57,7 @@ class ChaosProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def set(self, **fields: float | bool) -> None:
+    def set(self, **fields: float | bool | tuple[bytes, float] | None) -> None:
         self.chaos = Chaos(**fields)  # type: ignore[arg-type]
 
     def cut_all(self) -> None:
@@ -105,20 +109,28 @@ class ChaosProxy:
             return
         self._writers.update((writer, up_writer))
         try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            await asyncio.gather(
+                self._pipe(reader, up_writer, upstream=True), self._pipe(up_reader, writer)
+            )
         finally:
             for w in (writer, up_writer):
                 self._writers.discard(w)
                 with contextlib.suppress(Exception):
                     w.close()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upstream: bool = False
+    ) -> None:
         try:
             while data := await reader.read(65536):
                 while self.chaos.blackhole:
                     await asyncio.sleep(0.05)
                 if self.chaos.delay_s:
                     await asyncio.sleep(self.rng.uniform(0, self.chaos.delay_s))
+                slow = self.chaos.slow
+                if upstream and slow is not None and slow[0] in data:
+                    self.stats["slowed"] += 1
+                    await asyncio.sleep(slow[1])
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):

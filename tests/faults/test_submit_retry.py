@@ -5,20 +5,29 @@ to the first submits: the server has committed the jobs, the client sees its con
 with no answer. The SDK minted the jobs' ids, so it sends the same submit again and the plane
 answers with the jobs it made. Before client ids, the caller got an error for a job that
 existed (and a retry of its own made a second one).
+
+While a submit is sent again it says so: `lakeshore submit` against a plane that is down used to
+be silent for the whole 30 s window before its error (issue 33, item 7b).
 """
 
 from __future__ import annotations
 
+import queue
+import random
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from procs import ServerProcess
+from proxy import ChaosProxy
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
+from tests.support.server import LAUNCH, free_port, server_env
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +119,69 @@ def test_a_submit_whose_answer_was_lost_makes_one_job(
         assert proxy.eaten == 2  # both submits lost their first answer
         assert q.count("queued") == 3
         assert {inv, *ids} == {row.id for row in plane.invocations(queue="lost")}
+
+
+def lines_of(stream: object) -> queue.Queue[str]:
+    """The lines a subprocess writes to `stream`, as it writes them ("" once it closes)."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def cli_submit(url: str, token: str, home: Path) -> subprocess.Popen[str]:
+    """`lakeshore submit late --payload hi --url URL` as a process of its own."""
+    env = {**server_env(home), "LAKESHORE_TOKEN": token}
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "submit", "late", "--payload", "hi", "--url", url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_cli_submit_to_a_closed_port_says_at_once_what_it_retries(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with cli_submit(url, "lks_nobody", tmp_path) as proc:
+        try:
+            # Its 30 s window used to pass in silence, the first line being the error at its
+            # end; now the first retry says what it retries and for how long, in the window.
+            line = lines_of(proc.stderr).get(timeout=60)
+            assert line.startswith(
+                f"cannot reach the control plane at {url}: Connection refused; retrying for "
+            ), line
+            assert "s more (submit is sent again with the ids minted here" in line, line
+            assert proc.poll() is None  # still inside its window
+        finally:
+            proc.kill()
+
+
+def test_a_cli_submit_while_the_plane_is_unreachable_lands_once_it_answers(
+    tmp_path: Path, rng: random.Random
+) -> None:
+    with ServerProcess(tmp_path / "server") as server, ChaosProxy(server.port, rng) as proxy:
+        # Given a plane that resets every connection (as one restarting behind a balancer)
+        proxy.set(drop_p=1.0)
+        with cli_submit(proxy.url, server.token, tmp_path / "client") as proc:
+            try:
+                # When `lakeshore submit` meets it, it says it is retrying, inside its window
+                line = lines_of(proc.stderr).get(timeout=60)
+                assert line.startswith(f"cannot reach the control plane at {proxy.url}"), line
+                assert "retrying for" in line, line
+                assert proc.poll() is None
+
+                # Then once the plane answers, the job lands, once
+                proxy.set()
+                assert proc.wait(timeout=60) == 0
+                assert proc.stdout is not None
+                inv_id = proc.stdout.read().strip()
+            finally:
+                proc.kill()
+        with HttpDispatch(server.url, token=server.token) as plane:
+            assert [row.id for row in plane.invocations(queue="late")] == [inv_id]

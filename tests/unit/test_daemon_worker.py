@@ -18,9 +18,16 @@ from typing import Any
 import pytest
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore.daemon.worker import EXIT_CRASHED, EXIT_OK, Daemon, DaemonConfig
+from dreamlake.lakeshore.daemon.worker import (
+    EXIT_CRASHED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Daemon,
+    DaemonConfig,
+)
 from dreamlake.lakeshore.errors import LeaseLost
 from dreamlake.lakeshore.plane import Dispatch
+from dreamlake.lakeshore.work.retry import PlaneUnreachable
 from dreamlake.lakeshore.work.slot import Outcome
 
 
@@ -35,14 +42,23 @@ def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "con
 
 class FaultyPlane:
     """Wraps a plane; `down` makes every call fail as if unreachable, `broken` names a call
-    that raises a programming error (a bug the daemon must not survive half alive)."""
+    that raises a programming error (a bug the daemon must not survive half alive),
+    `unreachable` names calls that fail as if the plane were away while the others answer, and
+    `hang(name)` makes that call wait until the event it returns is set."""
 
     def __init__(self, inner: Dispatch) -> None:
         self.inner = inner
         self.namespace = inner.namespace
         self.down = threading.Event()
         self.broken: str | None = None
+        self.unreachable: set[str] = set()
         self.calls: list[str] = []
+        self.hanging: dict[str, threading.Event] = {}
+        self.hung: list[str] = []  # calls that are waiting in a hang now
+
+    def hang(self, name: str) -> threading.Event:
+        release = self.hanging[name] = threading.Event()
+        return release
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.inner, name)
@@ -53,8 +69,12 @@ class FaultyPlane:
             self.calls.append(name)
             if self.broken == name:
                 raise RuntimeError(f"bug in {name}")
-            if self.down.is_set() and name != "close":
+            if (self.down.is_set() and name != "close") or name in self.unreachable:
                 raise ConnectionRefusedError("plane unreachable")
+            if name in self.hanging:
+                self.hung.append(name)
+                self.hanging[name].wait()
+                self.hung.remove(name)
             return target(*args, **kwargs)
 
         return call
@@ -180,6 +200,53 @@ def test_a_crashed_side_task_stops_the_daemon_and_releases_its_job(plane: Dispat
     # Interrupted, not failed (issue 35): a preemption, its attempt not charged.
     row = q.status(inv)
     assert (row.state, row.attempt, row.preemptions, row.ended_by) == ("queued", 1, 1, "notice")
+
+
+def test_a_heartbeat_that_hangs_does_not_hold_back_lease_renewals(
+    plane: Dispatch, tmp_path: Path
+) -> None:
+    # Given a daemon whose heartbeat hangs, as its load figures and row write took seconds on
+    # a box saturated by CPU-bound jobs (issue 33, item 2), and a job that runs until told
+    faulty = FaultyPlane(plane)
+    release = faulty.hang("heartbeat")
+    q = dls.SyncQueue("q", dispatch=plane)
+    running = Running(faulty, lease_s=1.5)
+    try:
+        inv = q.submit(gate_on(tmp_path / "open", started=tmp_path / "started"))
+        wait_until(lambda: (tmp_path / "started").exists(), what="the job in its slot")
+        wait_until(lambda: "heartbeat" in faulty.hung, what="the heartbeat to hang")
+
+        # When the heartbeat stays stuck, the job's lease is renewed all the same
+        renewed = faulty.calls.count("renew")
+        wait_until(
+            lambda: faulty.calls.count("renew") >= renewed + 3,
+            what="lease renewals while the heartbeat hangs",
+        )
+        assert "heartbeat" in faulty.hung
+
+        # Then the job ends on its first attempt, its lease never lost
+        (tmp_path / "open").touch()
+        assert q.result(inv, timeout=20) == 0
+        assert q.status(inv).attempt == 1
+    finally:
+        release.set()
+        (tmp_path / "open").touch()
+        assert running.stop() == EXIT_OK
+
+
+def test_a_burst_run_whose_claims_cannot_reach_the_plane_gives_up_at_its_bound(
+    plane: Dispatch,
+) -> None:
+    # Given a burst daemon that registered, whose claims then find the plane unreachable
+    faulty = FaultyPlane(plane)
+    faulty.unreachable = {"claim_many", "ack_and_claim"}
+    running = Running(faulty, burst=True, give_up_unreachable_s=1.0)
+
+    # Then it stops at the bound instead of retrying for ever, and says why
+    assert running.join() == EXIT_UNREACHABLE
+    assert isinstance(running.daemon.fatal, PlaneUnreachable)
+    assert "claim" in str(running.daemon.fatal)
+    assert plane.worker(running.daemon.worker_id or "").state == "gone"
 
 
 def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> None:
