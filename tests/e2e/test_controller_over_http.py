@@ -1,7 +1,8 @@
 """The controller run against a server over HTTP (`lakeshore-controller --url`), not its database.
 
-Each test starts its own server: the controller reads every namespace's fleet, so a shared
-server would hand it other tests' queues.
+A test that ticks starts its own server: the controller reads every namespace's fleet, so a
+shared server would hand it other tests' queues. The tests that only call the fleet routes
+share one for the module.
 """
 
 from __future__ import annotations
@@ -32,12 +33,29 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
         yield url, token, home
 
 
-@pytest.fixture
-def fleet(server: tuple[str, str, Path]) -> Iterator[HttpFleet]:
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    """A server for the tests that tick nothing: a start saved per test."""
+    home = tmp_path_factory.mktemp("fleet-home")
+    with running_server(home) as (url, token):
+        yield url, token, home
+
+
+def _fleet(server: tuple[str, str, Path]) -> Iterator[HttpFleet]:
     url, token, _ = server
     fleet = HttpFleet(url, token=token)
     yield fleet
     fleet.close()
+
+
+@pytest.fixture
+def fleet(server: tuple[str, str, Path]) -> Iterator[HttpFleet]:
+    yield from _fleet(server)
+
+
+@pytest.fixture
+def shared_fleet(shared: tuple[str, str, Path]) -> Iterator[HttpFleet]:
+    yield from _fleet(shared)
 
 
 def test_a_tick_over_http_launches_records_and_drains(
@@ -61,9 +79,9 @@ def test_a_tick_over_http_launches_records_and_drains(
         assert plane.worker("w-1").state == "draining"
 
 
-def test_one_controller_leads_through_the_server(fleet: HttpFleet) -> None:
-    first = LeaseLeader(fleet, "controller", ttl_s=30)
-    second = LeaseLeader(fleet, "controller", ttl_s=30)
+def test_one_controller_leads_through_the_server(shared_fleet: HttpFleet) -> None:
+    first = LeaseLeader(shared_fleet, "controller", ttl_s=30)
+    second = LeaseLeader(shared_fleet, "controller", ttl_s=30)
 
     assert first.try_acquire() and first.try_acquire()  # taken, then renewed
     assert not second.try_acquire()
@@ -72,8 +90,8 @@ def test_one_controller_leads_through_the_server(fleet: HttpFleet) -> None:
     second.close()
 
 
-def test_the_fleet_routes_refuse_a_namespace_token(server: tuple[str, str, Path]) -> None:
-    url, _, home = server
+def test_the_fleet_routes_refuse_a_namespace_token(shared: tuple[str, str, Path]) -> None:
+    url, _, home = shared
     store = open_store(home / "lakeshore.db")
     try:
         team = store.create_token("team")

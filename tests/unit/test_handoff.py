@@ -16,19 +16,25 @@ import httpx
 import msgpack
 import pytest
 
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane import waiting as waiting_module
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.plane.store.base import new_id
+from dreamlake.lakeshore.plane.wakeup import reading
 from dreamlake.lakeshore.server.app import create_app
 from dreamlake.lakeshore.server.handoff import Readers, Seats, hand
-from dreamlake.lakeshore.types import Claim, ClaimArgs, SubmitRequest
+from dreamlake.lakeshore.types import Ack, Claim, ClaimArgs, SubmitRequest
 from tests.support.spies import counted
 
 NS = "/v1/namespaces/default"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlStore]:
+    # Only a wake-up ends a wait here: a safety poll under load would read a row these tests
+    # count the reads of.
+    monkeypatch.setattr(waiting_module, "SAFETY_POLL_S", 60.0)
     store = open_store(tmp_path / "plane.db")
     store.ensure_namespace("default")
     yield store
@@ -59,6 +65,12 @@ async def until(ready: Callable[[], bool], what: str, timeout: float = 5.0) -> N
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"waited {timeout} s for {what}")
         await asyncio.sleep(0.001)
+
+
+async def turns(n: int = 20) -> None:
+    """Turns of this loop, for a task that a wake-up already scheduled to run."""
+    for _ in range(n):
+        await asyncio.sleep(0)
 
 
 class Client:
@@ -235,7 +247,9 @@ def test_a_plain_ack_hands_its_result_and_a_refused_one_hands_nothing(
             f"{NS}/invocations/{job['id']}/ack",
             content=msgpack.packb({"lease": "not-the-lease", "result": b"x"}),
         )
-        assert stale.status_code == 409 and not call.done()
+        assert stale.status_code == 409
+        await turns()  # for a reader the refusal woke to read (it changed nothing)
+        assert not call.done() and not c.readers._by_id[job["id"]][0].wake.done()
         await c.post(f"/invocations/{job['id']}/ack", {"lease": job["lease"], "result": b"ok"})
 
         assert (await call)["invocation"]["result"] == b"ok"
@@ -261,8 +275,7 @@ def test_a_result_that_ends_elsewhere_is_read_and_other_endings_wake_no_reader(
 
         store.waker.notify()  # what any write that may end an invocation or post a frame sends
         await until(lambda: reads() > 0, "the woken reader to read")
-        for _ in range(20):  # turns of the loop for a reader that would not settle back down
-            await asyncio.sleep(0)
+        await turns()  # for a reader that would not settle back down
         assert reads() == 1
 
         store.ack(job["id"], job["lease"], b"elsewhere", ns="default")
@@ -314,3 +327,23 @@ def test_the_store_hands_a_claimer_only_jobs_of_the_submitted_queue(store: SqlSt
     _, handed = store.submit_handing("default", "pool-b", [SubmitRequest(payload=b"\x02")], args)
     assert handed == [[]]
     assert store.count("default", "pool-b", "queued") == 1
+
+
+def test_a_refused_ack_wakes_no_reader_of_its_invocation(store: SqlStore) -> None:
+    """It changed nothing: its readers would only read the row they hold again. The same for
+    an ack that rides on a claim, whose claim still runs."""
+    (inv_id,) = store.submit("default", "q", [SubmitRequest(payload=b"\x01")])
+    (job,) = store.claim_many("default", ["q"], worker="w1", lease_s=60.0, limit=1)
+    readers = reading(inv_id)
+    before = store.waker.generation
+
+    with pytest.raises(DispatchError):
+        store.ack(inv_id, "not-the-lease", b"x", ns="default")
+    errors, _ = store.ack_and_claim(
+        "default", [Ack(inv_id, "not-the-lease", b"x")], ["q"], worker="w1", lease_s=60.0, limit=1
+    )
+
+    assert errors[0] is not None
+    assert not store.waker.work_since(before, readers)
+    store.ack(inv_id, job.lease, b"ok", ns="default")
+    assert store.waker.work_since(before, readers)

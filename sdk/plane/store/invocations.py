@@ -321,7 +321,7 @@ class InvocationStore(PreemptionStore, QueueStore):
             errors = self._ack_in(tx, acks, ns, claiming["now"], ended)
         if on_ended is not None and ended:
             on_ended(ended)
-        self._claimed(claimed, acked=[a.id for a in acks])
+        self._claimed(claimed, acked=_settled(acks, errors))
         return errors, [claim_of(row) for row in claimed.rows]
 
     def _claiming(
@@ -551,8 +551,9 @@ class InvocationStore(PreemptionStore, QueueStore):
             out = self._ack_in(tx, acks, ns, time.time(), ended)
         if on_ended is not None and ended:
             on_ended(ended)
-        if acks:  # only these invocations' readers: not each result wait, to read it again
-            self.waker.notify(work=(), reads=False, ended=[a.id for a in acks])
+        settled = _settled(acks, out)
+        if settled:  # only these invocations' readers: not each result wait, to read it again
+            self.waker.notify(work=(), reads=False, ended=settled)
         return out
 
     def _ack_in(
@@ -819,3 +820,9 @@ def listing_statement(
 def _blob(value: bytes | memoryview | None) -> bytes | None:
     """Stored bytes as bytes (Postgres hands back memoryview), for comparison."""
     return None if value is None else bytes(value)
+
+
+def _settled(acks: Sequence[Ack], errors: Sequence[DispatchError | None]) -> list[str]:
+    """The ids of the acks that were not refused: a refused ack changed nothing, so waking its
+    invocation's readers would only have them read the row they already hold again."""
+    return [a.id for a, error in zip(acks, errors, strict=True) if error is None]
