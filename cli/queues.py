@@ -77,6 +77,10 @@ def _json_object(text: str, option: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON ({exc}): {text!r}", param_hint=option) from None
+    except RecursionError:
+        raise click.BadParameter(
+            "the JSON is nested deeper than a request may be: flatten it", param_hint=option
+        ) from None
 
 
 def _brief(policy: dict[str, Any]) -> str:

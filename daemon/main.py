@@ -20,7 +20,7 @@ from dreamlake.lakeshore.work.core import BURST_GIVE_UP_S
 from .. import __version__, signing
 from ..cli.errors import OneLineCommand
 from ..cli.exporter import start_exporter
-from ..cli.params import seconds
+from ..cli.params import Finite, seconds
 from ..errors import DispatchError
 from ..plane.default import open_plane
 from ..plane.options import plane_options
@@ -102,19 +102,19 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--gpu-memory-gb",
-    type=click.FloatRange(0, 1 << 20),
+    type=Finite(0, 1 << 20),
     default=None,
     help="The memory of each declared GPU (--gpus), for jobs' gpu_memory_gb.",
 )
 @click.option(
     "--cpus",
-    type=click.FloatRange(0, 1 << 20),
+    type=Finite(0, 1 << 20),
     default=None,
     help="CPUs that jobs' cpus requests are counted against [default: not counted].",
 )
 @click.option(
     "--memory-gb",
-    type=click.FloatRange(0, 1 << 30),
+    type=Finite(0, 1 << 30),
     default=None,
     help="Memory that jobs' memory_gb requests are counted against [default: not counted].",
 )

@@ -13,7 +13,7 @@ LAKESHORE_HOME. Every run must:
   is not there, a path under a regular file, a choice that is not a choice.
 
 Where a verb would block or start processes, the blocking part is replaced, not the command
-line: `lakeshore server` runs with uvicorn.run stubbed (everything before serving is real: the
+line: `lakeshore server` runs with its serve (uvicorn) stubbed (all before serving is real: the
 store is opened and checked, the token written), `lakeshore-daemon` with its run loop stubbed
 (the plane is opened, the storage URL and signing key checked), and `lakeshore-controller` gets
 `--once`. A verb that writes outside LAKESHORE_HOME by default (`systemd install`: /etc) is
@@ -37,6 +37,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from dreamlake.lakeshore.cli import server as server_cli
 from dreamlake.lakeshore.cli.errors import BUG_PREFIX
 from dreamlake.lakeshore.cli.main import cli
 from dreamlake.lakeshore.controller.main import controller_command
@@ -274,15 +275,16 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
     regular.write_text("not a folder\n")
     monkeypatch.chdir(tmp_path)  # relative paths a value names land here, not in the repo
     # The verbs that would block or start processes (see the module docstring).
-    monkeypatch.setattr("uvicorn.run", serve_nothing)
+    monkeypatch.setattr(server_cli, "serve", serve_nothing)
     monkeypatch.setattr(daemon_main, "Daemon", StubDaemon)
     open_store(home / "lakeshore.db").close()  # a plane to read: the controller creates none
     return Box(home, regular, tmp_path / "no-such-file.json")
 
 
-def serve_nothing(app: Any, **kwargs: Any) -> None:
-    """uvicorn.run, replaced: returns at once, closing the store as the app's shutdown does."""
-    app.state.lakeshore.store.close()
+def serve_nothing(config: Any, scheme: str, issued: str | None) -> None:
+    """`cli.server.serve` (uvicorn's run), replaced: returns at once, closing the store as the
+    app's shutdown does."""
+    config.app.state.lakeshore.store.close()
 
 
 class StubDaemon:
