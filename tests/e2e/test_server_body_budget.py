@@ -121,6 +121,40 @@ def test_a_body_over_the_limit_is_413_before_it_is_read_and_changes_nothing(
     assert api.call("GET", f"{NS}/queues/too-big")[0] == 404
 
 
+@pytest.mark.parametrize(
+    ("version", "connection"),
+    [("1.1", None), ("1.1", "close"), ("1.0", None)],
+    ids=["keep-alive", "connection-close", "http-1.0"],
+)
+def test_a_raw_client_that_sends_an_oversized_body_whole_then_reads_gets_the_413(
+    srv: StartedServer, version: str, connection: str | None
+) -> None:
+    # Given a body four times the limit, sent whole before a byte of the answer is read.
+    body = b"\x00" * (4 * LIMIT)
+    extra = {"connection": connection} if connection else {}
+    request = head("POST", f"{NS}/queues/raw-big/invocations", {**headers(srv, body), **extra})
+    sock = connect(srv.url)
+    try:
+        sock.sendall(request.replace(b" HTTP/1.1\r\n", f" HTTP/{version}\r\n".encode(), 1))
+        sock.sendall(body)  # a reset here is what a closing server did (issue 33, item 7e)
+
+        # Then the answer is there to read: the 413 in the server's error shape.
+        answer = read_answer(sock)
+        assert answer.status == 413, answer
+        assert answer.error()["code"] == "payload_too_large"
+        if connection is None and version == "1.1":
+            # A kept-alive connection serves the next request.
+            sock.sendall(head("GET", "/v1/hello", {}))
+            assert read_answer(sock).status == 200
+        else:
+            # A closing one closes once the body is in: an end of stream, not a reset.
+            assert answer.headers["connection"] == "close"
+            sock.settimeout(10.0)
+            assert sock.recv(1) == b""
+    finally:
+        sock.close()
+
+
 class Upload:
     """A submit sent by hand, part of its body now and the rest later."""
 
