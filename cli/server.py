@@ -177,6 +177,7 @@ def server(
 
         from ..server.app import configure_logging, create_app
         from ..server.client_timeouts import timed_protocol
+        from ..server.memory import return_big_blocks
     except ModuleNotFoundError as exc:
         raise click.ClickException(
             f"the server needs the 'server' extra ({exc.name} is missing): "
@@ -230,6 +231,7 @@ def server(
     scheme = "https" if ssl_certfile else "http"
     click.echo(f"lakeshore server on {scheme}://{host}:{port}", err=True)
     configure_logging(log_level)  # uvicorn's logs too, in the daemon's format (sdk/logs.py)
+    return_big_blocks()  # freed request bodies go back to the OS (server/memory.py)
     uvicorn.run(
         app,
         host=host,
