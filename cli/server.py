@@ -182,6 +182,7 @@ def server(
 
         from ..server.app import configure_logging, create_app
         from ..server.client_timeouts import timed_protocol
+        from ..server.memory import return_big_blocks
     except ModuleNotFoundError as exc:
         raise click.ClickException(
             f"the server needs the 'server' extra ({exc.name} is missing): "
@@ -236,6 +237,7 @@ def server(
     issued = _home_token_of(sql, made)
     click.echo(f"lakeshore server on {scheme}://{host}:{port}", err=True)
     configure_logging(log_level)  # uvicorn's logs too, in the daemon's format (sdk/logs.py)
+    return_big_blocks()  # freed request bodies go back to the OS (server/memory.py)
     config = uvicorn.Config(
         app,
         host=host,

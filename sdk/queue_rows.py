@@ -141,7 +141,10 @@ def _reconcile(plane: Plane, spec: RowSpec, info: QueueInfo, *, touch: bool) -> 
 
 def unknown_queue(plane: Plane, name: str, *, strict: bool) -> None:
     """Warn about (or, strict, refuse) a submit to a queue the plane does not have."""
-    names = [q.name for q in plane.queues() if q.namespace == plane.namespace]
+    try:
+        names = [q.name for q in plane.queues() if q.namespace == plane.namespace]
+    except NotFound:  # a namespace nothing was written to yet: no queues to suggest
+        names = []
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     where = f"namespace '{plane.namespace}'"

@@ -22,8 +22,10 @@ Over budget is a refusal, not a queue: a waiting request would tie up a connecti
 without telling its client anything, while a 429 says when to come back, and behind a load
 balancer the retry may reach an idle replica. The SDK retries it by itself (`ServerBusy`).
 uvicorn discards, unbuffered, the rest of a body the app did not read once the answer is out,
-and keeps the connection: a client that writes the whole body before reading its answer
-(http.client, curl) still reads the 413 or 429 instead of a reset.
+and keeps the connection; one that closes after the answer (`Connection: close`, HTTP/1.0)
+closes once that body is in (client_timeouts.py). Either way a client that writes the whole
+body before reading its answer (http.client, curl, a raw socket) reads the 413 or 429 instead
+of a reset.
 """
 
 from __future__ import annotations

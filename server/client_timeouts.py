@@ -15,6 +15,15 @@ discarding the rest. So this is uvicorn's httptools protocol with two deadlines 
   or a client sent `Expect: 100-continue` and waits for the go-ahead) the clock does not run,
   and it starts afresh each time the app asks for more.
 
+An answer that goes out before its request's body is in (a 413, a 429, a 401) leaves the rest of
+the body coming. uvicorn reads and drops it, but on a connection it then closes (the request said
+`Connection: close`, or was HTTP/1.0) it closed at once, and the body bytes still arriving made
+the kernel answer with a reset, which can destroy the answer before a client that writes its
+whole body first reads it. So the close waits for the end of that body (a lingering close, as
+nginx does): the rest is read and dropped, then the connection closes cleanly. Either way the
+discarding is bounded: at most `DISCARD_MAX_S` after the answer, and no stall longer than the
+body timeout; past either the connection is closed.
+
 A request line and headers still incomplete past `MAX_HEADER_BYTES` are refused with 431, as the
 timeout alone would let one fast client fill memory with a single endless header for its whole
 duration (httptools sets no limit of its own).
@@ -52,6 +61,9 @@ BODY_TIMEOUT_S = 30.0
 #: A request line and headers longer than this are refused (431): httptools has no limit of
 #: its own, and what it has not parsed yet it holds (uvicorn's h11 protocol stops at 16 KiB).
 MAX_HEADER_BYTES = 64 * 1024
+
+#: How long the rest of a body answered early is read and dropped before the connection closes.
+DISCARD_MAX_S = 30.0
 
 #: Whose turn it is: the client's (headers, body), or nobody's that is timed here (None: the
 #: server is working, or the connection idles under uvicorn's keep-alive timeout).
@@ -101,21 +113,25 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes = 0  # how many bytes of it, so far
         self._in_body = False  # the parser is inside a request's body
         self._timer: asyncio.TimerHandle | None = None
+        self._lingering = False  # a close waits for the end of a body answered early
+        self._closing = False  # the next close is at once, lingering or not
+        self._discard_timer: asyncio.TimerHandle | None = None
 
     # -- uvicorn's hooks ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = _HeadWithBody(transport, self.loop)  # type: ignore[assignment]
+        self.transport = _HeadWithBody(transport, self.loop, self._linger)  # type: ignore[assignment]
         self.flow = _Flow(transport, self._asked_for_more)
         self._enter("headers")
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._enter(None)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._discard_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._discard_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -138,6 +154,8 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
             self._arm()  # a request still incomplete after this read: now it is timed
 
     def on_headers_complete(self) -> None:
+        if self._lingering:
+            return  # a request pipelined behind one that closes the connection: not served
         self._in_body = True
         self._enter("body")
         super().on_headers_complete()
@@ -146,6 +164,12 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_body = False
+        if self._discard_timer is not None:
+            self._discard_timer.cancel()
+            self._discard_timer = None
+        if self._lingering:
+            self._close_now()  # the body answered early is all in: a clean close
+            return
         super().on_message_complete()
         cycle = self.cycle
         # Answered before its body was in (a 413, a 429), the rest discarded: uvicorn armed its
@@ -157,9 +181,47 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if self.transport.is_closing() or self.pipeline:
             return
-        # Answered early, body still coming: its stall is still timed (phase stays "body").
+        # Answered early, body still coming: its stall is still timed (phase stays "body"),
+        # and so is how long it is discarded in all.
         if not self._in_body:
             self._enter("idle")
+        elif self._discard_timer is None:
+            self._discard_timer = self.loop.call_later(DISCARD_MAX_S, self._discarded_too_long)
+
+    def shutdown(self) -> None:
+        self._closing = True  # the server is stopping: no lingering
+        super().shutdown()
+
+    def send_400_response(self, msg: str) -> None:
+        self._closing = True  # the parser gave up: nothing after this can be read as a body
+        super().send_400_response(msg)
+
+    def _linger(self) -> bool:
+        """Whether a close asked for now waits for the end of the request's body: once, for a
+        request answered before its body was in (see the module's docstring)."""
+        cycle = self.cycle
+        if self._closing or self._lingering or not self._in_body:
+            return False
+        if cycle is None or not cycle.response_complete:
+            return False
+        self._lingering = True
+        return True
+
+    def _close_now(self) -> None:
+        self._closing = True
+        self._enter(None)
+        self.transport.close()
+
+    def _discarded_too_long(self) -> None:
+        self._discard_timer = None
+        if self._in_body and not self.transport.is_closing():
+            log.info(
+                "closing connection from %s: the rest of a body answered early was still "
+                "coming after %g s",
+                _peer(self.client),
+                DISCARD_MAX_S,
+            )
+            self._close_now()
 
     # -- the deadlines ------------------------------------------------------------------------
 
@@ -228,8 +290,7 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
                 cycle.message_event.set()
         if answer:
             self.transport.write(self._answer(error))
-        self._enter(None)
-        self.transport.close()
+        self._close_now()
 
     def _answer(self, error: DispatchError) -> bytes:
         """`error` in the shape the request asked for (JSON when its headers are not in)."""
@@ -252,12 +313,19 @@ class _HeadWithBody:
     was a tenth of the server's CPU. A head with no body right behind it (a streamed answer)
     goes out on the loop's next turn; an interim `100 Continue` is never held."""
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_linger", "_loop", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        linger: Callable[[], bool],
+    ) -> None:
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
+        #: Asked on each close: True puts it off (the protocol closes again when it is time).
+        self._linger = linger
 
     def write(self, data: bytes) -> None:
         if self._held is not None:
@@ -275,7 +343,8 @@ class _HeadWithBody:
 
     def close(self) -> None:
         self._flush()
-        self._transport.close()
+        if not self._linger():
+            self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .. import signing
-from ..errors import DispatchError, QueueFullError
+from ..errors import DispatchError, NotFound, QueueFullError
 from ..extras import needs_extra
 from ..home import home
 from ..types import (
@@ -26,6 +26,7 @@ from ..types import (
     QueueInfo,
     SubmitRequest,
     WorkerInfo,
+    check_name,
 )
 from .default import box_plane_path, open_plane
 from .providers import ProviderInfo
@@ -60,6 +61,14 @@ def open_store(
 #: How often reads sweep expired leases and start deadlines when nothing else does (`_swept`):
 #: the cadence of the server's sweeper.
 READ_SWEEP_EVERY_S = 1.0
+
+
+def own_namespaces() -> frozenset[str]:
+    """The namespaces an embedded plane creates on open: `default` (as a control plane's first
+    start does) and this process's own (LAKESHORE_NAMESPACE), so a fresh home works for
+    either. Any other comes to exist on its first write (`Dispatch._writing`)."""
+    own = os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
+    return frozenset({DEFAULT_NAMESPACE, own})
 
 
 class Dispatch:
@@ -108,14 +117,36 @@ class Dispatch:
         self.target = "store" if isinstance(target, SqlStore) else os.fspath(target)
         self.namespace = namespace
         self._read_swept_at = 0.0
+        #: Whether `namespace` is known to exist (namespaces are never deleted, so once is enough).
+        self._ns_exists = False
         try:
             if not isinstance(target, SqlStore):  # sign as the server would, with its key if here
                 self.store.signing_key = signing.load_key(home())
-            self.store.ensure_namespace(namespace)
+            check_name(namespace, "namespace")
+            if namespace in own_namespaces():
+                self._writing()
         except BaseException:
             if not isinstance(target, SqlStore):  # ours: a refused namespace leaks no socket
                 self.store.close()
             raise
+
+    def _reading(self) -> str:
+        """This plane's namespace for a read, which never creates it: NotFound when it does not
+        exist, as the control plane answers (a typo'd `--namespace` must not become a namespace
+        with a `default` queue in it)."""
+        if not self._ns_exists:
+            if self.store.namespace(self.namespace) is None:
+                raise NotFound(f"unknown namespace '{self.namespace}'")
+            self._ns_exists = True
+        return self.namespace
+
+    def _writing(self) -> str:
+        """This plane's namespace for a write, created if new: the embedded plane has no admin
+        to create namespaces first, so the first submit, queue or worker in one makes it."""
+        if not self._ns_exists:
+            self.store.ensure_namespace(self.namespace)
+            self._ns_exists = True
+        return self.namespace
 
     def __repr__(self) -> str:
         return f"Dispatch({self.target!r}, namespace={self.namespace!r})"
@@ -181,7 +212,7 @@ class Dispatch:
         while True:
             generation = waker.generation
             try:
-                return self.store.submit(self.namespace, queue, requests, sync_later=sync_later)
+                return self.store.submit(self._writing(), queue, requests, sync_later=sync_later)
             except QueueFullError as full:
                 waker.wait(generation, room_wait(full, deadline))
 
@@ -212,21 +243,22 @@ class Dispatch:
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def fetch() -> Invocation:
             self._swept()  # a job whose worker died ends or requeues within a sweep's period
-            return self.store.invocation(self.namespace, inv_id)
+            return self.store.invocation(self._reading(), inv_id)
 
         return self._wait_for(fetch, lambda inv: inv.terminal, wait_s, work=reading(inv_id))
 
     def count(self, queue: str, state: str = "queued") -> int:
         self._swept()
-        return self.store.count(self.namespace, queue, state)
+        return self.store.count(self._reading(), queue, state)
 
     def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
-        return self.store.cancel(self.namespace, inv_id, kill=kill)
+        return self.store.cancel(self._reading(), inv_id, kill=kill)
 
     def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
         is_topic = channel.startswith("topic:")
+        namespace = self._reading()
         if not is_topic:
-            self.store.invocation(self.namespace, channel)  # 404 for a foreign id
+            self.store.invocation(namespace, channel)  # 404 for a foreign id
 
         def fetch() -> tuple[list[Frame], bool]:
             frames = self.store.frames(channel, since)
@@ -389,34 +421,34 @@ class Dispatch:
     # -- queues -------------------------------------------------------------------------------
 
     def create_queue(self, name: str, **fields: Any) -> QueueInfo:
-        return self.store.create_queue(self.namespace, name, **fields)
+        return self.store.create_queue(self._writing(), name, **fields)
 
     def queue(self, name: str) -> QueueInfo:
-        return self.store.queue(self.namespace, name)
+        return self.store.queue(self._reading(), name)
 
     def queues(self, *, state: str | None = None) -> list[QueueInfo]:
-        return self.store.queues(self.store.org_namespaces(self.namespace), state)
+        return self.store.queues(self.store.org_namespaces(self._reading()), state)
 
     def patch_queue(self, name: str, changes: dict[str, Any]) -> QueueInfo:
-        return self.store.patch_queue(self.namespace, name, changes)
+        return self.store.patch_queue(self._reading(), name, changes)
 
     def set_queue_state(self, name: str, action: str) -> QueueInfo:
-        return self.store.set_queue_state(self.namespace, name, action)
+        return self.store.set_queue_state(self._reading(), name, action)
 
     def delete_queue(self, name: str, *, force: bool = False) -> None:
-        self.store.delete_queue(self.namespace, name, force=force)
+        self.store.delete_queue(self._reading(), name, force=force)
 
     def events(self, name: str, *, limit: int = 50) -> list[dict[str, Any]]:
-        return self.store.events(self.namespace, name, limit=limit)
+        return self.store.events(self._reading(), name, limit=limit)
 
     def stats(self, name: str) -> dict[str, Any]:
         self._swept()
-        return self.store.stats(self.namespace, name)
+        return self.store.stats(self._reading(), name)
 
     # -- worker rows --------------------------------------------------------------------------
 
     def register_worker(self, name: str, **fields: Any) -> WorkerInfo:
-        return self.store.register_worker(self.namespace, name, **fields)
+        return self.store.register_worker(self._writing(), name, **fields)
 
     def heartbeat(
         self, worker_id: str, load: dict[str, Any], *, state: str = "alive"
@@ -424,18 +456,18 @@ class Dispatch:
         return self.store.heartbeat(worker_id, load, state=state)
 
     def worker(self, ref: str) -> WorkerInfo:
-        return self.store.worker(self.namespace, ref)
+        return self.store.worker(self._reading(), ref)
 
     def workers(self) -> list[WorkerInfo]:
-        return self.store.workers(self.namespace)
+        return self.store.workers(self._reading())
 
     def update_worker_queues(
         self, ref: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
     ) -> WorkerInfo:
-        return self.store.update_worker_queues(self.namespace, ref, add=add, remove=remove)
+        return self.store.update_worker_queues(self._reading(), ref, add=add, remove=remove)
 
     def set_worker_state(self, ref: str, state: str) -> WorkerInfo:
-        return self.store.set_worker_state(self.namespace, ref, state)
+        return self.store.set_worker_state(self._reading(), ref, state)
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -451,16 +483,21 @@ class Dispatch:
         """Newest first; rows carry no result bytes (`invocation(id)` reads one with it)."""
         self._swept()
         return self.store.invocations(
-            self.namespace, queue=queue, state=state, limit=limit, before=before, map_id=map_id
+            self._reading(),
+            queue=queue,
+            state=state,
+            limit=limit,
+            before=before,
+            map_id=map_id,
         )
 
     def retry(self, inv_id: str) -> Invocation:
         """Requeue a failed / killed / timeout invocation as a new attempt of the same id."""
-        return self.store.retry(self.namespace, inv_id)
+        return self.store.retry(self._reading(), inv_id)
 
     def replace_elasticity(self, name: str, elasticity: dict[str, Any]) -> QueueInfo:
         """Set a queue's whole elasticity object, its kind included (`lakeshore compose`)."""
-        return self.store.replace_elasticity(self.namespace, name, elasticity)
+        return self.store.replace_elasticity(self._reading(), name, elasticity)
 
     def trim_retention(
         self,
@@ -476,19 +513,19 @@ class Dispatch:
         return self.store.trim_retention(
             frames_older_than_s=frames_older_than_s,
             invocations_older_than_s=invocations_older_than_s,
-            ns=self.namespace,
+            ns=self._reading(),
         )
 
     # -- named provider configs (sdk/plane/providers.py) --------------------------------------
 
     def add_provider(self, name: str, kind: str, config: dict[str, Any]) -> ProviderInfo:
-        return self.store.add_provider(self.namespace, name, kind, config)
+        return self.store.add_provider(self._writing(), name, kind, config)
 
     def providers(self) -> list[ProviderInfo]:
-        return self.store.providers(self.namespace)
+        return self.store.providers(self._reading())
 
     def provider(self, name: str) -> ProviderInfo:
-        return self.store.provider(self.namespace, name)
+        return self.store.provider(self._reading(), name)
 
     def delete_provider(self, name: str) -> None:
-        self.store.delete_provider(self.namespace, name)
+        self.store.delete_provider(self._reading(), name)

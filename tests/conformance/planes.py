@@ -25,12 +25,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from peer import LocalPeer, PeerApi, RemotePeer
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.store import SqlStore
+
+T = TypeVar("T")
 
 
 class PeerPool:
@@ -106,17 +109,37 @@ class PlaneEnv:
     def recount(self) -> list[dict[str, Any]]:
         """Where the plane's depth counters disagree with a recount of its rows ([]: exact),
         read on the store itself (an HTTP plane's through its server's store)."""
+        return self.on_store(lambda store: list(store.recount_check()))
+
+    def on_store(self, read: Callable[[SqlStore], T]) -> T:
+        """`read` on the store behind the plane (an HTTP plane's: its server's), for checks
+        the API does not offer."""
         store = getattr(self.dispatch, "store", None)
         if store is not None:
-            return list(store.recount_check())
+            return read(store)
         from dreamlake.lakeshore.plane.dispatch import open_store
 
-        assert self.store_url is not None, f"{self.name} names no store to recount"
+        assert self.store_url is not None, f"{self.name} names no store to read"
         opened = open_store(self.store_url)
         try:
-            return list(opened.recount_check())
+            return read(opened)
         finally:
             opened.close()
+
+    @contextlib.contextmanager
+    def in_namespace(self, namespace: str) -> Iterator[Plane]:
+        """The same plane, with the same credentials, in another namespace."""
+        d = self.dispatch
+        if isinstance(d, dls.HttpDispatch):
+            assert self.peer_spec is not None
+            with dls.HttpDispatch(d.url, token=self.peer_spec["token"], namespace=namespace) as p:
+                yield p
+        elif isinstance(d, dls.Dispatch) and d.target == ":memory:":
+            yield dls.Dispatch(d.store, namespace=namespace)  # the store stays the test's own
+        else:
+            assert isinstance(d, dls.Dispatch)
+            with dls.Dispatch(d.target, namespace=namespace) as p:
+                yield p
 
     def require(self, verb: str) -> None:
         if verb in self.missing:

@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Callable
 
 import pytest
 from planes import PlaneEnv
 
 from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound
+from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.types import DEFAULT_QUEUE_DESCRIPTION
+
+# -- namespaces -------------------------------------------------------------------------------
+
+#: Reads on a namespace: none of them may create it (issue 33, item 7a).
+NAMESPACE_READS: dict[str, Callable[[Plane], object]] = {
+    "queues": lambda p: p.queues(),
+    "queue default": lambda p: p.queue("default"),
+    "count": lambda p: p.count("default"),
+    "stats": lambda p: p.stats("default"),
+    "events": lambda p: p.events("default"),
+    "invocations": lambda p: p.invocations(),
+    "workers": lambda p: p.workers(),
+    "topic frames": lambda p: p.frames(p.topic_channel("default", "news")),
+}
+
+
+def test_a_read_of_an_unknown_namespace_is_not_found_and_creates_nothing(
+    plane: PlaneEnv,
+) -> None:
+    ns = f"typo-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    with plane.in_namespace(ns) as typo:
+        for what, read in NAMESPACE_READS.items():
+            with pytest.raises(NotFound, match=f"unknown namespace '{ns}'"):
+                read(typo)
+                pytest.fail(f"{what} in an unknown namespace answered")
+
+    assert plane.on_store(lambda store: store.namespace(ns)) is None
+    assert ns not in {q.namespace for q in plane.dispatch.queues()}
+
 
 # -- queues -----------------------------------------------------------------------------------
 

@@ -139,6 +139,36 @@ def test_verbs_work_on_the_embedded_plane(tmp_path, monkeypatch):
     assert (tmp_path / "lakeshore.db").exists()
 
 
+def _namespaces(env: dict[str, str]) -> set[str]:
+    return {r["name"] for r in json.loads(lakeshore("namespaces", "ls", "--json", env=env).stdout)}
+
+
+def test_a_read_of_an_unknown_namespace_creates_nothing_on_the_embedded_plane(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESHORE_")}
+    env["LAKESHORE_HOME"] = str(tmp_path)
+    default = json.loads(lakeshore("queues", "ls", "--json", env=env).stdout)
+    assert [r["name"] for r in default] == ["default"]  # a fresh home works in its own namespace
+
+    for read in (("queues", "ls"), ("queues", "show", "default"), ("jobs", "ls")):
+        out = lakeshore(*read, "--namespace", "typo-ns", env=env, ok=False)
+        assert out.returncode == 1, (read, out.stdout)
+        assert "NotFound: unknown namespace 'typo-ns'" in out.stderr, read
+
+    assert _namespaces(env) == {"default"}
+    lakeshore("queues", "add", "prep", "--namespace", "team-b", env=env)  # a write creates it
+    rows = json.loads(lakeshore("queues", "ls", "--json", "--namespace", "team-b", env=env).stdout)
+    assert {(r["namespace"], r["name"]) for r in rows} == {
+        ("team-b", "prep"),
+        ("team-b", "default"),
+    }
+    assert _namespaces(env) == {"default", "team-b"}
+
+
+def test_a_read_of_an_unknown_namespace_is_not_found_over_http_too(cli_env):
+    out = lakeshore("queues", "ls", "--namespace", "typo-ns", env=cli_env, ok=False)
+    assert out.returncode == 1 and "NotFound: unknown namespace 'typo-ns'" in out.stderr
+
+
 def test_tokens_and_namespaces_commands(server, cli_env):
     env = {**cli_env, "LAKESHORE_HOME": str(server.home)}
     store = ["--store", str(server.store_path)]
