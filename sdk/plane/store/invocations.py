@@ -395,7 +395,7 @@ class InvocationStore(PreemptionStore, QueueStore):
             if window is None:
                 window = tx.one("locality_next", ns=ns, queues=names, now=now)
                 if window is not None and delays.promote_if_due(tx, params, window):
-                    rows = self._claim_rows(tx, resolved, temperature, params, limit)
+                    rows = self._claim_rows(tx, resolved, temperature, params, limit, within)
             if window is not None:
                 locality.wake_at_window(self.waker, ns, names, window["next_window"])
                 delays.wake_when_due(self.waker, ns, names, window["next_due"], now)
