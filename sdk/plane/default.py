@@ -1,6 +1,6 @@
 """The process-default plane, resolved on first use from the environment (never at import).
 
-`LAKESHORE_URL` set: an `HttpDispatch` to that control plane (with LAKESHORE_TOKEN and
+`LAKESHORE_URL` set: an `HttpPlane` to that control plane (with LAKESHORE_TOKEN and
 LAKESHORE_NAMESPACE). Otherwise: the box's SQLite plane at `$LAKESHORE_HOME/lakeshore.db`
 (`~/.lakeshore` by default), which every process on the box shares.
 """
@@ -47,11 +47,12 @@ def open_plane(url: str | None, token: str | None, namespace: str | None) -> Pla
     """
     ns = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
     if url:
-        from .http import HttpDispatch
+        from .http import HttpPlane
 
-        return HttpDispatch(url, token=token, namespace=ns)
+        return HttpPlane(url, token=token, namespace=ns)
     from .dispatch import Dispatch  # the store and SQLite: not loaded by an HTTP-only producer
 
+    # A Dispatch (a LocalPlane too), so `isinstance(plane, dls.Dispatch)` holds as it always did.
     return Dispatch(box_plane_path(), namespace=ns)
 
 

@@ -1,4 +1,7 @@
-"""`Dispatch`: a whole plane in this process, over SQLite (or Postgres), no server needed.
+"""`LocalPlane`: a whole plane in this process, over SQLite (or Postgres), no server needed.
+
+`Dispatch`, the seeds' name, is the same plane, except that `Dispatch()` with no target follows
+LAKESHORE_URL to a server as the process default does.
 
 It binds a store to one namespace and adds the blocking waits the SDK needs: a result that is not
 ready yet, a claim on an empty queue, a stream between frames. Each wait sleeps on the store's
@@ -10,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from .. import signing
 from ..errors import DispatchError, QueueFullError
@@ -62,34 +65,19 @@ def open_store(
 READ_SWEEP_EVERY_S = 1.0
 
 
-class Dispatch:
-    """A plane: `Dispatch()` the box's own, `Dispatch(":memory:")` for tests, a path or a
-    `postgresql://` URL for another store.
+class LocalPlane:
+    """A plane in this process: `LocalPlane()` the box's own SQLite file under LAKESHORE_HOME,
+    `LocalPlane(":memory:")` for tests, a path or a `postgresql://` URL for another store. It is
+    always what its name says, whatever the environment: `Dispatch()` is the one that follows
+    LAKESHORE_URL to a server.
 
-    `Dispatch()` opens what the process default (`SyncQueue("q")` with no `dispatch`) opens: the
-    box's SQLite file under LAKESHORE_HOME, or, when LAKESHORE_URL is set, an `HttpDispatch` to
-    that control plane (with LAKESHORE_TOKEN), in LAKESHORE_NAMESPACE unless `namespace` is
-    given. It is never a private in-memory plane: a producer that wrote `Dispatch()` meaning
-    "this box's plane" must reach the daemons that serve it. Each call opens its own plane, so
-    closing one never closes the process default.
+    It is never a private in-memory plane unless asked: a producer that wrote `LocalPlane()`
+    meaning "this box's plane" reaches the daemons that serve it. Each call opens its own plane,
+    so closing one never closes the process default.
 
     `durable=False` trades the last commits on power loss (not on a crash) for faster writes;
     see `sqlite.py`.
     """
-
-    def __new__(
-        cls,
-        target: str | os.PathLike[str] | SqlStore | None = None,
-        *,
-        namespace: str | None = None,
-        durable: bool = True,
-    ) -> Dispatch:
-        url = os.environ.get("LAKESHORE_URL") if target is None and cls is Dispatch else None
-        if url:
-            # An HttpDispatch, so Python skips __init__; typed as a Dispatch because both
-            # serve the same Plane protocol, which is what a caller of Dispatch() relies on.
-            return open_plane(url, None, namespace)  # type: ignore[return-value]
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -118,9 +106,9 @@ class Dispatch:
             raise
 
     def __repr__(self) -> str:
-        return f"Dispatch({self.target!r}, namespace={self.namespace!r})"
+        return f"{type(self).__name__}({self.target!r}, namespace={self.namespace!r})"
 
-    def __enter__(self) -> Dispatch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -492,3 +480,26 @@ class Dispatch:
 
     def delete_provider(self, name: str) -> None:
         self.store.delete_provider(self.namespace, name)
+
+
+class Dispatch(LocalPlane):
+    """The seeds' name for a plane, kept as it always worked: `LocalPlane`, except that
+    `Dispatch()` opens what the process default (`SyncQueue("q")` with no `dispatch`) opens:
+    when LAKESHORE_URL is set, an `HttpPlane` to that control plane (with LAKESHORE_TOKEN), in
+    LAKESHORE_NAMESPACE unless `namespace` is given. So `isinstance(Dispatch(), Dispatch)` can be
+    False; `LocalPlane` and `HttpPlane` say what a plane is.
+    """
+
+    def __new__(
+        cls,
+        target: str | os.PathLike[str] | SqlStore | None = None,
+        *,
+        namespace: str | None = None,
+        durable: bool = True,
+    ) -> Dispatch:
+        url = os.environ.get("LAKESHORE_URL") if target is None else None
+        if url:
+            # An HttpPlane, so Python skips __init__; typed as a Dispatch because both serve the
+            # same Plane protocol, which is what a caller of Dispatch() relies on.
+            return open_plane(url, None, namespace)  # type: ignore[return-value]
+        return super().__new__(cls)

@@ -1,4 +1,4 @@
-"""`HttpDispatch`: the plane as seen through a `lakeshore server`.
+"""`HttpPlane` (also named `HttpDispatch`): the plane as seen through a `lakeshore server`.
 
 Every `Plane` method is one request over one keep-alive connection (so a submit is one round
 trip): the lean HTTP/1.1 path (http11.py) where it can carry it, else an `httpx.Client`, made
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import quote, urlsplit
 
 import msgpack
@@ -265,8 +265,8 @@ def _check_params(params: dict[str, Any] | None) -> None:
             )
 
 
-class HttpDispatch:
-    """A plane behind `lakeshore server`: `HttpDispatch("http://127.0.0.1:8765")`.
+class HttpPlane:
+    """A plane behind `lakeshore server`: `HttpPlane("http://127.0.0.1:8765")`.
 
     `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
     server's first start) when every URL reaches the server that wrote it (home_token.py);
@@ -287,7 +287,7 @@ class HttpDispatch:
     ) -> None:
         base = url or os.environ.get("LAKESHORE_URL")
         if not base:
-            raise InvalidArgument("HttpDispatch needs a URL (or LAKESHORE_URL)")
+            raise InvalidArgument("HttpPlane needs a URL (or LAKESHORE_URL)")
         #: The control plane's replicas, in the order given: requests go to one until it cannot
         #: be reached, then to the next (`url` is the one in use).
         self.urls = tuple(check_url(u).rstrip("/") for u in split_urls(base))
@@ -324,9 +324,9 @@ class HttpDispatch:
         return self._replicas[self._at].fast
 
     def __repr__(self) -> str:
-        return f"HttpDispatch({','.join(self.urls)!r}, namespace={self.namespace!r})"
+        return f"{type(self).__name__}({','.join(self.urls)!r}, namespace={self.namespace!r})"
 
-    def __enter__(self) -> HttpDispatch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -939,6 +939,10 @@ class HttpDispatch:
         self._request("DELETE", f"/providers/{_segment(name)}")
 
 
+#: The seeds' name for `HttpPlane`, kept: the same class.
+HttpDispatch = HttpPlane
+
+
 class HttpFleet:
     """The fleet routes of a server (`/v1/fleet`): what `lakeshore-controller --url` runs on.
 
@@ -948,7 +952,7 @@ class HttpFleet:
     """
 
     def __init__(self, url: str, *, token: str | None = None) -> None:
-        self._plane = HttpDispatch(url, token=token)
+        self._plane = HttpPlane(url, token=token)
 
     def __repr__(self) -> str:
         return f"HttpFleet({self._plane.url!r})"
