@@ -30,7 +30,7 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
-from .default import box_plane_path, open_plane
+from .default import box_plane_path, env_namespace, env_url, open_plane
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
@@ -89,7 +89,7 @@ class LocalPlane:
         if target is None:
             target = box_plane_path()
             if namespace is None:
-                namespace = os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
+                namespace = env_namespace()
         if namespace is None:
             namespace = DEFAULT_NAMESPACE
         self.store = target if isinstance(target, SqlStore) else open_store(target, durable=durable)
@@ -497,7 +497,7 @@ class Dispatch(LocalPlane):
         namespace: str | None = None,
         durable: bool = True,
     ) -> Dispatch:
-        url = os.environ.get("LAKESHORE_URL") if target is None else None
+        url = env_url() if target is None else None
         if url:
             # An HttpPlane, so Python skips __init__; typed as a Dispatch because both serve the
             # same Plane protocol, which is what a caller of Dispatch() relies on.

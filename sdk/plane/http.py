@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import random
 import re
 import ssl
@@ -37,7 +36,6 @@ from ..errors import (
     Unavailable,
 )
 from ..types import (
-    DEFAULT_NAMESPACE,
     Ack,
     Claim,
     Frame,
@@ -49,6 +47,7 @@ from ..types import (
     unsendable,
 )
 from . import http11
+from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .tls import Verify, tls_context, untrusted_message
@@ -285,7 +284,7 @@ class HttpPlane:
         transport: httpx.BaseTransport | None = None,
         verify: Verify = None,
     ) -> None:
-        base = url or os.environ.get("LAKESHORE_URL")
+        base = url or env_url()
         if not base:
             raise InvalidArgument("HttpPlane needs a URL (or LAKESHORE_URL)")
         #: The control plane's replicas, in the order given: requests go to one until it cannot
@@ -293,8 +292,8 @@ class HttpPlane:
         self.urls = tuple(check_url(u).rstrip("/") for u in split_urls(base))
         self._at = 0
         self._switch = threading.Lock()
-        self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
-        token = token or os.environ.get("LAKESHORE_TOKEN")
+        self.namespace = namespace or env_namespace()
+        token = token or env_token()
         if not token:
             from .home_token import home_token  # the token file, its record: only when needed
 
