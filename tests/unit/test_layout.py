@@ -96,3 +96,63 @@ def test_each_plane_variable_is_read_from_the_environment_in_one_function() -> N
         ("sdk/plane/default.py", "env_token"): {"LAKESHORE_TOKEN"},
         ("sdk/plane/default.py", "env_namespace"): {"LAKESHORE_NAMESPACE"},
     }
+
+
+#: What the store, the bottom layer, must not import at module level: the SDK layers above it.
+#: The circle plane <-> objects <-> spill closed only through imports inside functions.
+ABOVE_THE_STORE = (
+    "dreamlake.lakeshore.spill",
+    "dreamlake.lakeshore.objects",
+    "dreamlake.lakeshore.queue",
+)
+
+
+def module_level_imports(tree: ast.Module, package: str) -> Iterator[str]:
+    """The absolute module names a module imports when it is imported: every import outside a
+    function body (class bodies and `if TYPE_CHECKING:` blocks included), relative ones resolved
+    against `package`, and `from pkg import name` also as `pkg.name` (it may be a module)."""
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            yield module
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def test_the_store_imports_nothing_above_it() -> None:
+    store = ROOT / "sdk" / "plane" / "store"
+    assert list(store.glob("*.py")), "the store moved: point this test at it"
+    bad = {
+        (path.name, name)
+        for path in sorted(store.glob("*.py"))
+        for name in module_level_imports(
+            ast.parse(path.read_text()), "dreamlake.lakeshore.plane.store"
+        )
+        if any(name == above or name.startswith(f"{above}.") for above in ABOVE_THE_STORE)
+    }
+    assert not bad, f"plane/store imports a layer above it at module level: {sorted(bad)}"
+
+
+def test_the_import_check_resolves_relative_imports() -> None:
+    """The check above would pass vacuously if it misread `from ...spill import x`."""
+    tree = ast.parse(
+        "from ...spill import is_spilled\nfrom ... import objects\nfrom .queues import Q\n"
+        "if True:\n    import dreamlake.lakeshore.queue\n"
+        "def later() -> None:\n    from ...queue import SyncQueue\n"
+    )
+    names = set(module_level_imports(tree, "dreamlake.lakeshore.plane.store"))
+    assert {
+        "dreamlake.lakeshore.spill",
+        "dreamlake.lakeshore.objects",
+        "dreamlake.lakeshore.plane.store.queues",
+        "dreamlake.lakeshore.queue",
+    } <= names
+    assert "dreamlake.lakeshore.queue.SyncQueue" not in names  # inside a function: not counted
