@@ -41,8 +41,8 @@ from .udf import UDF, udf
 if TYPE_CHECKING:
     from . import run, spill
     from .objects import get, put
-    from .plane.dispatch import Dispatch
-    from .plane.http import HttpDispatch
+    from .plane.dispatch import Dispatch, LocalPlane
+    from .plane.http import HttpDispatch, HttpPlane
     from .run import scope
     from .worker import run_worker
 
@@ -54,7 +54,9 @@ __version__ = "0.4.0"
 #: worker core; `dls.run`, which only a job reads). Name -> (module, attribute).
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Dispatch": (".plane.dispatch", "Dispatch"),
+    "LocalPlane": (".plane.dispatch", "LocalPlane"),
     "HttpDispatch": (".plane.http", "HttpDispatch"),
+    "HttpPlane": (".plane.http", "HttpPlane"),
     "get": (".objects", "get"),
     "put": (".objects", "put"),
     "spill": (".spill", None),
@@ -88,7 +90,9 @@ __all__ = [
     "Envelope",
     "FILOQueue",
     "HttpDispatch",
+    "HttpPlane",
     "Job",
+    "LocalPlane",
     "Plane",
     "Pool",
     "Preempted",

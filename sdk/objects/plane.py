@@ -379,9 +379,10 @@ def using(plane: Any) -> Iterator[None]:
 
 def _default_plane() -> Any:
     """The process default plane when it is over HTTP (`LAKESHORE_URL`), else None."""
-    if not os.environ.get("LAKESHORE_URL"):
+    from ..plane.default import default_plane, env_url
+
+    if not env_url():
         return None
-    from ..plane.default import default_plane
 
     return default_plane()
 

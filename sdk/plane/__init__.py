@@ -1,7 +1,8 @@
 """Dispatch planes: where invocations live. See `base.Plane` for the contract.
 
-`Dispatch` and `HttpDispatch` are imported on first use: `Dispatch` brings the SQL store and
-SQLite (a third of the SDK's import), `HttpDispatch` brings httpx (with the command line it
+`LocalPlane` (the seeds' `Dispatch`) and `HttpPlane` (the seeds' `HttpDispatch`) are imported on
+first use: `LocalPlane` brings the SQL store and SQLite (a third of the SDK's import), `HttpPlane`
+brings httpx (with the command line it
 loads when click and rich are installed); a producer needs one of the two, and only once it
 opens its plane. `default_plane()` opens whichever the environment names.
 """
@@ -15,13 +16,26 @@ from .base import Plane
 from .default import default_plane, reset_default_plane
 
 if TYPE_CHECKING:
-    from .dispatch import Dispatch
-    from .http import HttpDispatch
+    from .dispatch import Dispatch, LocalPlane
+    from .http import HttpDispatch, HttpPlane
 
-__all__ = ["Dispatch", "HttpDispatch", "Plane", "default_plane", "reset_default_plane"]
+__all__ = [
+    "Dispatch",
+    "HttpDispatch",
+    "HttpPlane",
+    "LocalPlane",
+    "Plane",
+    "default_plane",
+    "reset_default_plane",
+]
 
 #: Name -> the module that defines it, imported at the first look-up.
-_LAZY = {"Dispatch": ".dispatch", "HttpDispatch": ".http"}
+_LAZY = {
+    "Dispatch": ".dispatch",
+    "LocalPlane": ".dispatch",
+    "HttpDispatch": ".http",
+    "HttpPlane": ".http",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,7 @@
-"""`Dispatch`: a whole plane in this process, over SQLite (or Postgres), no server needed.
+"""`LocalPlane`: a whole plane in this process, over SQLite (or Postgres), no server needed.
+
+`Dispatch`, the seeds' name, is the same plane, except that `Dispatch()` with no target follows
+LAKESHORE_URL to a server as the process default does.
 
 It binds a store to one namespace and adds the blocking waits the SDK needs: a result that is not
 ready yet, a claim on an empty queue, a stream between frames. Each wait sleeps on the store's
@@ -10,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from .. import signing
 from ..errors import DispatchError, NotFound, QueueFullError
@@ -28,7 +31,7 @@ from ..types import (
     WorkerInfo,
     check_name,
 )
-from .default import box_plane_path, open_plane
+from .default import box_plane_path, env_namespace, env_url, open_plane
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .store import SqlStore, topic_channel
@@ -66,39 +69,24 @@ READ_SWEEP_EVERY_S = 1.0
 def own_namespaces() -> frozenset[str]:
     """The namespaces an embedded plane creates on open: `default` (as a control plane's first
     start does) and this process's own (LAKESHORE_NAMESPACE), so a fresh home works for
-    either. Any other comes to exist on its first write (`Dispatch._writing`)."""
-    own = os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
+    either. Any other comes to exist on its first write (`LocalPlane._writing`)."""
+    own = env_namespace()
     return frozenset({DEFAULT_NAMESPACE, own})
 
 
-class Dispatch:
-    """A plane: `Dispatch()` the box's own, `Dispatch(":memory:")` for tests, a path or a
-    `postgresql://` URL for another store.
+class LocalPlane:
+    """A plane in this process: `LocalPlane()` the box's own SQLite file under LAKESHORE_HOME,
+    `LocalPlane(":memory:")` for tests, a path or a `postgresql://` URL for another store. It is
+    always what its name says, whatever the environment: `Dispatch()` is the one that follows
+    LAKESHORE_URL to a server.
 
-    `Dispatch()` opens what the process default (`SyncQueue("q")` with no `dispatch`) opens: the
-    box's SQLite file under LAKESHORE_HOME, or, when LAKESHORE_URL is set, an `HttpDispatch` to
-    that control plane (with LAKESHORE_TOKEN), in LAKESHORE_NAMESPACE unless `namespace` is
-    given. It is never a private in-memory plane: a producer that wrote `Dispatch()` meaning
-    "this box's plane" must reach the daemons that serve it. Each call opens its own plane, so
-    closing one never closes the process default.
+    It is never a private in-memory plane unless asked: a producer that wrote `LocalPlane()`
+    meaning "this box's plane" reaches the daemons that serve it. Each call opens its own plane,
+    so closing one never closes the process default.
 
     `durable=False` trades the last commits on power loss (not on a crash) for faster writes;
     see `sqlite.py`.
     """
-
-    def __new__(
-        cls,
-        target: str | os.PathLike[str] | SqlStore | None = None,
-        *,
-        namespace: str | None = None,
-        durable: bool = True,
-    ) -> Dispatch:
-        url = os.environ.get("LAKESHORE_URL") if target is None and cls is Dispatch else None
-        if url:
-            # An HttpDispatch, so Python skips __init__; typed as a Dispatch because both
-            # serve the same Plane protocol, which is what a caller of Dispatch() relies on.
-            return open_plane(url, None, namespace)  # type: ignore[return-value]
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -110,7 +98,7 @@ class Dispatch:
         if target is None:
             target = box_plane_path()
             if namespace is None:
-                namespace = os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
+                namespace = env_namespace()
         if namespace is None:
             namespace = DEFAULT_NAMESPACE
         self.store = target if isinstance(target, SqlStore) else open_store(target, durable=durable)
@@ -149,9 +137,9 @@ class Dispatch:
         return self.namespace
 
     def __repr__(self) -> str:
-        return f"Dispatch({self.target!r}, namespace={self.namespace!r})"
+        return f"{type(self).__name__}({self.target!r}, namespace={self.namespace!r})"
 
-    def __enter__(self) -> Dispatch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -529,3 +517,26 @@ class Dispatch:
 
     def delete_provider(self, name: str) -> None:
         self.store.delete_provider(self._reading(), name)
+
+
+class Dispatch(LocalPlane):
+    """The seeds' name for a plane, kept as it always worked: `LocalPlane`, except that
+    `Dispatch()` opens what the process default (`SyncQueue("q")` with no `dispatch`) opens:
+    when LAKESHORE_URL is set, an `HttpPlane` to that control plane (with LAKESHORE_TOKEN), in
+    LAKESHORE_NAMESPACE unless `namespace` is given. So `isinstance(Dispatch(), Dispatch)` can be
+    False; `LocalPlane` and `HttpPlane` say what a plane is.
+    """
+
+    def __new__(
+        cls,
+        target: str | os.PathLike[str] | SqlStore | None = None,
+        *,
+        namespace: str | None = None,
+        durable: bool = True,
+    ) -> Dispatch:
+        url = env_url() if target is None else None
+        if url:
+            # An HttpPlane, so Python skips __init__; typed as a Dispatch because both serve the
+            # same Plane protocol, which is what a caller of Dispatch() relies on.
+            return open_plane(url, None, namespace)  # type: ignore[return-value]
+        return super().__new__(cls)

@@ -1,4 +1,4 @@
-"""`HttpDispatch`: the plane as seen through a `lakeshore server`.
+"""`HttpPlane` (also named `HttpDispatch`): the plane as seen through a `lakeshore server`.
 
 Every `Plane` method is one request over one keep-alive connection (so a submit is one round
 trip): the lean HTTP/1.1 path (http11.py) where it can carry it, else an `httpx.Client`, made
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import random
 import re
 import ssl
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import quote, urlsplit
 
 import msgpack
@@ -37,7 +36,6 @@ from ..errors import (
     Unavailable,
 )
 from ..types import (
-    DEFAULT_NAMESPACE,
     Ack,
     Claim,
     Frame,
@@ -49,6 +47,7 @@ from ..types import (
     unsendable,
 )
 from . import http11
+from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .tls import Verify, tls_context, untrusted_message
@@ -265,8 +264,8 @@ def _check_params(params: dict[str, Any] | None) -> None:
             )
 
 
-class HttpDispatch:
-    """A plane behind `lakeshore server`: `HttpDispatch("http://127.0.0.1:8765")`.
+class HttpPlane:
+    """A plane behind `lakeshore server`: `HttpPlane("http://127.0.0.1:8765")`.
 
     `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
     server's first start) when every URL reaches the server that wrote it (home_token.py);
@@ -285,16 +284,16 @@ class HttpDispatch:
         transport: httpx.BaseTransport | None = None,
         verify: Verify = None,
     ) -> None:
-        base = url or os.environ.get("LAKESHORE_URL")
+        base = url or env_url()
         if not base:
-            raise InvalidArgument("HttpDispatch needs a URL (or LAKESHORE_URL)")
+            raise InvalidArgument("HttpPlane needs a URL (or LAKESHORE_URL)")
         #: The control plane's replicas, in the order given: requests go to one until it cannot
         #: be reached, then to the next (`url` is the one in use).
         self.urls = tuple(check_url(u).rstrip("/") for u in split_urls(base))
         self._at = 0
         self._switch = threading.Lock()
-        self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or DEFAULT_NAMESPACE
-        token = token or os.environ.get("LAKESHORE_TOKEN")
+        self.namespace = namespace or env_namespace()
+        token = token or env_token()
         if not token:
             from .home_token import home_token  # the token file, its record: only when needed
 
@@ -324,9 +323,9 @@ class HttpDispatch:
         return self._replicas[self._at].fast
 
     def __repr__(self) -> str:
-        return f"HttpDispatch({','.join(self.urls)!r}, namespace={self.namespace!r})"
+        return f"{type(self).__name__}({','.join(self.urls)!r}, namespace={self.namespace!r})"
 
-    def __enter__(self) -> HttpDispatch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -939,6 +938,10 @@ class HttpDispatch:
         self._request("DELETE", f"/providers/{_segment(name)}")
 
 
+#: The seeds' name for `HttpPlane`, kept: the same class.
+HttpDispatch = HttpPlane
+
+
 class HttpFleet:
     """The fleet routes of a server (`/v1/fleet`): what `lakeshore-controller --url` runs on.
 
@@ -948,7 +951,7 @@ class HttpFleet:
     """
 
     def __init__(self, url: str, *, token: str | None = None) -> None:
-        self._plane = HttpDispatch(url, token=token)
+        self._plane = HttpPlane(url, token=token)
 
     def __repr__(self) -> str:
         return f"HttpFleet({self._plane.url!r})"

@@ -113,7 +113,7 @@ def test_lakeshore_url_selects_http_dispatch(home: Path, monkeypatch: pytest.Mon
     try:
         plane = default_plane()
     except DispatchError as err:  # a build without the HTTP plane says so clearly
-        assert "LAKESHORE_URL" in str(err) or "HttpDispatch" in str(err)
+        assert "LAKESHORE_URL" in str(err) or "HttpPlane" in str(err)
     else:
         assert isinstance(plane, dls.HttpDispatch)
         assert not (home / "lakeshore.db").exists()
@@ -169,3 +169,29 @@ def test_a_bare_dispatch_under_lakeshore_url_is_http(
         assert (plane.url, plane.namespace) == ("http://127.0.0.1:9", "team-a")
         assert isinstance(memory, dls.Dispatch) and memory.target == ":memory:"
     assert not (home / "lakeshore.db").exists()
+
+
+# -- names that say what a plane is: LocalPlane and HttpPlane beside the seeds' names --------
+
+
+def test_a_local_plane_is_a_local_plane_even_under_lakeshore_url(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKESHORE_URL", "http://127.0.0.1:9")
+
+    with dls.LocalPlane(":memory:") as memory, dls.LocalPlane() as box:
+        assert isinstance(memory, dls.LocalPlane) and isinstance(box, dls.LocalPlane)
+        assert box.target == str(home / "lakeshore.db")
+        assert repr(memory) == "LocalPlane(':memory:', namespace='default')"
+    with dls.Dispatch() as bare:  # the seeds' name still follows LAKESHORE_URL
+        assert isinstance(bare, dls.HttpPlane) and not isinstance(bare, dls.LocalPlane)
+
+
+def test_the_old_names_are_the_same_planes() -> None:
+    from dreamlake.lakeshore import plane
+
+    assert dls.HttpPlane is dls.HttpDispatch is plane.HttpPlane is plane.HttpDispatch
+    assert dls.LocalPlane is plane.LocalPlane and dls.Dispatch is plane.Dispatch
+    assert issubclass(dls.Dispatch, dls.LocalPlane)
+    with dls.Dispatch(":memory:") as old:
+        assert isinstance(old, dls.Dispatch) and isinstance(old, dls.LocalPlane)

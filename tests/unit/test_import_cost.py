@@ -93,6 +93,8 @@ def test_building_a_queue_and_udf_loads_none_either() -> None:
     [
         ("Dispatch", "dreamlake.lakeshore.plane.dispatch"),
         ("HttpDispatch", "dreamlake.lakeshore.plane.http"),
+        ("LocalPlane", "dreamlake.lakeshore.plane.dispatch"),
+        ("HttpPlane", "dreamlake.lakeshore.plane.http"),
         ("get", "dreamlake.lakeshore.objects"),
         ("put", "dreamlake.lakeshore.objects"),
         ("run_worker", "dreamlake.lakeshore.worker"),
@@ -113,7 +115,7 @@ def test_every_public_name_resolves_and_an_unknown_one_is_an_attribute_error() -
     assert [name for name in dls.__all__ if getattr(dls, name, None) is None] == []
     assert HttpDispatch is PlaneHttpDispatch and spill is sys.modules["dreamlake.lakeshore.spill"]
     assert Dispatch is PlaneDispatch and run is sys.modules["dreamlake.lakeshore.run"]
-    assert {"Dispatch", "HttpDispatch"} <= set(dir(plane_package))
+    assert {"Dispatch", "HttpDispatch", "LocalPlane", "HttpPlane"} <= set(dir(plane_package))
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         _ = dls.nope  # type: ignore[attr-defined]
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
@@ -125,7 +127,7 @@ def test_an_http_producers_plane_loads_neither_the_store_nor_httpx() -> None:
     code = (
         "import dreamlake.lakeshore as dls\n"
         "plane = dls.plane.default_plane()\n"
-        "assert type(plane).__name__ == 'HttpDispatch', plane\n"
+        "assert type(plane).__name__ == 'HttpPlane', plane\n"
     )
     no_proxy = {k: "" for k in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")}
 

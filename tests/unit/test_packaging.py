@@ -83,12 +83,32 @@ def test_every_source_module_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
             expected.add(f"{package.replace('.', '/')}/{path.name}")
     missing = expected - set(wheel.namelist())
     assert not missing, f"not in the wheel: {sorted(missing)}"
-    folders = {
-        Path(p).parent for f in set(mapping.values()) for p in (ROOT / f).rglob("__init__.py")
+
+
+def test_pyproject_lists_every_package_folder_and_nothing_else() -> None:
+    """The package list is written by hand, twice (`packages` and `package-dir`): a new folder
+    left out of it installs a package that cannot import, and only on another machine. Every
+    folder under the shipped top-level folders that holds Python is a package (it has an
+    __init__.py), listed in both, under the name its path gives."""
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    mapping: dict[str, str] = setuptools["package-dir"]
+    tops = {Path(folder).parts[0] for folder in mapping.values()}
+    assert tops == {"sdk", "server", "daemon", "controller", "providers", "cli"}
+    python_folders = {
+        path.parent.relative_to(ROOT).as_posix()
+        for top in tops
+        for path in (ROOT / top).rglob("*.py")
+        if "__pycache__" not in path.parts
     }
-    assert folders <= {ROOT / f for f in mapping.values()}, (
-        "a package folder pyproject does not map"
-    )
+    no_init = sorted(f for f in python_folders if not (ROOT / f / "__init__.py").exists())
+    assert not no_init, f"Python without an __init__.py, so not a package: {no_init}"
+
+    assert sorted(mapping.values()) == sorted(python_folders), "package-dir against the tree"
+    assert sorted(setuptools["packages"]) == sorted(mapping), "packages against package-dir"
+    for package, folder in mapping.items():  # the name is the path: dls.plane.store is sdk/...
+        top, *rest = Path(folder).parts
+        root = "dreamlake.lakeshore" if top == "sdk" else f"dreamlake.lakeshore.{top}"
+        assert package == ".".join([root, *rest]), (package, folder)
 
 
 def test_the_installed_wheel_imports_and_reports_its_version(
