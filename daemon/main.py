@@ -166,11 +166,12 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--spot-notice",
-    type=click.Choice(["none", "ec2"]),
-    default="none",
+    type=click.Choice(["auto", "ec2", "none"]),
+    default="auto",
     show_default=True,
     help="Watch for spot interruption notices: ec2 polls the instance metadata service "
-    "(IMDSv2) every few seconds; a rebalance recommendation only stops claiming.",
+    "(IMDSv2) every few seconds; auto does so when /sys says this box is an EC2 instance "
+    "(no network probe); none never. A rebalance recommendation only stops claiming.",
 )
 @click.option(
     "--storage",

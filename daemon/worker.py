@@ -73,7 +73,8 @@ class DaemonConfig(WorkerConfig):
     memory_gb: float | None = None
     #: `--concurrency` not given: one slot per GPU, at least one.
     auto_concurrency: bool = False
-    #: Where spot interruption notices come from (issue 35): None, or "ec2" (daemon/spot.py).
+    #: Where spot interruption notices come from (issue 35): None, "ec2" (daemon/spot.py), or
+    #: "auto": "ec2" when local files say the box is an EC2 instance (daemon/ec2host.py).
     spot_notice: str | None = None
 
 
@@ -236,11 +237,25 @@ class Daemon(WorkerCore):
 
     def _on_ready(self) -> None:
         super()._on_ready()
-        if self.config.spot_notice == "ec2":
+        if self._watches_spot(self.config.spot_notice):
             from .spot import SpotWatcher
 
             watcher = SpotWatcher(self, self._halt)
             self._spawn_thread("lakeshore-spot", watcher.run)
+
+    def _watches_spot(self, mode: str | None) -> bool:
+        """`auto` polls the metadata service only where sysfs says this is EC2: elsewhere
+        169.254.169.254 is never contacted. The decision is logged once, here."""
+        if mode != "auto":
+            return mode == "ec2"
+        from .ec2host import ec2_evidence
+
+        evidence = ec2_evidence()
+        if evidence is None:
+            self._log.debug("spot.not_on_ec2")
+            return False
+        self._log.info("spot.detected", evidence=evidence)
+        return True
 
     def _start_slots(self, factory: SlotFactory) -> bool:
         started = super()._start_slots(factory)

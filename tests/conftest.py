@@ -18,6 +18,10 @@ import pytest
 # it, so they share one arena as the processes of a box do.
 os.environ.setdefault("LAKESHORE_OBJECTS", tempfile.mkdtemp(prefix="lakeshore-objects-"))
 os.environ.setdefault("LAKESHORE_OBJECTS_CAP", str(256 << 20))
+# An empty sysfs for `--spot-notice auto` (daemon/ec2host.py): no daemon a test starts takes the
+# box for EC2, even on an EC2 runner, so none ever sends a packet to 169.254.169.254. A test of
+# the EC2 path hands its daemon a fake EC2 sysfs and the stand-in metadata service instead.
+os.environ.setdefault("LAKESHORE_SYS_ROOT", tempfile.mkdtemp(prefix="lakeshore-sys-"))
 
 #: Modules holding the longest tests (see `pytest --durations`), longest first.
 FIRST = ("tests/faults/test_mixed.py", "tests/faults/test_network_faults.py")

@@ -131,19 +131,24 @@ def imds() -> Iterator[Any]:
         yield server
 
 
+@pytest.mark.parametrize("mode", ["ec2", "auto"])
 def test_an_ec2_spot_notice_preempts_the_job_by_its_deadline(
-    fleet: tuple[HttpDispatch, Callable[..., DaemonProcess]], tmp_path: Path, imds: Any
+    fleet: tuple[HttpDispatch, Callable[..., DaemonProcess]], tmp_path: Path, imds: Any, mode: str
 ) -> None:
+    # `ec2` insists on the watch; `auto` (the default, no flag) finds EC2 in a fake sysfs
     plane, start = fleet
     q = dls.SyncQueue("train", dispatch=plane)
     log = tmp_path / "steps.log"
+    dmi = tmp_path / "sys" / "devices/virtual/dmi/id"
+    dmi.mkdir(parents=True)
+    (dmi / "sys_vendor").write_text("Amazon EC2\n")
     a = start(
         "spot-a",
-        "--spot-notice",
-        "ec2",
+        *(["--spot-notice", "ec2"] if mode == "ec2" else []),
         env={
             "LAKESHORE_IMDS_URL": f"http://127.0.0.1:{imds.server_address[1]}",
             "LAKESHORE_IMDS_POLL_S": "0.2",
+            "LAKESHORE_SYS_ROOT": str(tmp_path / "sys"),
         },
     )
     inv = q.submit(dls.thunk(training.train, STEPS, EVERY, str(log), 0.05), max_attempts=1)
@@ -157,6 +162,8 @@ def test_an_ec2_spot_notice_preempts_the_job_by_its_deadline(
     notice = a.find("daemon.preempt_notice")
     assert notice is not None and notice["reason"] == "EC2 spot terminate"
     assert notice["deadline"] == pytest.approx(int(deadline), abs=1)
+    detected = a.find("spot.detected")
+    assert (detected or {}).get("evidence") == ("sys_vendor=Amazon EC2" if mode == "auto" else None)
     row = q.status(inv)
     assert (row.state, row.preemptions, row.ended_by) == ("queued", 1, "notice")
     stopped = max(s for _, s in training.steps_run(str(log)))

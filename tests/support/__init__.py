@@ -3,4 +3,4 @@
 #: Settings of the box rather than of one process: the object store's host tier (conftest.py
 #: points it at a directory of the run's own). Processes a test starts keep them, as the
 #: processes of one box share one host tier.
-BOX_VARS = ("LAKESHORE_OBJECTS", "LAKESHORE_OBJECTS_CAP", "LAKESHORE_HOST_ID")
+BOX_VARS = ("LAKESHORE_OBJECTS", "LAKESHORE_OBJECTS_CAP", "LAKESHORE_HOST_ID", "LAKESHORE_SYS_ROOT")
