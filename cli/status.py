@@ -46,6 +46,9 @@ RATE_WINDOW_S = 60.0
 RATE_SAMPLE = 500
 #: The oldest queued job's age is found to within this ratio (5%: two significant figures).
 OLDEST_PRECISION = 1.05
+#: The most listing reads `oldest_queued_age` makes: far more than its search ever needs (each
+#: read halves the gap in log-space), so rows that disagree with their ids cannot spin it.
+MAX_OLDEST_READS = 64
 #: Controller decisions shown, newest first, and the events read per queue to find them.
 DECISIONS = 10
 EVENTS_PER_QUEUE = 50
@@ -68,9 +71,23 @@ def _ulid_before(ts: float) -> str:
 
 
 def _queued_before(plane: Plane, queue: str, ts: float) -> float | None:
-    """created_at of the newest job still queued that was submitted before `ts`, if any."""
+    """When the newest job still queued whose id is older than `ts` was submitted, if any.
+
+    The listing bounds ids, and an id can be older than its row's created_at (a producer mints
+    it before the plane stamps the row, a moment or a retry earlier): the older of the two is
+    the answer, so a job found below the bound is always at least as old as the bound and the
+    search below always moves.
+    """
     rows = plane.invocations(queue=queue, state="queued", limit=1, before=_ulid_before(ts))
-    return rows[0].created_at if rows else None
+    if not rows:
+        return None
+    from ulid import ULID
+
+    try:
+        minted = ULID.from_str(rows[0].id).timestamp
+    except ValueError:
+        minted = rows[0].created_at
+    return min(rows[0].created_at, minted)
 
 
 def oldest_queued_age(plane: Plane, queue: str, now: float) -> float | None:
@@ -84,7 +101,9 @@ def oldest_queued_age(plane: Plane, queue: str, now: float) -> float | None:
         return None
     low = max(now - newest[0].created_at, 0.0)
     high: float | None = None
-    while high is None or high > low * OLDEST_PRECISION:
+    for _ in range(MAX_OLDEST_READS):  # a bound whatever the rows say: each read halves a gap
+        if high is not None and high <= low * OLDEST_PRECISION:
+            break
         probe = max(low, 1.0) * 2 if high is None else (max(low, 1e-3) * high) ** 0.5
         if probe > now:  # older than the epoch: nothing is
             high = probe

@@ -57,6 +57,18 @@ def test_oldest_queued_age_is_found_within_its_precision_in_few_reads(ages):
     assert listing.reads <= 40
 
 
+def test_a_job_whose_id_is_older_than_its_row_ends_the_search():
+    """A producer mints the id before the plane stamps created_at (over HTTP, a request's
+    latency; under load, more): with the search's bound between the two, a row reported by
+    created_at alone was found again and again and `lakeshore status` spun forever."""
+    listing = QueuedListing([1.95])
+    late = listing.rows[0]
+    listing.rows[0] = Row(str(ULID.from_timestamp(NOW - 2.05)), late.created_at)
+    found = oldest_queued_age(listing, "q", NOW)  # type: ignore[arg-type]
+    assert found is not None and 1.95 <= found <= 2.05 * OLDEST_PRECISION
+    assert listing.reads <= 40
+
+
 def test_oldest_queued_age_of_an_empty_queue_is_none():
     assert oldest_queued_age(QueuedListing([]), "q", NOW) is None  # type: ignore[arg-type]
 
