@@ -106,6 +106,9 @@ def jobs() -> list[Job]:
 
     out.append(("depth", "lakeshore sqlite, 0 vs N queued", depth.measure_sqlite))
     out.append(("depth", "lakeshore postgres, 0 vs N queued (scaled down)", depth.measure_postgres))
+    from . import depth_resources
+
+    out.append(("depth", "lakeshore sqlite, resource claims at N queued", depth_resources.measure))
     out.append(("scale", "idle long-polls", scale.measure))
     out.append(("scale", "idle long-polls, 2 postgres replicas", scale.measure_replicas))
     from . import placement
