@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import codec
 from ..errors import DispatchError, Forbidden, InvalidArgument
+from ..plane import routes
 from ..plane.auth import JOB, MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.job_token import with_job_tokens
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
@@ -543,8 +544,7 @@ async def post_topic_frame(call: Call) -> dict[str, int]:
 
 ROUTES = [
     Api(
-        "POST",
-        "/queues/{queue}/invocations",
+        routes.SUBMIT,
         submit,
         "Submit one or a batch in one transaction; a known key returns its existing id; "
         "?wait=S waits for room on a full on_full=block queue (else 429); "
@@ -556,8 +556,7 @@ ROUTES = [
         scopes=(SUBMIT_DATA,),
     ),
     Api(
-        "GET",
-        "/queues/{queue}/count",
+        routes.COUNT,
         count,
         "How many invocations are in a state",
         response="Count",
@@ -565,8 +564,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "GET",
-        "/invocations/{id}",
+        routes.INVOCATION,
         get_invocation,
         "The invocation row; ?wait=S long-polls until it is terminal (capped at 60 s)",
         response="Invocation",
@@ -574,8 +572,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/cancel",
+        routes.CANCEL,
         cancel,
         "Cancel a queued one; kill=true also asks the worker to end a running one",
         body="Cancel",
@@ -583,8 +580,7 @@ ROUTES = [
         scopes=(SUBMIT_DATA, MANAGE),
     ),
     Api(
-        "POST",
-        "/claims",
+        routes.CLAIM,
         claim,
         "Claim the next job; 'limit' claims up to that many in one commit ({claims: [...]}); "
         "'wait' long-polls (capped at 60 s) for the first",
@@ -593,8 +589,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/acks",
+        routes.ACKS,
         ack_many,
         "Settle up to 1000 claims as succeeded in one commit; per ack, null or its error",
         body="AckBatch",
@@ -602,8 +597,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/ack",
+        routes.ACK,
         ack,
         "Settle as succeeded with the result bytes",
         status=204,
@@ -611,8 +605,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/nack",
+        routes.NACK,
         nack,
         "Fail this attempt; retry requeues with backoff",
         body="Nack",
@@ -620,8 +613,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/end",
+        routes.END,
         end,
         "End an attempt as killed, timeout or failed",
         status=204,
@@ -629,8 +621,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/release",
+        routes.RELEASE,
         release,
         "Give a claimed job back unrun",
         body="Release",
@@ -638,8 +629,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/placement",
+        routes.PLACE,
         place,
         "Record where a claimed attempt runs (worker, GPU indexes and UUIDs); needs its lease",
         status=204,
@@ -647,8 +637,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/cause",
+        routes.CAUSE,
         note_cause,
         "Record why the worker is about to end this running attempt, before it signals the job",
         body="Cause",
@@ -656,8 +645,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/checkpoint",
+        routes.CHECKPOINT,
         checkpoint,
         "Record the job's last checkpoint (the encoded Ref of its state in durable storage) "
         "under the attempt's lease; answers the one it replaced",
@@ -666,8 +654,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/leases/renew",
+        routes.RENEW,
         renew,
         "Extend leases; returns {id: kill_requested}",
         body="Renew",
@@ -675,8 +662,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "GET",
-        "/invocations/{id}/frames",
+        routes.FRAMES,
         invocation_frames,
         "Frames after ?since; ?wait long-polls for one or for the end",
         response="FrameList",
@@ -684,8 +670,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/frames",
+        routes.POST_FRAME,
         post_invocation_frame,
         "Append a frame to a running invocation's journal (needs its lease)",
         status=201,
@@ -694,8 +679,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "GET",
-        "/topics/{queue}/{topic}/frames",
+        routes.TOPIC_FRAMES,
         topic_frames,
         "Frames of a topic after ?since; ?wait long-polls",
         response="FrameList",
@@ -703,8 +687,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/topics/{queue}/{topic}/frames",
+        routes.POST_TOPIC_FRAME,
         post_topic_frame,
         "Append a frame to a topic",
         status=201,
