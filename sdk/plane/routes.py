@@ -102,7 +102,7 @@ class Target:
 
 HELLO = Route("GET", "/v1/hello", namespaced=False)
 WHOAMI = Route("GET", "/v1/whoami", namespaced=False)
-DASHBOARD = Route("GET", "/dashboard", namespaced=False)
+DASHBOARD = Route("GET", "/dashboard")
 
 # jobs: producers
 SUBMIT = Route("POST", "/queues/{queue}/invocations", repeatable=True, counts="submit")
