@@ -44,6 +44,9 @@ from .metrics import count_acks
 from .payload_kinds import code_in
 from .wire import Fields
 
+#: A claim's defaults, where its body leaves a field out: `ClaimArgs`'s own.
+CLAIM_DEFAULTS = ClaimArgs._field_defaults
+
 ITEM_FIELDS = (
     "payload",
     "json",
@@ -294,11 +297,11 @@ async def claim(call: Call) -> dict[str, Any]:
     queues = b.str_list("queues")
     worker = b.req_text("worker")
     host = _host(b)
-    lease_s = b.number("lease_s", 60.0) or 0.0
+    lease_s = b.number("lease_s", CLAIM_DEFAULTS["lease_s"]) or 0.0
     if not 0 < lease_s <= MAX_LEASE_S:
         raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
     kind = b.text("kind")
-    temperature = b.number("temperature", 1.0) or 0.0
+    temperature = b.number("temperature", CLAIM_DEFAULTS["temperature"]) or 0.0
     if temperature < 0:
         raise InvalidArgument("field 'temperature' must be >= 0")
     wait_s = b.number("wait", 0.0) or 0.0
@@ -317,11 +320,10 @@ async def claim(call: Call) -> dict[str, Any]:
         # The claim inside ack_and_claim saw every submit before this: the wait below need
         # not look again until one after it lands.
         since = call.store.waker.generation
-        claiming = args.keywords()
         on_ended = call.readers.handing(a.id for a in acks)
         errors, got = await run_write(
             call.store,
-            lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming, on_ended=on_ended),
+            lambda: call.store.ack_and_claim(call.ns, acks, args, on_ended=on_ended),
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
         await count_acks(call, [a.id for a in acks], errors)
@@ -471,7 +473,7 @@ async def renew(call: Call) -> dict[str, dict[str, bool]]:
     b = call.body
     b.only("leases", "lease_s")
     leases = b.str_list("leases")
-    lease_s = b.number("lease_s", 60.0) or 0.0
+    lease_s = b.number("lease_s", CLAIM_DEFAULTS["lease_s"]) or 0.0
     if not 0 < lease_s <= MAX_LEASE_S:
         raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
     return {"leases": await call.run(call.store.renew, leases, lease_s)}

@@ -26,6 +26,7 @@ from ..errors import (
 from ..types import (
     Ack,
     Claim,
+    ClaimArgs,
     Frame,
     Invocation,
     QueueInfo,
@@ -271,92 +272,26 @@ class HttpPlane(HttpTransport):
 
     # -- workers ------------------------------------------------------------------------------
 
-    def claim(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> Claim | None:
-        """The next job or None: `claim_many` of one (one code path, one wire form)."""
-        got = self.claim_many(
-            queues,
-            worker=worker,
-            limit=1,
-            lease_s=lease_s,
-            kind=kind,
-            temperature=temperature,
-            wait_s=wait_s,
-            host=host,
-            free=free,
-        )
-        return got[0] if got else None
-
-    def claim_many(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> list[Claim]:
+    def claim_many(self, args: ClaimArgs, *, wait_s: float = 0.0) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
-            body = _claim_body(queues, worker, limit, lease_s, wait, host)
-            body.update(kind=kind, temperature=temperature)
-            if free is not None:  # only when sent: a server before resources refuses it
-                body["free"] = free
-            data = self._request(routes.CLAIM, body, wait_s=wait)
+            data = self._request(routes.CLAIM, _claim_body(args, wait), wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
         return self._long_poll(wait_s, once, bool)
 
     def ack_and_claim(
-        self,
-        acks: Sequence[Ack],
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
+        self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """One request: the server commits the acks (with the claim when a job is there)
         before it waits; a wait past its cap goes on as plain claims."""
         wait = min(wait_s, SERVER_WAIT_CAP_S)
-        body = _claim_body(queues, worker, limit, lease_s, wait, host)
-        body.update(kind=kind, temperature=temperature)
-        if free is not None:
-            body["free"] = free
+        body = _claim_body(args, wait)
         body["acks"] = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
         data = self._request(routes.CLAIM, body, wait_s=wait)
         errors = [None if e is None else item_error(e) for e in data["ack_errors"]]
         got = [_record(Claim, c) for c in data["claims"]]
         if not got and wait_s > wait:
-            got = self.claim_many(
-                queues,
-                worker=worker,
-                limit=limit,
-                lease_s=lease_s,
-                kind=kind,
-                temperature=temperature,
-                wait_s=wait_s - wait,
-                host=host,
-                free=free,
-            )
+            got = self.claim_many(args, wait_s=wait_s - wait)
         return errors, got
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:

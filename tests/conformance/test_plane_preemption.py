@@ -7,6 +7,7 @@ from planes import PlaneEnv, eventually
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost
+from tests.support import claiming
 
 
 def test_a_preempted_job_is_requeued_at_once_without_spending_an_attempt(
@@ -22,7 +23,7 @@ def test_a_preempted_job_is_requeued_at_once_without_spending_an_attempt(
     row = q.status(inv)
     assert (row.state, row.attempt, row.preemptions, row.ended_by) == ("queued", 1, 1, "notice")
     # At once: no backoff delay before the next claim sees it (a nack's retry waits 0.5 s).
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w2", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w2", limit=1)
     assert again.id == inv and again.attempt == 2 and again.preemptions == 1
     plane.dispatch.ack(again.id, again.lease, None)
     done = q.status(inv)
@@ -43,7 +44,7 @@ def test_a_preempted_job_keeps_its_place_ahead_of_later_submits(plane: PlaneEnv)
 
     plane.peer.call("release", id=job.id, lease=job.lease, outcome="preempted", cause="notice")
 
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w2", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w2", limit=1)
     assert again.id == first
 
 
@@ -165,7 +166,7 @@ def _checkpoint_blob(n: int) -> bytes:
 def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     first, second = _checkpoint_blob(1), _checkpoint_blob(2)
 
     assert plane.dispatch.checkpoint(job.id, job.lease, first) is None
@@ -173,7 +174,7 @@ def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -
     assert q.status(inv).checkpoint == second
 
     plane.dispatch.release(job.id, job.lease, outcome="preempted")
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     assert again.checkpoint == second  # the next attempt is handed its state's Ref
     with pytest.raises(LeaseLost, match="the previous checkpoint stays"):
         plane.dispatch.checkpoint(job.id, job.lease, first)  # the old attempt's lease
@@ -184,7 +185,7 @@ def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -
 def test_a_checkpoint_that_is_not_a_ref_is_refused(plane: PlaneEnv, bad: bytes) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     plane.dispatch.checkpoint(job.id, job.lease, _checkpoint_blob(1))
 
     with pytest.raises(InvalidArgument, match="encoded Ref of an object in durable storage"):
@@ -198,10 +199,10 @@ def test_a_resume_frame_continues_the_journal_and_streams_pass_over_it(
 ) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     plane.dispatch.post(job.id, "VALUE", dls.encode("before"), lease=job.lease)
     plane.dispatch.release(job.id, job.lease, outcome="preempted")
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     plane.dispatch.post(again.id, "RESUME", dls.encode({"attempt": 2}), lease=again.lease)
     plane.dispatch.post(again.id, "VALUE", dls.encode("after"), lease=again.lease)
     plane.dispatch.ack(again.id, again.lease, dls.encode("done"))
@@ -214,7 +215,7 @@ def test_a_resume_frame_continues_the_journal_and_streams_pass_over_it(
 def test_the_cause_is_noted_under_the_lease_before_the_end(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
 
     assert plane.dispatch.note_cause(job.id, job.lease, "timeout") is True
 

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support import claiming
+
 
 def square(x: int) -> int:
     return x * x
@@ -169,7 +171,7 @@ def act_as_a_worker(queue: str, follow_up: int) -> dict[str, Any]:
     out: dict[str, Any] = {"token": os.environ.get("LAKESHORE_TOKEN")}
     with dls.HttpDispatch() as plane:
         attempts = {
-            "claim": lambda: plane.claim([queue], worker="thief"),
+            "claim": lambda: claiming.claim(plane, [queue], worker="thief"),
             "ack": lambda: plane.ack(me, "a-guessed-lease", None),
             "renew": lambda: plane.renew(["a-guessed-lease"], lease_s=60),
             "register": lambda: plane.register_worker("thief", queues=[queue]),
