@@ -27,7 +27,7 @@ from ...types import (
     normalize_kind,
     storable_text,
 )
-from .. import delays, locality
+from .. import delays, dependencies, locality
 from ..admission import admit, deadline_for, waits_for_room
 from ..connector import Row, Transaction
 from ..steal import steal_aged, stealing
@@ -137,18 +137,23 @@ class InvocationStore(PreemptionStore, QueueStore):
                 return ids, [[] for _ in claimers]
             info = self._queue_for_submit(tx, ns, queue, now, row)
             admit(tx, info, requests, now)
+            # Parents before any insert: their row locks come before the counters' (a parent's
+            # settle takes them in that order too), and an unknown one refuses the whole batch.
+            planned = dependencies.plan(tx, ns, requests, now)
+            inserted: set[int] = set()
             for i in order:
                 req = requests[i]
                 key = self.signing_key
                 # A delayed job's start deadline and locality window run from its due time.
                 due = due_time(req, now)
                 start = now if due is None else due
+                waiting = planned.get(i)
                 row = tx.one(
                     "insert_invocation_signed",
                     id=ids[i],
                     ns=ns,
                     queue=queue,
-                    state="queued" if due is None else "scheduled",
+                    state=(waiting and waiting.state) or ("queued" if due is None else "scheduled"),
                     not_before=start if due is not None else 0,
                     priority=float(req.priority),
                     key=req.key,
@@ -164,15 +169,18 @@ class InvocationStore(PreemptionStore, QueueStore):
                     locality_until=locality.window_end(info, req.host, start),
                     objects=owned_objects(req.objects),
                     map_id=req.map_id,
+                    **dependencies.row_fields(req, waiting, now),
                 )
                 if row is None:  # the key exists: idempotent resubmit
                     row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
                     assert row is not None  # the conflict that suppressed the insert
                 else:
+                    inserted.add(i)
                     set_preemption_limit(tx, row["id"], req, info)
                     if (wanted := asked(req.resources, info)) is not None:
                         write_request(tx, row["id"], wanted)
                 ids[i] = row["id"]
+            dependencies.link(tx, ns, planned, requests, ids, inserted, now)
             for params, c in claiming:
                 claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
                 handed.append(claimed)
@@ -318,9 +326,12 @@ class InvocationStore(PreemptionStore, QueueStore):
             # taken queued, running, ended, the order every other transaction takes them in;
             # the other way round deadlocked against a plain claim.
             claimed = self._claim_in(tx, claiming, kind, temperature, limit)
-            errors = self._ack_in(tx, acks, ns, claiming["now"], ended)
+            released: list[str] = []
+            errors = self._ack_in(tx, acks, ns, claiming["now"], ended, released)
         if on_ended is not None and ended:
             on_ended(ended)
+        if released:  # dependents may be queued now, on any queue: every waiter looks
+            self.waker.notify()
         self._claimed(claimed, acked=_settled(acks, errors))
         return errors, [claim_of(row) for row in claimed.rows]
 
@@ -399,6 +410,7 @@ class InvocationStore(PreemptionStore, QueueStore):
             if window is not None:
                 locality.wake_at_window(self.waker, ns, names, window["next_window"])
                 delays.wake_when_due(self.waker, ns, names, window["next_due"], now)
+        rows = dependencies.with_inputs(tx, rows)
         return Claimed(rows, expired, bool(rows) and self._makes_room(tx, ns, rows, known))
 
     def _makes_room(
@@ -500,6 +512,8 @@ class InvocationStore(PreemptionStore, QueueStore):
             if schedulable.due(self._judged_at, now):
                 self._judged_at = now
                 moved += schedulable.sweep(tx, now, self._append_error)
+                settled, self._waiting_from = dependencies.sweep(tx, now, self._waiting_from)
+                moved += settled
         if moved:
             self.waker.notify()
         return moved
@@ -547,12 +561,15 @@ class InvocationStore(PreemptionStore, QueueStore):
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
+        released: list[str] = []
         with self.connector.transaction() as tx:
-            out = self._ack_in(tx, acks, ns, time.time(), ended)
+            out = self._ack_in(tx, acks, ns, time.time(), ended, released)
         if on_ended is not None and ended:
             on_ended(ended)
         settled = _settled(acks, out)
-        if settled:  # only these invocations' readers: not each result wait, to read it again
+        if released:  # dependents may be queued now, on any queue: every waiter looks
+            self.waker.notify()
+        elif settled:  # only these invocations' readers: not each result wait, to read it again
             self.waker.notify(work=(), reads=False, ended=settled)
         return out
 
@@ -563,9 +580,11 @@ class InvocationStore(PreemptionStore, QueueStore):
         ns: str | None,
         now: float,
         ended: dict[str, Invocation] | None = None,
+        released: list[str] | None = None,
     ) -> list[DispatchError | None]:
         """Settle each ack; into `ended` (with `ns`), each invocation an ack ended, as the
-        settle's own statement returns it with the result the ack carried: no read after."""
+        settle's own statement returns it with the result the ack carried: no read after. Into
+        `released`, each one jobs wait on: its commit may have made them claimable."""
         out: list[DispatchError | None] = []
         for a in acks:
             # No END frame: a reader that finds no more frames and a succeeded row has
@@ -580,6 +599,8 @@ class InvocationStore(PreemptionStore, QueueStore):
             if settled:
                 if ended is not None:
                     ended[a.id] = invocation_of({**settled, "result": a.result})
+                if settled["dependents"] is not None and released is not None:
+                    released.append(a.id)
                 out.append(None)
                 continue
             if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
