@@ -224,6 +224,10 @@ class Invocation:
     ended_by: str | None = None
     #: The job's last checkpoint: the encoded Ref of its state in durable storage (None: none).
     checkpoint: bytes | None = None
+    #: Dependencies (sdk/plane/dependencies.py): the parents it was submitted after (read by
+    #: id only), and how many of them have not ended yet; None: it names no parent.
+    after: list[str] = field(default_factory=list)
+    waiting_on: int | None = None
 
     @property
     def terminal(self) -> bool:

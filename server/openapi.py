@@ -144,6 +144,7 @@ SCHEMAS: dict[str, Any] = {
             "running": INT,
             "pending": INT,
             "scheduled": INT,
+            "waiting": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
             "unschedulable": INT,

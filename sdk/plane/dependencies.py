@@ -219,6 +219,6 @@ def with_inputs(tx: Transaction, rows: list[Row]) -> list[Row]:
     ]
 
 
-def parent_ids(tx: Transaction, child: str) -> list[dict[str, Any]]:
-    """A child's parents with their states (None: the row is gone), for `jobs show`."""
-    return [{"id": r["id"], "state": r["state"]} for r in tx.all("parents_of", child=child)]
+def after(tx: Transaction, child: str) -> list[str]:
+    """A child's parents' ids (`Invocation.after`, which `jobs show` lists)."""
+    return [r["id"] for r in tx.all("parents_of", child=child)]

@@ -48,7 +48,7 @@ SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :k
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
     resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+    preemptions, max_preemptions, ended_by, checkpoint, open_parents
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import msgpack
@@ -241,9 +242,15 @@ class InvocationStore(PreemptionStore, QueueStore):
     def invocation(self, ns: str, inv_id: str) -> Invocation:
         with self.connector.transaction(write=False) as tx:
             row = tx.one("get_invocation", id=inv_id, ns=ns)
+            after = (
+                None
+                if row is None or row["open_parents"] is None
+                else dependencies.after(tx, inv_id)
+            )
         if row is None:
             raise NotFound(f"unknown invocation '{inv_id}'")
-        return invocation_of(row)
+        inv = invocation_of(row)
+        return inv if after is None else replace(inv, after=after)
 
     def count(self, ns: str, queue: str, state: str = "queued") -> int:
         check_state(state)

@@ -253,6 +253,7 @@ def invocation_of(row: Row) -> Invocation:
         max_preemptions=row["max_preemptions"],
         ended_by=row["ended_by"],
         checkpoint=_blob(row["checkpoint"]),
+        waiting_on=row.get("open_parents"),
     )
 
 
