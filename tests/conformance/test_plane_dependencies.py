@@ -236,3 +236,15 @@ def _train(data: dict[str, int], lr: float) -> dict[str, float]:
 
 def _evaluate(args: dict[str, dict[str, float]]) -> float:
     return args["model"]["w"] + 1
+
+
+@pytest.mark.parametrize("state", ["timeout", "killed"])
+def test_a_parent_ended_by_its_daemon_cancels_the_dependent(plane: PlaneEnv, state: str) -> None:
+    q = plane.queue(f"ended-{state}")
+    parent = q.submit("p")
+    child = q.submit("c", after=[parent])
+    job = plane.dispatch.claim([f"ended-{state}"], worker="w", lease_s=30)
+    assert job is not None and job.id == parent
+    plane.dispatch.end(job.id, job.lease, state=state, error=f"the daemon ended it: {state}")
+    inv = plane.dispatch.invocation(child)
+    assert inv.state == "cancelled" and f"parent {parent} ended {state}" in (inv.error or "")
