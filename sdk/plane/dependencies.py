@@ -219,6 +219,14 @@ def with_inputs(tx: Transaction, rows: list[Row]) -> list[Row]:
     ]
 
 
+def released_work(tx: Transaction, parents: Sequence[str]) -> list[tuple[str, str]]:
+    """(namespace, queue) of each queue where dependents of `parents` are claimable now that
+    these settled (in the settling transaction: the trigger's changes are visible)."""
+    if not parents:
+        return []
+    return [(r["namespace"], r["queue"]) for r in tx.all("released_queues", ids=list(parents))]
+
+
 def after(tx: Transaction, child: str) -> list[str]:
     """A child's parents' ids (`Invocation.after`, which `jobs show` lists)."""
     return [r["id"] for r in tx.all("parents_of", child=child)]

@@ -909,3 +909,9 @@ RETURNING id;
 
 -- name: recount_parents
 UPDATE invocations SET open_parents = :n WHERE id = :id AND state = 'waiting';
+
+-- name: released_queues
+-- The queues where these parents' settles just made dependents claimable (an ack's wake-up
+-- goes there only: a join's other parents wake nobody).
+SELECT DISTINCT c.namespace, c.queue FROM dependencies d JOIN invocations c ON c.id = d.child
+WHERE d.parent IN (:ids) AND c.state = 'queued';

@@ -335,10 +335,11 @@ class InvocationStore(PreemptionStore, QueueStore):
             claimed = self._claim_in(tx, claiming, kind, temperature, limit)
             released: list[str] = []
             errors = self._ack_in(tx, acks, ns, claiming["now"], ended, released)
+        work = self._released_work(released)
         if on_ended is not None and ended:
             on_ended(ended)
-        if released:  # dependents may be queued now, on any queue: every waiter looks
-            self.waker.notify()
+        if work:  # dependents are claimable now on these queues
+            self.waker.notify(work=[work_key(n, q) for n, q in work], reads=False)
         self._claimed(claimed, acked=_settled(acks, errors))
         return errors, [claim_of(row) for row in claimed.rows]
 
@@ -571,13 +572,12 @@ class InvocationStore(PreemptionStore, QueueStore):
         released: list[str] = []
         with self.connector.transaction() as tx:
             out = self._ack_in(tx, acks, ns, time.time(), ended, released)
+        work = self._released_work(released)
         if on_ended is not None and ended:
             on_ended(ended)
         settled = _settled(acks, out)
-        if released:  # dependents may be queued now, on any queue: every waiter looks
-            self.waker.notify()
-        elif settled:  # only these invocations' readers: not each result wait, to read it again
-            self.waker.notify(work=(), reads=False, ended=settled)
+        if settled or work:  # only these invocations' readers, and claims where work came
+            self.waker.notify(work=[work_key(n, q) for n, q in work], reads=False, ended=settled)
         return out
 
     def _ack_in(
@@ -591,7 +591,7 @@ class InvocationStore(PreemptionStore, QueueStore):
     ) -> list[DispatchError | None]:
         """Settle each ack; into `ended` (with `ns`), each invocation an ack ended, as the
         settle's own statement returns it with the result the ack carried: no read after. Into
-        `released`, each one jobs wait on: its commit may have made them claimable."""
+        `released`, each one jobs wait on: its settle may have made them claimable."""
         out: list[DispatchError | None] = []
         for a in acks:
             # No END frame: a reader that finds no more frames and a succeeded row has
@@ -619,6 +619,15 @@ class InvocationStore(PreemptionStore, QueueStore):
             except DispatchError as exc:
                 out.append(exc)
         return out
+
+    def _released_work(self, parents: Sequence[str]) -> list[tuple[str, str]]:
+        """Where the settles of `parents` (jobs others wait on) made dependents claimable:
+        read after the commit, outside it, so a join's parents hold their child's row lock no
+        longer than their commit (a concurrent reader may find the same: one more wake-up)."""
+        if not parents:
+            return []
+        with self.connector.transaction(write=False) as tx:
+            return dependencies.released_work(tx, parents)
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""
