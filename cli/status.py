@@ -268,7 +268,7 @@ def render(snap: dict[str, Any]) -> Group:
 
 
 #: A map's states in the order its progress reads.
-MAP_STATES = ("succeeded", "failed", "canceled", "running", "queued", "scheduled")
+MAP_STATES = ("succeeded", "failed", "cancelled", "running", "queued", "scheduled")
 
 
 def _maps_table(snap: dict[str, Any]) -> Table | None:

@@ -477,6 +477,11 @@ ORDER BY finished_at DESC LIMIT :limit;
 SELECT worker, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state = 'running' GROUP BY worker;
 
+-- name: running_placements
+-- Where each running job was placed (its worker and GPU shares): the dashboard's GPUs in use.
+SELECT worker, placement FROM invocations
+WHERE namespace = :ns AND state = 'running' AND placement IS NOT NULL;
+
 -- name: namespace_events
 SELECT id, queue, at, kind, detail FROM queue_events
 WHERE namespace = :ns ORDER BY id DESC LIMIT :limit;

@@ -236,6 +236,11 @@ class QueueStore(WorkerStore):
         with self.connector.transaction() as tx:
             self._event(tx, ns, queue, kind, detail, time.time())
 
+    def maps_in_flight(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The maps with jobs still to end in queue `name` (the dashboard's, `status`'s)."""
+        with self.connector.transaction(write=False) as tx:
+            return _maps_in_flight(tx, ns, name)
+
     def stats(self, ns: str, name: str) -> dict[str, Any]:
         info = self.queue(ns, name)
         members = self.members(ns, name)
