@@ -490,6 +490,7 @@ SCHEMAS.update(
                 "counts": _ROWS,
                 "running": _ROWS,
                 "workers": _ROWS,
+                "shapes": _ROWS,
                 "providers": _ROWS,
             }
         ),

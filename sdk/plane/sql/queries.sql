@@ -540,6 +540,20 @@ FROM (
 GROUP BY namespace, queue, state HAVING SUM(kept) <> SUM(found)
 ORDER BY namespace, queue, state;
 
+-- name: controller_shapes
+-- The requests of queued and running jobs per queue (issue 34): the controller packs them onto
+-- its providers' launch shapes. Columns only (no `resources` read), so the queued half is the
+-- index invocations_shapes alone; jobs stating no request are the counts' remainder.
+SELECT namespace, queue, 'queued' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    count(*) AS n
+FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
+UNION ALL
+SELECT namespace, queue, 'running' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    count(*) AS n
+FROM invocations WHERE state = 'running' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
+
 -- name: controller_running_by_worker
 SELECT namespace, worker, count(*) AS n FROM invocations
 WHERE state = 'running' GROUP BY namespace, worker;
