@@ -4,6 +4,7 @@ has free, and where an attempt runs: the same on every plane."""
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from typing import Any
 
@@ -228,3 +229,34 @@ def test_a_job_no_live_daemon_could_run_is_named_until_one_could(plane: PlaneEnv
 
     h200 = q.submit("z", resources={"gpus": 4, "gpu_type": "H200"})
     assert q.status(h200).pending_reason is None  # big-box could run it
+
+
+def test_a_job_a_provider_shape_could_run_waits_for_that_launch(plane: PlaneEnv) -> None:
+    """Issue 34, items 5 and 7: with no daemon up, a request the queue's provider shape could
+    run is `waiting_for_capacity` naming the shape; one it could not is `unschedulable`."""
+    queue = f"res-shape-{secrets.token_hex(3)}"  # provider names are the namespace's
+    provider = f"{queue}-gpu8"
+    plane.dispatch.add_provider(
+        provider, "local", {"shape": {"gpus": 8, "gpu_type": "H100", "gpu_memory_gb": 80}}
+    )
+    plane.dispatch.create_queue(
+        queue, elasticity={"kind": "fully_elastic", "max": 2, "provider": provider}
+    )
+    q = plane.queue(queue)
+    fits = q.submit("x", resources={"gpus": 4})
+    huge = q.submit("y", resources={"gpus": 16})
+    typed = q.submit("z", resources={"gpus": 1, "gpu_type": ["A100", "H100"]})
+
+    row = eventually(lambda: (r := q.status(huge)).pending_reason == "unschedulable" and r)
+    assert row.unschedulable_reason == (
+        f"needs 16 GPUs; no live daemon serves queue {queue} and provider {provider} launches "
+        "daemons with 8 x H100 (80 GB)"
+    )
+    for inv in (fits, typed):
+        waiting = q.status(inv)
+        assert waiting.pending_reason == "waiting_for_capacity"
+        assert waiting.unschedulable_reason is not None
+        assert waiting.unschedulable_reason.endswith(
+            f"provider {provider} will launch a daemon with 8 x H100 (80 GB)"
+        )
+    assert plane.dispatch.stats(queue)["unschedulable"] == 1
