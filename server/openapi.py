@@ -147,6 +147,7 @@ SCHEMAS: dict[str, Any] = {
             "utilization": NUM,
             "locality_wait_s": NUM,
             "unschedulable": INT,
+            "waiting_for_capacity": INT,
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),

@@ -259,4 +259,5 @@ def test_a_job_a_provider_shape_could_run_waits_for_that_launch(plane: PlaneEnv)
         assert waiting.unschedulable_reason.endswith(
             f"provider {provider} will launch a daemon with 8 x H100 (80 GB)"
         )
-    assert plane.dispatch.stats(queue)["unschedulable"] == 1
+    stats = plane.dispatch.stats(queue)
+    assert (stats["unschedulable"], stats["waiting_for_capacity"]) == (1, 2)

@@ -785,6 +785,12 @@ SELECT count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
   AND pending_reason = 'unschedulable';
 
+-- name: waiting_in_queue
+-- Queued jobs that wait for the controller to launch a daemon (index invocations_shapes).
+SELECT count(*) AS n FROM invocations
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND pending_reason = 'waiting_for_capacity';
+
 -- name: release_preempted
 -- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and
 -- keeps its place (its id orders it among its priority: ahead of everything submitted after
