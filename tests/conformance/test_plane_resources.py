@@ -178,6 +178,16 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
         ["res-reserve"], worker="w", free=free(gpus_whole=2, box={**box, "whole_free_at": []})
     )
     assert held is None  # no running job surely ends: nothing may delay the head
+    # the head says it waits for resources, the jobs it holds back name it (issue 34, item 7)
+    plane.dispatch.register_worker("w", **h200_box("res-reserve", "w", gpus=4))
+    held_back = eventually(lambda: (r := q.status(small)).pending_reason is not None and r)
+    assert held_back.pending_reason == f"reserved_for:{big}"
+    assert held_back.unschedulable_reason == (
+        f"held back: job {big} at the head of queue res-reserve has a reservation "
+        "(it needs 4 GPUs); jobs that would delay it wait"
+    )
+    assert q.status(big).pending_reason == "resources"
+    assert (q.status(big).unschedulable_reason or "").startswith("worker w has reserved for it")
     backfill = plane.dispatch.claim(
         ["res-reserve"],
         worker="w",
@@ -189,6 +199,7 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
         ["res-reserve"], worker="w", free=free(gpus_whole=4, box={**box, "whole_free_at": []})
     )
     assert head is not None and head.id == big
+    assert eventually(lambda: q.status(small).pending_reason is None)  # the reservation is over
 
 
 def h200_box(queue: str, name: str, gpus: int = 1) -> dict[str, Any]:

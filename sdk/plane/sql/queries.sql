@@ -763,7 +763,22 @@ WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS N
   AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
   AND cpus {is} :cpus AND memory_gb {is} :memory_gb
   AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
+  AND id <> :keep
 RETURNING id;
+
+-- name: mark_reserved
+-- A worker reserves for this head of its claim order (store/reservation.py): said once on the
+-- row, so that the sweep names the jobs the reservation holds back `reserved_for:<id>`.
+UPDATE invocations SET pending_reason = 'resources', unschedulable_reason = :words
+WHERE id = :id AND state = 'queued' AND pending_reason {is_not} 'resources'
+RETURNING id;
+
+-- name: reserved_heads
+-- The queued jobs workers reserve for, in claim order within each queue (the first one is the
+-- reservation that holds the queue's other jobs back).
+SELECT namespace, queue, id, resources FROM invocations
+WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'resources'
+ORDER BY namespace, queue, priority DESC, id ASC;
 
 -- name: fail_unschedulable
 -- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,

@@ -7,7 +7,9 @@ could run on its empty box is schedulable; one that none could run is `unschedul
 reason in words; with no live daemon on the queue it is `waiting_for_capacity`. A request no
 live daemon could run but the launch shape of the queue's provider could (sdk/shapes.py) is
 `waiting_for_capacity` too, with words naming the shape the controller will launch; one neither
-could run is `unschedulable`. A reason clears when a capable daemon arrives. A queue's admission
+could run is `unschedulable`. A job a live daemon could run, in a queue whose head a worker
+reserves for (store/reservation.py marks that head `resources`), is `reserved_for:<head id>`.
+A reason clears when a capable daemon arrives. A queue's admission
 `unschedulable_fail_after_s` fails such jobs with the reason once they have waited that long.
 """
 
@@ -43,14 +45,22 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
     changed = 0
     limits: dict[tuple[str, str], float | None] = {}
     launches: dict[tuple[str, str], Launches] = {}
+    heads: dict[tuple[str, str], Row] = {}
+    for row in tx.all("reserved_heads"):
+        heads.setdefault((row["namespace"], row["queue"]), row)
     for shape in _shapes(tx.all("queued_shapes")):
         ns, queue = shape["namespace"], shape["queue"]
         if (ns, queue) not in launches:
             launches[(ns, queue)] = _launches(tx, ns, queue)
         reason, words = judge(shape, _serving(workers, ns, queue), queue, launches[(ns, queue)])
+        keep = ""
+        head = heads.get((ns, queue))
+        if reason is None and head is not None:  # runnable, but held back by the reservation
+            keep = head["id"]
+            reason, words = held_back(head, queue)
         keys = {k: shape[k] for k in SHAPE}
         changed += len(
-            tx.all("set_pending", ns=ns, queue=queue, reason=reason, words=words, **keys)
+            tx.all("set_pending", ns=ns, queue=queue, reason=reason, words=words, keep=keep, **keys)
         )
         if reason != "unschedulable":
             continue
@@ -123,6 +133,16 @@ def judge(
     if not offers:
         return "waiting_for_capacity", f"no live daemon serves queue {queue}"
     return "unschedulable", f"needs {describe(request)}; {_have(offers, queue)}"
+
+
+def held_back(head: Mapping[str, Any], queue: str) -> tuple[str, str]:
+    """The reason of a job a live daemon could run that the head's reservation holds back."""
+    request = json.loads(head["resources"]) if head.get("resources") else {}
+    return (
+        f"reserved_for:{head['id']}",
+        f"held back: job {head['id']} at the head of queue {queue} has a reservation "
+        f"(it needs {describe(request)}); jobs that would delay it wait",
+    )
 
 
 def _launches(tx: Transaction, ns: str, queue: str) -> Launches:
