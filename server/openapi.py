@@ -148,6 +148,11 @@ SCHEMAS: dict[str, Any] = {
             "locality_wait_s": NUM,
             "unschedulable": INT,
             "waiting_for_capacity": INT,
+            "maps": {
+                "type": "array",
+                "description": "maps with jobs still to end here: map_id, jobs, states",
+                "items": OBJ,
+            },
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),

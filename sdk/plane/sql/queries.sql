@@ -450,6 +450,22 @@ FROM invocations
 WHERE namespace = :ns AND map_id = :map_id AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
+-- name: maps_in_flight
+-- The maps with jobs of `state` in a queue (`lakeshore status` shows their progress), looked for
+-- among the oldest :scan rows of that state only: a deep queue of other work costs a page.
+SELECT DISTINCT map_id FROM (
+    SELECT map_id FROM invocations
+    WHERE namespace = :ns AND queue = :queue AND state = :state
+    ORDER BY id LIMIT :scan
+) AS head
+WHERE map_id IS NOT NULL;
+
+-- name: map_progress
+-- One map's jobs by state, on index invocations_map.
+SELECT state, count(*) AS n FROM invocations
+WHERE namespace = :ns AND map_id = :map_id
+GROUP BY state;
+
 -- name: retry_terminal
 -- `jobs retry`: a failed / killed / timeout invocation back to queued as one more attempt. The
 -- attempt budget grows by one when it is spent, so the claim and the lease sweep allow it.
