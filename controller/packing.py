@@ -87,7 +87,7 @@ class _Packer:
             asked = float(request.get(key) or 0)
             if have is not None and asked > 0:
                 n = min(n, math.floor(have / asked + _EPS))
-        wanted = float(request.get("gpus") or 0)
+        wanted = self.shape.wanted(request)
         if wanted >= 1:
             n = min(n, sum(1 for r in d.rooms if r == _UNITS) // int(wanted))
         elif wanted > 0:
@@ -102,7 +102,7 @@ class _Packer:
             d.cpus -= n * float(request.get("cpus") or 0)
         if d.memory_gb is not None:
             d.memory_gb -= n * float(request.get("memory_gb") or 0)
-        wanted = float(request.get("gpus") or 0)
+        wanted = self.shape.wanted(request)
         if wanted >= 1:
             whole = [i for i, r in enumerate(d.rooms) if r == _UNITS][: n * int(wanted)]
             for i in whole:
@@ -114,10 +114,10 @@ class _Packer:
                 d.rooms[i] -= units
 
 
-def _size(request: Mapping[str, Any]) -> tuple[float, float, float]:
+def _size(shape: Shape, request: Mapping[str, Any]) -> tuple[float, float, float]:
     """Decreasing order: whole GPUs, then shares, then CPUs, then memory."""
     return (
-        float(request.get("gpus") or 0),
+        shape.wanted(request),
         float(request.get("cpus") or 0),
         float(request.get("memory_gb") or 0),
     )
@@ -131,14 +131,14 @@ def pack(
     jobs = unfit = 0
     gpus = 0.0
     capped = False
-    for demand in sorted(demands, key=lambda d: _size(d.request), reverse=True):
+    for demand in sorted(demands, key=lambda d: _size(shape, d.request), reverse=True):
         if demand.count <= 0:
             continue
         if not shape.could_run(demand.request):
             unfit += demand.count
             continue
         jobs += demand.count
-        gpus += demand.count * float(demand.request.get("gpus") or 0)
+        gpus += demand.count * shape.wanted(demand.request)
         left = demand.count
         for d in packer.daemons:
             n = min(left, packer.room_for(d, demand.request))

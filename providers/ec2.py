@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..extras import needs_extra
-from ..shapes import Shape, ec2_shape, overridden
+from ..shapes import Shape, ec2_shape, overridden, with_defaults
 from .base import TAG_ENDED_BY, TAG_PROVIDER, Instance, LaunchSpec, ProviderError, matches
 from .userdata import render
 
@@ -83,7 +83,7 @@ class Ec2Provider:
         if instance_type not in self._described:
             self._described[instance_type] = self._describe(instance_type)
         base = self._described[instance_type] or ec2_shape(instance_type)
-        return overridden(base, settings)
+        return with_defaults(overridden(base, settings), settings)
 
     def _describe(self, instance_type: str) -> Shape | None:
         from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import InvalidArgument
@@ -45,6 +46,8 @@ class Shape:
     memory_gb: float | None = None
     #: Where the shape came from, for the words: "config", "instance type p5.48xlarge", ...
     source: str = "config"
+    #: The GPUs a job that states none is given: the daemons' `--gpus-per-job` (in `args`).
+    default_gpus: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The stated keys (the config's `shape` object, `--json` output)."""
@@ -78,7 +81,7 @@ class Shape:
             return False
         if self.memory_gb is not None and memory is not None and memory > self.memory_gb:
             return False
-        wanted = float(request.get("gpus") or 0)
+        wanted = self.wanted(request)
         if wanted <= 0:
             return True
         if max(1.0, wanted) > self.gpus:
@@ -89,6 +92,11 @@ class Shape:
             return False
         needs = float(request.get("gpu_memory_gb") or 0)
         return needs <= (self.gpu_memory_gb or 0)
+
+    def wanted(self, request: Mapping[str, Any]) -> float:
+        """The GPUs `request` takes on a daemon of this shape (none stated: --gpus-per-job)."""
+        gpus = request.get("gpus")
+        return float(self.default_gpus if gpus is None else gpus)
 
     def daemon_args(self) -> list[str]:
         """The daemon options that declare this shape (the local provider's launches)."""
@@ -277,7 +285,29 @@ def launch_shape(
     """The shape a launch of this provider config (with a queue policy's `match` laid over it)
     has, as far as the config and the built-in tables tell; None: unknown."""
     settings = {**config, **dict(match or {})}
-    return overridden(derived_shape(kind, settings), settings)
+    return with_defaults(overridden(derived_shape(kind, settings), settings), settings)
+
+
+def with_defaults(shape: Shape | None, settings: Mapping[str, Any]) -> Shape | None:
+    """`shape` knowing the daemons' `--gpus-per-job` from the config's `args` (a job that
+    states no `gpus` takes that many on them)."""
+    if shape is None:
+        return None
+    return replace(shape, default_gpus=gpus_per_job(settings.get("args")))
+
+
+def gpus_per_job(args: object) -> float:
+    """`--gpus-per-job N` (or `=N`) among daemon arguments, a list or one shell string."""
+    words = shlex.split(args) if isinstance(args, str) else [str(a) for a in args or []]
+    for i, word in enumerate(words):
+        value = None
+        if word == "--gpus-per-job" and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith("--gpus-per-job="):
+            value = word.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            return float(value)
+    return 0.0
 
 
 def fits_words(request: Mapping[str, Any], shape: Shape, provider: str) -> str:

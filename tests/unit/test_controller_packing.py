@@ -138,3 +138,16 @@ def test_without_a_shape_the_job_count_sizes_the_fleet_as_before(d: Dispatch) ->
     [decision] = controller(d, fake, clock).tick()
     assert (decision.desired, fake.launched()) == (4, 4)
     assert "demand 4 / target 1 -> 4" in decision.reason
+
+
+def test_a_job_stating_no_gpus_takes_the_daemons_gpus_per_job() -> None:
+    """A Slurm config of 2 GPUs whose daemons run `--gpus-per-job 2`: two plain jobs that must
+    run at once need two daemons, not one daemon's two slots."""
+    from dreamlake.lakeshore.shapes import launch_shape
+
+    shape = launch_shape("slurm", {"gpus": 2, "gpu_type": "h100", "args": ["--gpus-per-job", "2"]})
+    assert shape is not None and shape.default_gpus == 2
+    assert pack(demands(({}, 2)), shape, slots=shape.slots()).daemons == 2
+    assert pack(demands(({"gpus": 1}, 2)), shape, slots=shape.slots()).daemons == 1
+    one_string = launch_shape("local", {"shape": {"gpus": 8}, "args": "--gpus-per-job=4"})
+    assert one_string is not None and one_string.default_gpus == 4
