@@ -298,7 +298,12 @@ def with_defaults(shape: Shape | None, settings: Mapping[str, Any]) -> Shape | N
 
 def gpus_per_job(args: object) -> float:
     """`--gpus-per-job N` (or `=N`) among daemon arguments, a list or one shell string."""
-    words = shlex.split(args) if isinstance(args, str) else [str(a) for a in args or []]
+    if isinstance(args, str):
+        words = shlex.split(args)
+    elif isinstance(args, (list, tuple)):
+        words = [str(a) for a in args]
+    else:
+        return 0.0
     for i, word in enumerate(words):
         value = None
         if word == "--gpus-per-job" and i + 1 < len(words):
