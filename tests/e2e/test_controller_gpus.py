@@ -96,10 +96,10 @@ def test_jobs_packed_onto_a_provider_shape_launch_one_daemon_and_16_gpus_none(
                 timeout=10,
                 what="the 16-GPU job named unschedulable",
             )
-            assert q.status(huge).unschedulable_reason == (
-                "needs 16 GPUs; the daemons on queue train have at most 8 x H100 (80 GB); "
-                "provider gpu8 launches daemons with 8 x H100 (80 GB)"
-            )
+            words = q.status(huge).unschedulable_reason or ""
+            # (the middle says what daemons are up: none, or the launched one, as the sweep saw)
+            assert words.startswith("needs 16 GPUs; ")
+            assert words.endswith("provider gpu8 launches daemons with 8 x H100 (80 GB)")
 
             assert len(launched(plane, "train")) == 1
             [worker] = plane.workers()
