@@ -111,6 +111,7 @@ class ViewStore(StoreBase):
                 "counts": tx.all("controller_counts"),
                 "running": tx.all("controller_running_by_worker"),
                 "workers": tx.all("controller_workers"),
+                "shapes": tx.all("controller_shapes"),
             }
             providers = [provider_info(r) for r in tx.all("provider_list_all")]
         return rows, providers
