@@ -16,6 +16,7 @@ from .envelope import Envelope, Thunk
 from .errors import DispatchError, InvalidArgument
 from .resources import check_optional
 from .types import Invocation, SubmitRequest
+from .workflow import outputs_in
 
 DEFAULT_LEASE_S = 60.0
 
@@ -88,7 +89,11 @@ def encode_submit(
     # live, so a worker there claims it first (docs/objects.md, locality).
     with codec.pickle_protocol(protocol):
         data, host, owned = spill.dumps_located(body)
+    # dls.output(id) arguments: the job waits on those parents and takes their results.
+    inputs = outputs_in(body.args, body.kwargs) if isinstance(body, Envelope) else ()
     return SubmitRequest(
+        after=inputs,
+        inputs=inputs,
         payload=data,
         key=key,
         priority=priority,

@@ -144,6 +144,7 @@ SCHEMAS: dict[str, Any] = {
             "running": INT,
             "pending": INT,
             "scheduled": INT,
+            "waiting": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
             "unschedulable": INT,
@@ -180,6 +181,23 @@ SCHEMAS: dict[str, Any] = {
             },
             "at": {
                 "description": "held as 'scheduled' until this time: epoch seconds or ISO 8601",
+            },
+            "after": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "invocation ids (this namespace, any queue) it waits for, in "
+                "state 'waiting'; each exists, or is an earlier item of the same batch",
+            },
+            "after_failure": {
+                "type": "string",
+                "enum": ["cancel", "run"],
+                "description": "a parent that ends other than succeeded: cancel this job "
+                "(default), or run it once every parent has ended",
+            },
+            "inputs": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "parents (in after) whose results a claim hands the worker",
             },
         },
     ),
@@ -263,6 +281,11 @@ SCHEMAS: dict[str, Any] = {
                 **_nullable(STR),
                 "description": "a token for the job's own code, in place of the worker's: its "
                 "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
+            },
+            "inputs": {
+                **_nullable({"type": "object", "additionalProperties": _nullable(BYTES)}),
+                "description": "the results of the parents its arguments take (dls.output), "
+                "by parent id; only those that succeeded",
             },
         }
     ),

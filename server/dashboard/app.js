@@ -6,7 +6,10 @@
 
 (function () {
   const POLL_MS = 1000;
-  const STATES = ["queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout"];
+  const STATES = [
+    "waiting", "scheduled", "queued", "running", "succeeded", "failed", "cancelled", "killed",
+    "timeout",
+  ];
   const store = window.sessionStorage;
   const $ = (sel) => document.querySelector(sel);
 
@@ -253,6 +256,7 @@
     if (selected !== current) return;
     const fields = [
       ["queue", inv.queue], ["state", inv.state],
+      ...(inv.after && inv.after.length ? [["after", inv.after.join(" ")]] : []),
       ["attempt", inv.attempt + " of " + inv.max_attempts], ["worker", inv.worker || "–"],
       ["submitted", clock(inv.created_at)], ["started", clock(inv.started_at)],
       ["finished", clock(inv.finished_at)],

@@ -48,7 +48,7 @@ SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :k
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
     resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+    preemptions, max_preemptions, ended_by, checkpoint, open_parents
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -101,7 +101,7 @@ WHERE id = (
       {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_fifo_batch
 -- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
@@ -115,7 +115,7 @@ WHERE id IN (
       {fits}
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_filo
 UPDATE invocations
@@ -127,7 +127,7 @@ WHERE id = (
       {fits}
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_level
 UPDATE invocations
@@ -139,7 +139,7 @@ WHERE id = (
       {fits}
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
@@ -182,9 +182,10 @@ WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at < :now
 RETURNING id;
 
 -- name: settle_success
+-- dependents: whether jobs wait on it (migration 26): its commit may have released them.
 UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
-RETURNING id;
+RETURNING id, dependents;
 
 -- name: settle_success_in
 -- settle_success for a caller bound to a namespace: an id of another one matches nothing (and
@@ -196,7 +197,7 @@ WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
   AND lease_expires_at >= :now
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, created_at, started_at, finished_at,
-    preemptions, max_preemptions, ended_by, checkpoint;
+    preemptions, max_preemptions, ended_by, checkpoint, dependents;
 
 -- name: settle_terminal
 UPDATE invocations SET state = :state, error = :error, finished_at = :now, ended_by = :cause
@@ -244,7 +245,7 @@ RETURNING id, kill_requested;
 -- name: cancel_queued
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
     error = 'cancelled before it started'
-WHERE id = :id AND namespace = :ns AND state IN ('queued', 'scheduled')
+WHERE id = :id AND namespace = :ns AND state IN ('queued', 'scheduled', 'waiting')
 RETURNING id;
 
 -- name: request_kill
@@ -301,7 +302,7 @@ UPDATE workers SET state = :state WHERE id = :id;
 -- name: cancel_queue_backlog
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
     error = 'the queue was deleted before it started'
-WHERE namespace = :ns AND queue = :queue AND state IN ('queued', 'scheduled')
+WHERE namespace = :ns AND queue = :queue AND state IN ('queued', 'scheduled', 'waiting')
 RETURNING id;
 
 -- name: queue_running_workers
@@ -516,7 +517,7 @@ WHERE id = (
       {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: controller_queues
 SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
@@ -619,15 +620,18 @@ WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', '
 RETURNING id;
 
 -- name: insert_invocation_signed
--- :state is 'queued', or 'scheduled' until :not_before (a delayed submit, sdk/workflow.py).
+-- :state is 'queued', or 'scheduled' until :not_before (a delayed submit, sdk/workflow.py), or
+-- 'waiting' for :open_parents (dependencies.py: cancelled at once, with :error and
+-- :finished_at, when a parent already failed).
 -- Insert a queued invocation with its payload's signature (NULL when the plane has no key),
 -- its locality hint and the objects it owns; a key already used inserts nothing, and the store
 -- reads the existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
     timeout_s, created_at, deadline_at, signature, locality_host, locality_until, objects,
-    map_id, not_before)
+    map_id, not_before, open_parents, after_failure, inputs, error, finished_at)
 VALUES (:id, :ns, :queue, :state, :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id, :not_before)
+    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id, :not_before,
+    :open_parents, :after_failure, :inputs, :error, :finished_at)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -723,7 +727,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = :id AND state = 'queued'
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_backfill
 -- While a worker reserves for its head, only a job that fits what is free and surely ends
@@ -738,7 +742,7 @@ WHERE id = (
       AND timeout_s IS NOT NULL AND timeout_s <= :start_bound - :now
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: queued_shapes
 -- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
@@ -865,3 +869,83 @@ WHERE id IN (
     WHERE state = 'scheduled' AND not_before <= :now
     ORDER BY not_before LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue;
+
+-- name: lock_parents
+-- Dependencies (issue 36, sdk/plane/dependencies.py): a submit's parents outside its batch,
+-- marked as having dependents and locked until the submit commits, with their states as they
+-- stand then: a parent's settle on Postgres waits for the lock, and its trigger then finds the
+-- new edges (a parent that ended first is read ended here). Another namespace's id matches
+-- nothing: unknown.
+UPDATE invocations SET dependents = COALESCE(dependents, 0) + 1
+WHERE namespace = :ns AND id IN (:ids)
+RETURNING id, state;
+
+-- name: mark_parents
+-- Parents submitted in the same batch as their child: marked as having dependents.
+UPDATE invocations SET dependents = COALESCE(dependents, 0) + 1
+WHERE namespace = :ns AND id IN (:ids)
+RETURNING id;
+
+-- name: insert_dependencies
+-- A new child's edges, each already ended parent's with its state (so its end is not counted
+-- again): the child's open_parents counted the others.
+INSERT INTO dependencies (parent, child, parent_state)
+SELECT id, :child, CASE WHEN state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+    THEN state END
+FROM invocations WHERE namespace = :ns AND id IN (:parents);
+
+-- name: parent_results
+-- The results a claimed child's arguments take (dls.output): its succeeded parents'.
+SELECT id, result FROM invocations WHERE id IN (:ids) AND state = 'succeeded';
+
+-- name: waiting_unblocked
+-- The sweep's safety net: waiting jobs none of whose parents is still live (a parent gone, or
+-- one whose end the trigger missed), a batch in id order from :after.
+SELECT i.id FROM invocations i
+WHERE i.state = 'waiting' AND i.id > :after AND NOT EXISTS (
+    SELECT 1 FROM dependencies d JOIN invocations p ON p.id = d.parent
+    WHERE d.child = i.id
+      AND p.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout'))
+ORDER BY i.id LIMIT :limit;
+
+-- name: parents_of
+-- A child's parents as they stand (state NULL: the parent row is gone), oldest first.
+SELECT d.parent AS id, COALESCE(p.state, d.parent_state) AS state
+FROM dependencies d LEFT JOIN invocations p ON p.id = d.parent
+WHERE d.child = :child ORDER BY d.parent;
+
+-- name: settle_waiting
+-- The safety net's verdict on one waiting job whose parents all ended: cancelled naming
+-- a parent that did not succeed (:failed = 1, its words in :error) unless after_failure is
+-- 'run', else released as the trigger would have released it.
+UPDATE invocations SET
+    open_parents = 0,
+    state = CASE WHEN :failed = 1 AND after_failure IS NULL THEN 'cancelled'
+        WHEN not_before > :now THEN 'scheduled' ELSE 'queued' END,
+    error = CASE WHEN :failed = 1 AND after_failure IS NULL THEN :error ELSE error END,
+    finished_at = CASE WHEN :failed = 1 AND after_failure IS NULL THEN :now
+        ELSE finished_at END
+WHERE id = :id AND state = 'waiting'
+RETURNING id, state;
+
+-- name: end_dependencies
+-- The safety net's: a settled child's edges, ended.
+UPDATE dependencies SET parent_state = COALESCE(
+    (SELECT state FROM invocations WHERE id = dependencies.parent), 'gone')
+WHERE child = :child AND parent_state IS NULL;
+
+-- name: cancel_waiting
+-- The safety net's (or a submit's recheck): a waiting job one of whose parents did not succeed,
+-- cancelled with :error unless after_failure is 'run'.
+UPDATE invocations SET state = 'cancelled', open_parents = 0, error = :error, finished_at = :now
+WHERE id = :id AND state = 'waiting' AND after_failure IS NULL
+RETURNING id;
+
+-- name: recount_parents
+UPDATE invocations SET open_parents = :n WHERE id = :id AND state = 'waiting';
+
+-- name: released_queues
+-- The queues where these parents' settles just made dependents claimable (an ack's wake-up
+-- goes there only: a join's other parents wake nobody).
+SELECT DISTINCT c.namespace, c.queue FROM dependencies d JOIN invocations c ON c.id = d.child
+WHERE d.parent IN (:ids) AND c.state = 'queued';

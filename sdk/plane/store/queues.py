@@ -248,7 +248,7 @@ class QueueStore(WorkerStore):
         with self.connector.transaction(write=False) as tx:
             counts = {
                 s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
-                for s in ("queued", "running", "scheduled")
+                for s in ("queued", "running", "scheduled", "waiting")
             }
             unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
             waiting = tx.one("waiting_in_queue", ns=ns, queue=name)
@@ -261,6 +261,7 @@ class QueueStore(WorkerStore):
             "running": counts["running"],
             "pending": counts["queued"],
             "scheduled": counts["scheduled"],
+            "waiting": counts["waiting"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
             "locality_wait_s": locality.wait_s(info),
             # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).

@@ -25,6 +25,7 @@ from ...types import (
     check_host,
 )
 from ..connector import Row
+from ..dependencies import check_after
 from ..elasticity import check_scaling
 from ..locality import MAX_WAIT_S
 from ..queries import INT64_MAX
@@ -82,6 +83,8 @@ def check_submit(req: SubmitRequest) -> None:
     if req.map_id is not None:
         check_map_id(req.map_id)
     check_due(req.delay_s, req.at)
+    if req.after or req.inputs or req.after_failure != "cancel":
+        check_after(list(req.after), req.after_failure, list(req.inputs))
 
 
 def check_max_preemptions(value: object, what: str) -> None:
@@ -250,6 +253,7 @@ def invocation_of(row: Row) -> Invocation:
         max_preemptions=row["max_preemptions"],
         ended_by=row["ended_by"],
         checkpoint=_blob(row["checkpoint"]),
+        waiting_on=row.get("open_parents"),
     )
 
 
@@ -273,6 +277,7 @@ def claim_of(row: Row) -> Claim:
         resources=json_object(row.get("resources")),
         preemptions=row["preemptions"],
         checkpoint=_blob(row["checkpoint"]),
+        inputs=row.get("input_results"),
     )
 
 
