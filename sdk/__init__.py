@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .plane.dispatch import Dispatch, LocalPlane
     from .plane.http import HttpDispatch, HttpPlane
     from .run import scope
+    from .scheduling import schedule
     from .worker import run_worker
 
 __version__ = "0.4.0"
@@ -63,6 +64,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "run": (".run", None),
     "scope": (".run", "scope"),
     "run_worker": (".worker", "run_worker"),
+    "schedule": (".scheduling", "schedule"),
 }
 
 
@@ -116,6 +118,7 @@ __all__ = [
     "put",
     "run",
     "run_worker",
+    "schedule",
     "scope",
     "spill",
     "storage",
