@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import InvalidArgument
 from ..resources import check_optional
 from ..types import SubmitRequest, check_name
-from .connector import Row
 from .cron import Cron
+
+if TYPE_CHECKING:
+    from .connector import Row
 
 CATCHUP = ("none", "latest", "all")
 OVERLAP = ("allow", "skip")
