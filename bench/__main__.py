@@ -98,6 +98,9 @@ def jobs() -> list[Job]:
     from . import mapping
 
     out.append(("map", "lakeshore http (sqlite), q.map of no-ops", mapping.measure))
+    from . import lateness
+
+    out.append(("lateness", "lakeshore embedded sqlite, 100k scheduled", lateness.measure))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
     from . import depth

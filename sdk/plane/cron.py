@@ -59,6 +59,12 @@ def clock() -> float:
     return time.time()
 
 
+def real_clock() -> bool:
+    """Whether firing reads the system clock (no LAKESHORE_SCHEDULE_CLOCK): only then may a
+    process set a wake-up for a slot's time."""
+    return not os.environ.get(CLOCK_ENV)
+
+
 def check_tz(tz: object) -> str:
     """An IANA time zone name zoneinfo knows (`Europe/Berlin`, `UTC`)."""
     if not isinstance(tz, str) or not tz or len(tz) > 64:

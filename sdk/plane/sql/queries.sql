@@ -868,7 +868,7 @@ RETURNING name;
 
 -- name: schedules_due
 -- The sweep's probe (index schedules_due): active schedules whose next slot has come.
-SELECT namespace, name FROM schedules
+SELECT namespace, name, queue FROM schedules
 WHERE state = 'active' AND next_fire_at <= :now
 ORDER BY next_fire_at LIMIT :limit;
 
@@ -893,3 +893,10 @@ UPDATE schedules SET next_fire_at = :next_fire_at,
     last_error = COALESCE(:error, last_error)
 WHERE namespace = :ns AND name = :name AND state = 'active' AND next_fire_at = :due
 RETURNING name;
+
+-- name: schedules_next
+-- The earliest slot still to come (index schedules_due): a process that found nothing due sets
+-- its wake-up for then, so a claim waiting on that queue fires and takes the job on time.
+SELECT namespace, queue, next_fire_at FROM schedules
+WHERE state = 'active' AND next_fire_at > :now
+ORDER BY next_fire_at LIMIT 1;
