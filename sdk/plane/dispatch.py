@@ -532,8 +532,9 @@ class LocalPlane:
         catchup: str = "latest",
         overlap: str = "allow",
     ) -> ScheduleInfo:
-        return self.store.put_schedule(
-            self._writing(),
+        # The store checks everything before it makes the namespace: bad input makes nothing.
+        info = self.store.put_schedule(
+            self.namespace,
             name,
             cron=cron,
             queue=queue,
@@ -542,6 +543,8 @@ class LocalPlane:
             catchup=catchup,
             overlap=overlap,
         )
+        self._ns_exists = True
+        return info
 
     def schedules(self) -> list[ScheduleInfo]:
         self._swept()  # so the next fire times shown are not already past on an idle box

@@ -27,6 +27,7 @@ from ...types import LIVE_STATES, SubmitRequest, check_name
 from ..connector import Row, Transaction
 from ..cron import Cron, clock, real_clock, slot_key
 from ..schedules import (
+    Firing,
     ScheduleInfo,
     check_choice,
     check_schedule,
@@ -185,10 +186,11 @@ class ScheduleStore(InvocationStore, NamespaceStore):
             with self.connector.transaction() as tx:
                 for name in names:
                     row = tx.one("schedule_for_fire", ns=ns, name=name, now=now)
-                    if row is None or not self._plannable(row, now):
+                    firing = None if row is None else _planned(row, now)
+                    if row is None or firing is None:
                         continue
                     moved += 1
-                    fired += self._fire_in(tx, row, now)
+                    fired += self._fire_in(tx, row, firing, now)
         except _LostRace:
             moved = fired = 0
             for name in names:
@@ -200,17 +202,6 @@ class ScheduleStore(InvocationStore, NamespaceStore):
             self.waker.notify(work=[work_key(ns, queue)], reads=False)
         return moved, fired
 
-    @staticmethod
-    def _plannable(row: Row, now: float) -> bool:
-        """Whether this process can plan the row's firing (its cron and zone, with this box's
-        tzdata); a row it cannot is left to a process that can, and logged."""
-        try:
-            plan(row, now)
-        except InvalidArgument as exc:
-            log.error("schedules: %s/%s cannot fire here: %s", row["namespace"], row["name"], exc)
-            return False
-        return True
-
     def _fire(self, ns: str, name: str, now: float) -> bool | None:
         """Fire one due schedule's next slot: True if a job was submitted, False if the slot
         passed unfired (catchup, overlap, a refused submit), None if another firer had it."""
@@ -218,18 +209,18 @@ class ScheduleStore(InvocationStore, NamespaceStore):
         try:
             with self.connector.transaction() as tx:
                 row = tx.one("schedule_for_fire", ns=ns, name=name, now=now)
-                if row is None or not self._plannable(row, now):
+                firing = None if row is None else _planned(row, now)
+                if row is None or firing is None:
                     return None
                 queue = row["queue"]
-                job = self._fire_in(tx, row, now)
+                job = self._fire_in(tx, row, firing, now)
         except _LostRace:
             return None
         if job:
             self.waker.notify(work=[work_key(ns, queue)], reads=False)
         return job
 
-    def _fire_in(self, tx: Transaction, row: Row, now: float) -> bool:
-        firing = plan(row, now)
+    def _fire_in(self, tx: Transaction, row: Row, firing: Firing, now: float) -> bool:
         job: str | None = None
         error: str | None = None
         if firing.slot is not None:
@@ -300,6 +291,16 @@ class ScheduleStore(InvocationStore, NamespaceStore):
         except Exception:  # a database hiccup: the next sweep fires it
             log.exception("schedules: firing failed; the next sweep retries")
             return 0
+
+
+def _planned(row: Row, now: float) -> Firing | None:
+    """The row's firing, if this process can plan it (its cron and zone, with this box's
+    tzdata); a row it cannot is left to a process that can, and logged."""
+    try:
+        return plan(row, now)
+    except InvalidArgument as exc:
+        log.error("schedules: %s/%s cannot fire here: %s", row["namespace"], row["name"], exc)
+        return None
 
 
 def _by_queue(due: list[Row]) -> dict[tuple[str, str], list[str]]:
