@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from typing import Any
 
@@ -55,7 +56,10 @@ class _LostRace(Exception):
 class ScheduleStore(InvocationStore, NamespaceStore):
     """Schedule rows, and the firing every sweep and claim runs."""
 
+    #: When this process last looked for due schedules from a claim (time.monotonic()), and
+    #: the earliest slot it then saw to come (wall clock; 0: look at every claim until known).
     _fired_at = 0.0
+    _upcoming = 0.0
 
     def put_schedule(
         self,
@@ -159,12 +163,9 @@ class ScheduleStore(InvocationStore, NamespaceStore):
             with self.connector.transaction(write=False) as tx:
                 due = tx.all("schedules_due", now=at, limit=DUE_BATCH)
                 upcoming = None if due else tx.one("schedules_next", now=at)
-            if upcoming is not None and now is None and real_clock():
-                # An idle claim on its queue wakes then, fires it and takes the job: the slot
-                # is late by a wake-up, not by a safety poll.
-                ns, queue = upcoming["namespace"], upcoming["queue"]
-                self.waker.notify_at(float(upcoming["next_fire_at"]), work=[work_key(ns, queue)])
             if not due:
+                if now is None:  # on a test's clock, no wake-up: it is not the wall clock
+                    self._expect(upcoming if real_clock() else None)
                 break
             moved = 0
             for (ns, queue), names in _by_queue(due).items():
@@ -174,6 +175,16 @@ class ScheduleStore(InvocationStore, NamespaceStore):
             if not moved:  # every one was another firer's: it goes on with them
                 break
         return fired
+
+    def _expect(self, upcoming: Row | None) -> None:
+        """Remember the next slot, and wake this process's claims on its queue then: an idle
+        claim fires it and takes the job, late by a wake-up, not by a safety poll."""
+        if upcoming is None:
+            self._upcoming = math.inf
+            return
+        self._upcoming = float(upcoming["next_fire_at"])
+        ns, queue = upcoming["namespace"], upcoming["queue"]
+        self.waker.notify_at(self._upcoming, work=[work_key(ns, queue)])
 
     def _fire_queue(self, ns: str, queue: str, names: list[str], now: float) -> tuple[int, int]:
         """Fire the due schedules of one queue in one transaction (one commit, one fsync, for
@@ -279,13 +290,16 @@ class ScheduleStore(InvocationStore, NamespaceStore):
         return super()._claiming(*args, **kwargs)
 
     def _fire_due(self, *, throttled: bool = False) -> int:
-        """Fire what is due; `throttled` (a claim's), at most every SWEEP_EVERY_S. A failed
-        firing is retried at the next sweep: it never fails the claim or sweep it rides on."""
+        """Fire what is due; `throttled` (a claim's), at most every SWEEP_EVERY_S unless a slot
+        it expects has come. A failed firing is retried at the next sweep: it never fails the
+        claim or sweep it rides on."""
         if throttled:
             tick = time.monotonic()
-            if tick - self._fired_at < SWEEP_EVERY_S:
+            # Throttled until the slot it expects: the claim its wake-up brings fires at once
+            if tick - self._fired_at < SWEEP_EVERY_S and time.time() < self._upcoming:
                 return 0
             self._fired_at = tick
+            self._upcoming = 0.0  # until this pass says what comes next
         try:
             return self.fire_schedules()
         except Exception:  # a database hiccup: the next sweep fires it
