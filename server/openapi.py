@@ -147,6 +147,11 @@ SCHEMAS: dict[str, Any] = {
             "utilization": NUM,
             "locality_wait_s": NUM,
             "unschedulable": INT,
+            "maps": {
+                "type": "array",
+                "description": "maps with jobs still to end here: map_id, jobs, states",
+                "items": OBJ,
+            },
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),

@@ -350,6 +350,14 @@ INSERT INTO rate_buckets (namespace, queue, tokens, updated_at)
 VALUES (:ns, :queue, :tokens, :now)
 ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now;
 
+-- fragment: listed_columns
+-- The columns of a listed invocation, written once for every list_invocations statement:
+-- everything but the payload, and the result as NULL (a listing ships no bytes).
+id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
+
 -- name: list_invocations
 -- `lakeshore jobs ls`, `GET .../invocations` and the dashboard's recent list: newest first,
 -- without payload or result bytes (a listing should not ship megabytes; `invocation(id)` reads
@@ -360,95 +368,81 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 -- of rows, with no sort. One statement with optional filters ("the queue parameter is NULL or
 -- queue equals it") let neither SQLite nor a generic Postgres plan seek on them: 2.3 s for 20
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_map
 -- The jobs of one map (migration 27), newest first, on index invocations_map.
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND map_id = :map_id
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_map_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND map_id = :map_id AND id < :before
 ORDER BY id DESC LIMIT :limit;
+
+-- name: maps_in_flight
+-- The maps with jobs of `state` in a queue (`lakeshore status` shows their progress), looked for
+-- among the oldest :scan rows of that state only: a deep queue of other work costs a page.
+SELECT DISTINCT map_id FROM (
+    SELECT map_id FROM invocations
+    WHERE namespace = :ns AND queue = :queue AND state = :state
+    ORDER BY id LIMIT :scan
+) AS head
+WHERE map_id IS NOT NULL;
+
+-- name: map_progress
+-- One map's jobs by state, on index invocations_map.
+SELECT state, count(*) AS n FROM invocations
+WHERE namespace = :ns AND map_id = :map_id
+GROUP BY state;
 
 -- name: retry_terminal
 -- `jobs retry`: a failed / killed / timeout invocation back to queued as one more attempt. The

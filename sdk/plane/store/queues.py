@@ -246,6 +246,7 @@ class QueueStore(WorkerStore):
                 for s in ("queued", "running", "scheduled")
             }
             unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
+            maps = _maps_in_flight(tx, ns, name)
         return {
             "queue": name,
             "namespace": ns,
@@ -258,4 +259,25 @@ class QueueStore(WorkerStore):
             "locality_wait_s": locality.wait_s(info),
             # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).
             "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
+            # The progress of the maps (f.map) with jobs still to end here, oldest first.
+            "maps": maps,
         }
+
+
+#: Unended rows of each state looked at for map ids, and the most maps shown per queue.
+MAP_SCAN = 500
+MAPS_SHOWN = 5
+
+
+def _maps_in_flight(tx: Transaction, ns: str, queue: str) -> list[dict[str, Any]]:
+    """Per map with jobs running, queued or scheduled near the head of `queue`: its jobs by
+    state and in all (a map's total grows while its producer still submits)."""
+    ids: set[str] = set()
+    for state in ("running", "queued", "scheduled"):
+        rows = tx.all("maps_in_flight", ns=ns, queue=queue, state=state, scan=MAP_SCAN)
+        ids.update(str(r["map_id"]) for r in rows)
+    out = []
+    for map_id in sorted(ids)[:MAPS_SHOWN]:  # map ids are ULIDs: oldest first
+        counts = {r["state"]: int(r["n"]) for r in tx.all("map_progress", ns=ns, map_id=map_id)}
+        out.append({"map_id": map_id, "jobs": sum(counts.values()), "states": counts})
+    return out
