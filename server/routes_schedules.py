@@ -18,12 +18,15 @@ from .endpoint import Api, Call
 from .routes_invocations import _max_preemptions, _payload, refuse_code
 
 TEMPLATE_FIELDS = ("payload", "json", "priority", "max_attempts", "timeout_s", "resources")
+#: A submit item's fields that belong to one job: taken, so that the store refuses them in the
+#: words every plane uses.
+ONE_JOB = ("key", "id", "map_id", "delay_s", "at")
 FIELDS = ("cron", "tz", "queue", "catchup", "overlap", "max_preemptions", *TEMPLATE_FIELDS)
 
 
 async def put_schedule(call: Call) -> ScheduleInfo:
     b = call.body
-    b.only(*FIELDS)
+    b.only(*FIELDS, *ONE_JOB)
     template = SubmitRequest(
         payload=_payload(b),
         priority=b.number("priority", 0.0) or 0.0,
@@ -31,6 +34,11 @@ async def put_schedule(call: Call) -> ScheduleInfo:
         timeout_s=b.number("timeout_s"),
         resources=b.data.get("resources"),  # as sent: the store's check names what is wrong
         max_preemptions=_max_preemptions(b),
+        key=b.text("key"),
+        id=b.text("id"),
+        map_id=b.text("map_id"),
+        delay_s=b.number("delay_s"),
+        at=b.number("at") if not isinstance(b.data.get("at"), str) else 0.0,
     )
     await refuse_code(call, [("the schedule's payload", template.payload)])
     return await call.run(

@@ -568,7 +568,8 @@ class HttpPlane(HttpTransport):
         overlap: str = "allow",
     ) -> ScheduleInfo:
         item = _submit_item(template)
-        item.pop("key", None)  # a template has none: each firing keys its own job
+        if item.get("key") is None:  # a template has none: each firing keys its own job
+            item.pop("key", None)
         body = {"cron": cron, "queue": queue, "tz": tz, "catchup": catchup, "overlap": overlap}
         path = f"/schedules/{_segment(name)}"
         return _record(ScheduleInfo, self._request("PUT", path, {**body, **item}))

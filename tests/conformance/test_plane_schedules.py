@@ -197,3 +197,22 @@ def test_putting_again_replaces_the_job_and_keeps_state_and_counts(plane: PlaneE
     assert again.next_fire_at == made.next_fire_at + HOUR  # same cron: the same next slot
     moved = _make(plane, "deployed", cron="30 * * * *")
     assert moved.next_fire_at is not None and moved.next_fire_at % HOUR == 1800
+
+
+def test_a_thunk_schedule_fires_the_call_it_was_given(plane: PlaneEnv) -> None:
+    made = _make(plane, "thunked", payload=dls.thunk(pow, 2, 10))
+    assert made.next_fire_at is not None
+    _fire(plane, made.next_fire_at + 1)
+    job = plane.queue("sched").claim()
+    assert job is not None
+    assert (job.payload.kind, job.payload.fn, job.payload.args) == ("thunk", pow, (2, 10))
+
+
+def test_a_schedule_refuses_what_belongs_to_one_job(plane: PlaneEnv) -> None:
+    from dreamlake.lakeshore.types import SubmitRequest
+
+    for field, value in (("key", "k"), ("delay_s", 5.0), ("map_id", "M1")):
+        template = SubmitRequest(dls.encode(1), **{field: value})  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match=f"takes no {field}"):
+            plane.dispatch.put_schedule("one", cron="@daily", queue="sched", template=template)
+    assert plane.dispatch.schedules() == []
