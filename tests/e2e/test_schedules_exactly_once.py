@@ -30,7 +30,7 @@ from dreamlake.lakeshore.plane.schedules import ScheduleInfo
 from tests.support.postgres import postgres_schema
 from tests.support.server import LAUNCH, _wait_ready, free_port, server_env
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 NS = "default"  # the namespace the servers' bootstrap token opens
 MINUTE = 60.0
