@@ -149,6 +149,7 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "rate_is_floor": floor,
         "oldest_age_s": oldest,
         "unschedulable": int(stats.get("unschedulable", 0)),
+        "waiting_for_capacity": int(stats.get("waiting_for_capacity", 0)),
         "maps": list(stats.get("maps") or []),
     }
 
@@ -223,6 +224,7 @@ def render(snap: dict[str, Any]) -> Group:
         "rate",
         "oldest",
         "unschedulable",
+        "waiting",
     )
     queues.title = f"queues in {snap['namespace']}"
     for q in snap["queues"]:
@@ -237,6 +239,7 @@ def render(snap: dict[str, Any]) -> Group:
             _rate_text(q),
             age(q["oldest_age_s"]),
             str(q.get("unschedulable", 0)),
+            str(q.get("waiting_for_capacity", 0)),
         )
     daemons = Table(
         "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"
@@ -268,7 +271,7 @@ def render(snap: dict[str, Any]) -> Group:
 
 
 #: A map's states in the order its progress reads.
-MAP_STATES = ("succeeded", "failed", "canceled", "running", "queued", "scheduled")
+MAP_STATES = ("succeeded", "failed", "cancelled", "running", "queued", "scheduled")
 
 
 def _maps_table(snap: dict[str, Any]) -> Table | None:

@@ -147,6 +147,7 @@ SCHEMAS: dict[str, Any] = {
             "utilization": NUM,
             "locality_wait_s": NUM,
             "unschedulable": INT,
+            "waiting_for_capacity": INT,
             "maps": {
                 "type": "array",
                 "description": "maps with jobs still to end here: map_id, jobs, states",
@@ -495,6 +496,7 @@ SCHEMAS.update(
                 "counts": _ROWS,
                 "running": _ROWS,
                 "workers": _ROWS,
+                "shapes": _ROWS,
                 "providers": _ROWS,
             }
         ),

@@ -620,6 +620,7 @@ class HttpFleet:
         """Rows and provider configs in one request (a controller tick's one read)."""
         data = self._fleet()
         rows = {k: list(data[k]) for k in ("queues", "counts", "running", "workers")}
+        rows["shapes"] = list(data.get("shapes", []))  # a server before issue 34 sends none
         return rows, [_record(ProviderInfo, p) for p in data["providers"]]
 
     def fleet_view(self) -> dict[str, list[dict[str, Any]]]:

@@ -477,6 +477,11 @@ ORDER BY finished_at DESC LIMIT :limit;
 SELECT worker, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state = 'running' GROUP BY worker;
 
+-- name: running_placements
+-- Where each running job was placed (its worker and GPU shares): the dashboard's GPUs in use.
+SELECT worker, placement FROM invocations
+WHERE namespace = :ns AND state = 'running' AND placement IS NOT NULL;
+
 -- name: namespace_events
 SELECT id, queue, at, kind, detail FROM queue_events
 WHERE namespace = :ns ORDER BY id DESC LIMIT :limit;
@@ -533,6 +538,20 @@ FROM (
 ) AS both_sides
 GROUP BY namespace, queue, state HAVING SUM(kept) <> SUM(found)
 ORDER BY namespace, queue, state;
+
+-- name: controller_shapes
+-- The requests of queued and running jobs per queue (issue 34): the controller packs them onto
+-- its providers' launch shapes. Columns only (no `resources` read), so the queued half is the
+-- index invocations_shapes alone; jobs stating no request are the counts' remainder.
+SELECT namespace, queue, 'queued' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    count(*) AS n
+FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
+UNION ALL
+SELECT namespace, queue, 'running' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    count(*) AS n
+FROM invocations WHERE state = 'running' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
 
 -- name: controller_running_by_worker
 SELECT namespace, worker, count(*) AS n FROM invocations
@@ -743,7 +762,22 @@ WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS N
   AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
   AND cpus {is} :cpus AND memory_gb {is} :memory_gb
   AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
+  AND id <> :keep
 RETURNING id;
+
+-- name: mark_reserved
+-- A worker reserves for this head of its claim order (store/reservation.py): said once on the
+-- row, so that the sweep names the jobs the reservation holds back `reserved_for:<id>`.
+UPDATE invocations SET pending_reason = 'resources', unschedulable_reason = :words
+WHERE id = :id AND state = 'queued' AND pending_reason {is_not} 'resources'
+RETURNING id;
+
+-- name: reserved_heads
+-- The queued jobs workers reserve for, in claim order within each queue (the first one is the
+-- reservation that holds the queue's other jobs back).
+SELECT namespace, queue, id, resources FROM invocations
+WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'resources'
+ORDER BY namespace, queue, priority DESC, id ASC;
 
 -- name: fail_unschedulable
 -- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,
@@ -764,6 +798,12 @@ GROUP BY namespace, queue;
 SELECT count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
   AND pending_reason = 'unschedulable';
+
+-- name: waiting_in_queue
+-- Queued jobs that wait for the controller to launch a daemon (index invocations_shapes).
+SELECT count(*) AS n FROM invocations
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND pending_reason = 'waiting_for_capacity';
 
 -- name: release_preempted
 -- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and

@@ -236,6 +236,11 @@ class QueueStore(WorkerStore):
         with self.connector.transaction() as tx:
             self._event(tx, ns, queue, kind, detail, time.time())
 
+    def maps_in_flight(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The maps with jobs still to end in queue `name` (the dashboard's, `status`'s)."""
+        with self.connector.transaction(write=False) as tx:
+            return _maps_in_flight(tx, ns, name)
+
     def stats(self, ns: str, name: str) -> dict[str, Any]:
         info = self.queue(ns, name)
         members = self.members(ns, name)
@@ -246,6 +251,7 @@ class QueueStore(WorkerStore):
                 for s in ("queued", "running", "scheduled")
             }
             unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
+            waiting = tx.one("waiting_in_queue", ns=ns, queue=name)
             maps = _maps_in_flight(tx, ns, name)
         return {
             "queue": name,
@@ -259,6 +265,8 @@ class QueueStore(WorkerStore):
             "locality_wait_s": locality.wait_s(info),
             # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).
             "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
+            # ... and those only a daemon the controller would launch could (issue 34, item 7).
+            "waiting_for_capacity": int(waiting["n"]) if waiting else 0,
             # The progress of the maps (f.map) with jobs still to end here, oldest first.
             "maps": maps,
         }

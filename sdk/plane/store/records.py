@@ -242,8 +242,8 @@ def invocation_of(row: Row) -> Invocation:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
-        resources=_json_object(row.get("resources")),
-        placement=_json_object(row.get("placement")) or None,
+        resources=json_object(row.get("resources")),
+        placement=json_object(row.get("placement")) or None,
         pending_reason=row.get("pending_reason"),
         unschedulable_reason=row.get("unschedulable_reason"),
         preemptions=row["preemptions"],
@@ -253,7 +253,7 @@ def invocation_of(row: Row) -> Invocation:
     )
 
 
-def _json_object(text: str | None) -> dict[str, Any]:
+def json_object(text: str | None) -> dict[str, Any]:
     """A JSON object column (resources, placement); NULL reads as {}."""
     return json.loads(text) if text else {}
 
@@ -270,7 +270,7 @@ def claim_of(row: Row) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         timeout_s=row["timeout_s"],
         priority=row["priority"],
-        resources=_json_object(row.get("resources")),
+        resources=json_object(row.get("resources")),
         preemptions=row["preemptions"],
         checkpoint=_blob(row["checkpoint"]),
     )
@@ -292,7 +292,7 @@ def queue_info_of(row: Row) -> QueueInfo:
         admission=json.loads(row["admission"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        resources=_json_object(row.get("resources")),
+        resources=json_object(row.get("resources")),
     )
 
 
