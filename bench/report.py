@@ -73,6 +73,8 @@ SUITE_TITLES = {
     " (items/s, higher is better)",
     "placement": "10. Placement: 1-GPU jobs on a declared 8-GPU daemon vs 8 static slots"
     " (jobs/s, higher is better)",
+    "lateness": "11. Lateness: delayed jobs claimed after their due time, 100k others scheduled"
+    " (ms, lower is better)",
 }
 
 

@@ -143,12 +143,14 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "depth": int(stats.get("pending", 0)),
         "running": int(stats.get("running", 0)),
         "scheduled": int(stats.get("scheduled", 0)),
+        "waiting": int(stats.get("waiting", 0)),
         "daemons": int(stats.get("daemon_count", 0)),
         "slots": int(stats.get("slots", 0)),
         "rate_per_s": rate,
         "rate_is_floor": floor,
         "oldest_age_s": oldest,
         "unschedulable": int(stats.get("unschedulable", 0)),
+        "waiting_for_capacity": int(stats.get("waiting_for_capacity", 0)),
         "maps": list(stats.get("maps") or []),
     }
 
@@ -218,11 +220,13 @@ def render(snap: dict[str, Any]) -> Group:
         "depth",
         "running",
         "scheduled",
+        "waiting",
         "daemons",
         "slots",
         "rate",
         "oldest",
         "unschedulable",
+        "waiting",
     )
     queues.title = f"queues in {snap['namespace']}"
     for q in snap["queues"]:
@@ -232,11 +236,13 @@ def render(snap: dict[str, Any]) -> Group:
             str(q["depth"]),
             str(q["running"]),
             str(q.get("scheduled", 0)),
+            str(q.get("waiting", 0)),
             str(q["daemons"]),
             str(q["slots"]),
             _rate_text(q),
             age(q["oldest_age_s"]),
             str(q.get("unschedulable", 0)),
+            str(q.get("waiting_for_capacity", 0)),
         )
     daemons = Table(
         "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"
@@ -268,7 +274,7 @@ def render(snap: dict[str, Any]) -> Group:
 
 
 #: A map's states in the order its progress reads.
-MAP_STATES = ("succeeded", "failed", "canceled", "running", "queued", "scheduled")
+MAP_STATES = ("succeeded", "failed", "cancelled", "running", "queued", "scheduled")
 
 
 def _maps_table(snap: dict[str, Any]) -> Table | None:

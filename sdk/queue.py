@@ -154,6 +154,8 @@ class Queue:
         max_preemptions: int | None = None,
         delay_s: float | None = None,
         at: Any = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -168,6 +170,8 @@ class Queue:
             max_preemptions=max_preemptions,
             delay_s=delay_s,
             at=at,
+            after=after,
+            after_failure=after_failure,
         )
 
     async def submit_many(
@@ -177,6 +181,10 @@ class Queue:
         priority: float | None = None,
         max_attempts: int = 3,
         resources: Mapping[str, Any] | None = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
+        ids: Sequence[str] | None = None,
+        after_each: Sequence[Sequence[str] | None] | None = None,
     ) -> list[str]:
         return await _to_thread(
             self.sync.submit_many,
@@ -184,6 +192,10 @@ class Queue:
             priority=priority,
             max_attempts=max_attempts,
             resources=resources,
+            after=after,
+            after_failure=after_failure,
+            ids=ids,
+            after_each=after_each,
         )
 
     async def result(

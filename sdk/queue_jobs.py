@@ -17,6 +17,7 @@ from .errors import DispatchError, InvalidArgument
 from .resources import check_optional
 from .types import DEFAULT_LEASE_S as DEFAULT_LEASE_S  # its home was here
 from .types import Invocation, SubmitRequest
+from .workflow import outputs_in
 
 
 @dataclass
@@ -87,7 +88,11 @@ def encode_submit(
     # live, so a worker there claims it first (docs/objects.md, locality).
     with codec.pickle_protocol(protocol):
         data, host, owned = spill.dumps_located(body)
+    # dls.output(id) arguments: the job waits on those parents and takes their results.
+    inputs = outputs_in(body.args, body.kwargs) if isinstance(body, Envelope) else ()
     return SubmitRequest(
+        after=inputs,
+        inputs=inputs,
         payload=data,
         key=key,
         priority=priority,

@@ -40,6 +40,7 @@ from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .resources import check_optional
 from .topic import Topic, iter_frames
 from .types import STATES, Claim, ClaimArgs, Invocation, SubmitRequest, normalize_kind
+from .workflow import with_after
 
 if TYPE_CHECKING:
     from .mapping import MapResults
@@ -311,6 +312,8 @@ class SyncQueue:
         max_preemptions: int | None = None,
         delay_s: float | None = None,
         at: Any = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
@@ -321,7 +324,9 @@ class SyncQueue:
         `admission.max_preemptions`, else 20. `resources` is what the job needs to run (GPUs,
         CPUs, memory: `dreamlake.lakeshore.resources`); without it, a udf's, else the queue's.
         `delay_s` or `at` (a datetime, naive read as UTC, or epoch seconds) holds the job as
-        `scheduled` until then (sdk/workflow.py).
+        `scheduled` until then (sdk/workflow.py). `after` (ids, on any queue of the namespace)
+        holds it as `waiting` until each has succeeded; a parent that ends otherwise cancels
+        it, unless `after_failure="run"` (then it runs once every parent has ended).
         """
         from .workflow import with_due
 
@@ -334,6 +339,8 @@ class SyncQueue:
             timeout_s,
             resources=resources,
             max_preemptions=max_preemptions,
+            after=after,
+            after_failure=after_failure,
         )
         req = with_due(req, delay_s, at)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
@@ -349,10 +356,12 @@ class SyncQueue:
         timeout_s: float | None = None,
         resources: Mapping[str, Any] | None = None,
         max_preemptions: int | None = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
-        return encode_submit(
+        req = encode_submit(
             payload,
             envelope,
             key,
@@ -364,6 +373,7 @@ class SyncQueue:
             resources=resources,
             max_preemptions=max_preemptions,
         )
+        return with_after(req, after, after_failure)
 
     def _protocol(self) -> Callable[[], int]:
         """The pickle protocol this queue's live workers all load (`protocols.protocol_for`):
@@ -379,25 +389,43 @@ class SyncQueue:
         priority: float | None = None,
         max_attempts: int = 3,
         resources: Mapping[str, Any] | None = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
+        ids: Sequence[str] | None = None,
+        after_each: Sequence[Sequence[str] | None] | None = None,
     ) -> list[str]:
         """Enqueue many in one transaction (one round trip over HTTP); `resources` is each
-        job's request, as `submit` takes it."""
+        job's request, as `submit` takes it. `after`: parents every job waits on;
+        `after_each`: each job's own (one list, or None, per payload), which may name the `ids`
+        (`dls.new_id()`, one per payload) of jobs earlier in the same batch."""
         self._first_use(submitting=True)
         protocol = self._protocol()
-        reqs = [
-            encode_submit(
-                p,
-                None,
-                None,
-                self.priority_of(p, priority),
-                max_attempts,
-                None,
-                self.run_id,
-                protocol,
-                resources,
+        if ids is not None and len(ids) != len(payloads):
+            raise InvalidArgument(f"ids has {len(ids)} entries for {len(payloads)} payloads")
+        if after_each is not None and len(after_each) != len(payloads):
+            raise InvalidArgument(
+                f"after_each has {len(after_each)} entries for {len(payloads)} payloads"
             )
-            for p in payloads
+        reqs = [
+            with_after(
+                encode_submit(
+                    p,
+                    None,
+                    None,
+                    self.priority_of(p, priority),
+                    max_attempts,
+                    None,
+                    self.run_id,
+                    protocol,
+                    resources,
+                ),
+                [*(after or ()), *((after_each[i] or ()) if after_each else ())],
+                after_failure,
+            )
+            for i, p in enumerate(payloads)
         ]
+        if ids is not None:
+            reqs = [replace(r, id=inv_id) for r, inv_id in zip(reqs, ids, strict=True)]
         return self.dispatch.submit(self.name, reqs)
 
     def map(

@@ -38,6 +38,7 @@ from . import routes
 from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
+from .schedules import ScheduleInfo
 from .tls import Verify, tls_context
 from .transport import (
     BUSY_RETRY_S,
@@ -479,6 +480,42 @@ class HttpPlane(HttpTransport):
     def delete_provider(self, name: str) -> None:
         self._request(routes.DELETE_PROVIDER.at(name=name))
 
+    # -- cron schedules (sdk/plane/schedules.py) ----------------------------------------------
+
+    def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        template: SubmitRequest,
+        tz: str = "UTC",
+        catchup: str = "latest",
+        overlap: str = "allow",
+    ) -> ScheduleInfo:
+        item = _submit_item(template)
+        if item.get("key") is None:  # a template has none: each firing keys its own job
+            item.pop("key", None)
+        body = {"cron": cron, "queue": queue, "tz": tz, "catchup": catchup, "overlap": overlap}
+        to = routes.PUT_SCHEDULE.at(name=name)
+        return _record(ScheduleInfo, self._request(to, {**body, **item}))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        data = self._request(routes.SCHEDULES)
+        return [_record(ScheduleInfo, s) for s in data["schedules"]]
+
+    def schedule(self, name: str) -> ScheduleInfo:
+        return _record(ScheduleInfo, self._request(routes.SCHEDULE.at(name=name)))
+
+    def set_schedule_state(self, name: str, action: str) -> ScheduleInfo:
+        route = routes.SCHEDULE_ACTIONS.get(action)
+        if route is None:
+            raise InvalidArgument(f"action must be one of pause|resume, got {action!r}")
+        return _record(ScheduleInfo, self._request(route.at(name=name)))
+
+    def delete_schedule(self, name: str) -> None:
+        self._request(routes.DELETE_SCHEDULE.at(name=name))
+
 
 #: The seeds' name for `HttpPlane`, kept: the same class.
 HttpDispatch = HttpPlane
@@ -509,6 +546,7 @@ class HttpFleet:
         """Rows and provider configs in one request (a controller tick's one read)."""
         data = self._fleet()
         rows = {k: list(data[k]) for k in ("queues", "counts", "running", "workers")}
+        rows["shapes"] = list(data.get("shapes", []))  # a server before issue 34 sends none
         return rows, [_record(ProviderInfo, p) for p in data["providers"]]
 
     def fleet_view(self) -> dict[str, list[dict[str, Any]]]:

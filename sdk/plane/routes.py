@@ -147,6 +147,16 @@ QUEUE_ACTIONS: Final = {
     "drain": DRAIN_QUEUE,
 }
 
+# cron schedules
+SCHEDULES = Route("GET", "/schedules")
+SCHEDULE = Route("GET", "/schedules/{name}")
+PUT_SCHEDULE = Route("PUT", "/schedules/{name}")
+DELETE_SCHEDULE = Route("DELETE", "/schedules/{name}")
+PAUSE_SCHEDULE = Route("POST", "/schedules/{name}/pause")
+RESUME_SCHEDULE = Route("POST", "/schedules/{name}/resume")
+#: A schedule's state actions by name (`Plane.set_schedule_state`).
+SCHEDULE_ACTIONS: Final = {"pause": PAUSE_SCHEDULE, "resume": RESUME_SCHEDULE}
+
 # worker rows
 REGISTER_WORKER = Route("POST", "/workers")
 WORKERS = Route("GET", "/workers")

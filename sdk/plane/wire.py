@@ -110,6 +110,12 @@ def submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["delay_s"] = r.delay_s
     if r.at is not None:
         item["at"] = r.at
+    if r.after:  # only when there are some: a server before dependencies refuses the fields
+        item["after"] = list(r.after)
+    if r.after_failure != "cancel":
+        item["after_failure"] = r.after_failure
+    if r.inputs:
+        item["inputs"] = list(r.inputs)
     return item
 
 

@@ -25,7 +25,7 @@ from ...types import (
     check_name,
     normalize_kind,
 )
-from .. import delays, locality
+from .. import delays, dependencies, locality
 from ..admission import waits_for_room
 from ..connector import Row, Transaction
 from ..steal import steal_aged, stealing
@@ -139,6 +139,7 @@ class ClaimStore(PreemptionStore, QueueStore):
             if window is not None:
                 locality.wake_at_window(self.waker, ns, names, window["next_window"])
                 delays.wake_when_due(self.waker, ns, names, window["next_due"], now)
+        rows = dependencies.with_inputs(tx, rows)
         return Claimed(rows, expired, bool(rows) and self._makes_room(tx, ns, rows, known))
 
     def _makes_room(

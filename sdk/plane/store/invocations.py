@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import msgpack
 
@@ -20,7 +21,7 @@ from ...types import (
     check_state,
     storable_text,
 )
-from .. import locality
+from .. import dependencies, locality
 from ..admission import admit, deadline_for
 from ..connector import Row, Transaction
 from ..wakeup import work_key
@@ -108,44 +109,7 @@ class InvocationStore(ClaimStore):
             if taken and self._submitted_before(tx, ns, queue, requests, minted):
                 # The same submit again, its answer lost: the jobs it made.
                 return ids, [[] for _ in claimers]
-            info = self._queue_for_submit(tx, ns, queue, now, row)
-            admit(tx, info, requests, now)
-            for i in order:
-                req = requests[i]
-                key = self.signing_key
-                # A delayed job's start deadline and locality window run from its due time.
-                due = due_time(req, now)
-                start = now if due is None else due
-                row = tx.one(
-                    "insert_invocation_signed",
-                    id=ids[i],
-                    ns=ns,
-                    queue=queue,
-                    state="queued" if due is None else "scheduled",
-                    not_before=start if due is not None else 0,
-                    priority=float(req.priority),
-                    key=req.key,
-                    payload=req.payload,
-                    max_attempts=req.max_attempts,
-                    timeout_s=req.timeout_s,
-                    now=now,
-                    deadline_at=deadline_for(info, start),
-                    signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
-                    if key
-                    else None,
-                    locality_host=req.host,
-                    locality_until=locality.window_end(info, req.host, start),
-                    objects=owned_objects(req.objects),
-                    map_id=req.map_id,
-                )
-                if row is None:  # the key exists: idempotent resubmit
-                    row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
-                    assert row is not None  # the conflict that suppressed the insert
-                else:
-                    set_preemption_limit(tx, row["id"], req, info)
-                    if (wanted := asked(req.resources, info)) is not None:
-                        write_request(tx, row["id"], wanted)
-                ids[i] = row["id"]
+            info = self._insert(tx, ns, queue, requests, ids, order, now, row)
             for params, c in claiming:
                 claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
                 handed.append(claimed)
@@ -160,6 +124,66 @@ class InvocationStore(ClaimStore):
             )
         )
         return ids, [[claim_of(row) for row in h.rows] for h in handed]
+
+    def _insert(
+        self,
+        tx: Transaction,
+        ns: str,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        ids: list[str],
+        order: Sequence[int],
+        now: float,
+        row: Row | None,
+    ) -> QueueInfo:
+        """Admit and insert `requests` into `queue` (its row as read: None makes it), in
+        `order`; `ids` becomes each one's id (an existing job's where its key was used). A
+        schedule's firing submits through here too, inside its own transaction."""
+        info = self._queue_for_submit(tx, ns, queue, now, row)
+        admit(tx, info, requests, now)
+        # Parents before any insert: their row locks come before the counters' (a parent's
+        # settle takes them in that order too), and an unknown one refuses the whole batch.
+        planned = dependencies.plan(tx, ns, requests, now)
+        inserted: set[int] = set()
+        for i in order:
+            req = requests[i]
+            key = self.signing_key
+            # A delayed job's start deadline and locality window run from its due time.
+            due = due_time(req, now)
+            start = now if due is None else due
+            waiting = planned.get(i)
+            row = tx.one(
+                "insert_invocation_signed",
+                id=ids[i],
+                ns=ns,
+                queue=queue,
+                state=(waiting and waiting.state) or ("queued" if due is None else "scheduled"),
+                not_before=start if due is not None else 0,
+                priority=float(req.priority),
+                key=req.key,
+                payload=req.payload,
+                max_attempts=req.max_attempts,
+                timeout_s=req.timeout_s,
+                now=now,
+                deadline_at=deadline_for(info, start),
+                signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload)) if key else None,
+                locality_host=req.host,
+                locality_until=locality.window_end(info, req.host, start),
+                objects=owned_objects(req.objects),
+                map_id=req.map_id,
+                **dependencies.row_fields(req, waiting, now),
+            )
+            if row is None:  # the key exists: idempotent resubmit
+                row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
+                assert row is not None  # the conflict that suppressed the insert
+            else:
+                inserted.add(i)
+                set_preemption_limit(tx, row["id"], req, info)
+                if (wanted := asked(req.resources, info)) is not None:
+                    write_request(tx, row["id"], wanted)
+            ids[i] = row["id"]
+        dependencies.link(tx, ns, planned, requests, ids, inserted, now)
+        return info
 
     def _submitted_before(
         self,
@@ -206,9 +230,15 @@ class InvocationStore(ClaimStore):
     def invocation(self, ns: str, inv_id: str) -> Invocation:
         with self.connector.transaction(write=False) as tx:
             row = tx.one("get_invocation", id=inv_id, ns=ns)
+            after = (
+                None
+                if row is None or row["open_parents"] is None
+                else dependencies.after(tx, inv_id)
+            )
         if row is None:
             raise NotFound(f"unknown invocation '{inv_id}'")
-        return invocation_of(row)
+        inv = invocation_of(row)
+        return inv if after is None else replace(inv, after=after)
 
     def count(self, ns: str, queue: str, state: str = "queued") -> int:
         check_state(state)
@@ -253,9 +283,13 @@ class InvocationStore(ClaimStore):
             # taken queued, running, ended, the order every other transaction takes them in;
             # the other way round deadlocked against a plain claim.
             claimed = self._claim_in(tx, claiming, args.kind, args.temperature, args.limit)
-            errors = self._ack_in(tx, acks, ns, claiming["now"], ended)
+            released: list[str] = []
+            errors = self._ack_in(tx, acks, ns, claiming["now"], ended, released)
+        work = self._released_work(released)
         if on_ended is not None and ended:
             on_ended(ended)
+        if work:  # dependents are claimable now on these queues
+            self.waker.notify(work=[work_key(n, q) for n, q in work], reads=False)
         self._claimed(claimed, acked=_settled(acks, errors))
         return errors, [claim_of(row) for row in claimed.rows]
 
@@ -268,6 +302,8 @@ class InvocationStore(ClaimStore):
             if schedulable.due(self._judged_at, now):
                 self._judged_at = now
                 moved += schedulable.sweep(tx, now, self._append_error)
+                settled, self._waiting_from = dependencies.sweep(tx, now, self._waiting_from)
+                moved += settled
         if moved:
             self.waker.notify()
         return moved
@@ -306,13 +342,15 @@ class InvocationStore(ClaimStore):
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
+        released: list[str] = []
         with self.connector.transaction() as tx:
-            out = self._ack_in(tx, acks, ns, time.time(), ended)
+            out = self._ack_in(tx, acks, ns, time.time(), ended, released)
+        work = self._released_work(released)
         if on_ended is not None and ended:
             on_ended(ended)
         settled = _settled(acks, out)
-        if settled:  # only these invocations' readers: not each result wait, to read it again
-            self.waker.notify(work=(), reads=False, ended=settled)
+        if settled or work:  # only these invocations' readers, and claims where work came
+            self.waker.notify(work=[work_key(n, q) for n, q in work], reads=False, ended=settled)
         return out
 
     def _ack_in(
@@ -322,9 +360,11 @@ class InvocationStore(ClaimStore):
         ns: str | None,
         now: float,
         ended: dict[str, Invocation] | None = None,
+        released: list[str] | None = None,
     ) -> list[DispatchError | None]:
         """Settle each ack; into `ended` (with `ns`), each invocation an ack ended, as the
-        settle's own statement returns it with the result the ack carried: no read after."""
+        settle's own statement returns it with the result the ack carried: no read after. Into
+        `released`, each one jobs wait on: its settle may have made them claimable."""
         out: list[DispatchError | None] = []
         for a in acks:
             # No END frame: a reader that finds no more frames and a succeeded row has
@@ -339,6 +379,8 @@ class InvocationStore(ClaimStore):
             if settled:
                 if ended is not None:
                     ended[a.id] = invocation_of({**settled, "result": a.result})
+                if settled["dependents"] is not None and released is not None:
+                    released.append(a.id)
                 out.append(None)
                 continue
             if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
@@ -350,6 +392,15 @@ class InvocationStore(ClaimStore):
             except DispatchError as exc:
                 out.append(exc)
         return out
+
+    def _released_work(self, parents: Sequence[str]) -> list[tuple[str, str]]:
+        """Where the settles of `parents` (jobs others wait on) made dependents claimable:
+        read after the commit, outside it, so a join's parents hold their child's row lock no
+        longer than their commit (a concurrent reader may find the same: one more wake-up)."""
+        if not parents:
+            return []
+        with self.connector.transaction(write=False) as tx:
+            return dependencies.released_work(tx, parents)
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""

@@ -236,6 +236,11 @@ class QueueStore(WorkerStore):
         with self.connector.transaction() as tx:
             self._event(tx, ns, queue, kind, detail, time.time())
 
+    def maps_in_flight(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The maps with jobs still to end in queue `name` (the dashboard's, `status`'s)."""
+        with self.connector.transaction(write=False) as tx:
+            return _maps_in_flight(tx, ns, name)
+
     def stats(self, ns: str, name: str) -> dict[str, Any]:
         info = self.queue(ns, name)
         members = self.members(ns, name)
@@ -243,9 +248,10 @@ class QueueStore(WorkerStore):
         with self.connector.transaction(write=False) as tx:
             counts = {
                 s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
-                for s in ("queued", "running", "scheduled")
+                for s in ("queued", "running", "scheduled", "waiting")
             }
             unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
+            waiting = tx.one("waiting_in_queue", ns=ns, queue=name)
             maps = _maps_in_flight(tx, ns, name)
         return {
             "queue": name,
@@ -255,10 +261,13 @@ class QueueStore(WorkerStore):
             "running": counts["running"],
             "pending": counts["queued"],
             "scheduled": counts["scheduled"],
+            "waiting": counts["waiting"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
             "locality_wait_s": locality.wait_s(info),
             # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).
             "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
+            # ... and those only a daemon the controller would launch could (issue 34, item 7).
+            "waiting_for_capacity": int(waiting["n"]) if waiting else 0,
             # The progress of the maps (f.map) with jobs still to end here, oldest first.
             "maps": maps,
         }
