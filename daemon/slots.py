@@ -14,7 +14,7 @@ parent holds. The child only decodes, runs `run_body`, and writes messages on a 
                       | None (exit)
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
-                                           | ("error", id, (traceback, one-line summary))
+                                           | ("error", id, (traceback, summary, cause))
                                            | ("preempted", id, (message, cause))
 
 Issue 35 adds, while a job runs (childlink.py):
@@ -57,18 +57,19 @@ from ..types import Claim
 from ..work.slot import (
     ABORT_CAUSES,
     DEADLINE_WAIT_CHUNK_S,
+    OOM_ERROR,
     AbortReason,
     JobSink,
     Outcome,
     SlotBase,
     abort_outcome,
     crash_outcome,
-    format_failure,
-    summarise_failure,
+    error_outcome,
 )
 from .credentials import job_credentials
 from .inventory import Gpu
 from .log import get_logger
+from .oom import OomCounters, killed_for_memory
 
 #: How long a fresh child may take to import and report ready (cold NFS homes are slow).
 CHILD_START_TIMEOUT_S = 120.0
@@ -149,7 +150,8 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             except Preempted as exc:
                 reply = ("preempted", inv_id, (str(exc), exc.cause))
             except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
-                reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
+                failed = error_outcome(exc)  # a MemoryError: out of host memory, `oom`
+                reply = ("error", inv_id, (failed.error, failed.summary, failed.cause))
         try:
             pipe.send(reply)
         except OSError:
@@ -314,11 +316,14 @@ class ProcessSlot(SlotBase):
         kill_grace_s: float = 10.0,
         on_end: Callable[[Claim, Outcome, float], None] | None = None,
         gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
+        oom: OomCounters | None = None,
     ) -> None:
         """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics,
         and its placer, which frees the job's GPUs there). `gpus_for(claim)`: the GPUs a job
         was placed on (issue 34); a child that sees others is replaced before the job runs,
-        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job."""
+        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job.
+        `oom`: the box's OOM-kill counters, to tell a job the kernel killed for memory from
+        one that died otherwise (oom.py); None: every death is `died`."""
         super().__init__(index, kill_grace_s=kill_grace_s)
         self._on_end = on_end
         self._gpus_for = gpus_for
@@ -341,6 +346,9 @@ class ProcessSlot(SlotBase):
         self._handed: tuple[str, Child, float] | None = None
         #: When the slot's current attempt reached its child (`_run`).
         self._began = 0.0
+        self._oom = oom
+        #: The OOM-kill counters as the current attempt started (oom.py).
+        self._oom_before: dict[str, int] = {}
         self._log = get_logger(slot=index)
 
     def snapshot(self) -> dict[str, Any]:
@@ -445,6 +453,8 @@ class ProcessSlot(SlotBase):
             except OSError as exc:
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
             self._began = time.monotonic()
+        if self._oom is not None:
+            self._oom_before = self._oom.baseline()
         if (noticed := self.noticed) is not None:
             with contextlib.suppress(OSError):  # after the run message, on the same pipe
                 child.send(("preempt", noticed[0]))
@@ -551,13 +561,33 @@ class ProcessSlot(SlotBase):
             return outcome
         if dead or (not child.alive() and child.conn.fileno() not in self._ready(child)):
             child.process.join(1.0)
-            return self._retire(
-                Outcome(
-                    "died",
-                    error=f"the job's process died: {describe_exit(child.process.exitcode)}",
-                )
-            )
+            return self._retire(self._death(child.process.exitcode))
         return None
+
+    def _death(self, exitcode: int | None) -> Outcome:
+        """How the job's process ended, with no word from it: killed by the kernel's OOM
+        killer (a SIGKILL while an OOM-kill counter moved: `oom`), or otherwise (`died`)."""
+        if self._oom is not None and exitcode == -signal.SIGKILL:
+            counters = killed_for_memory(exitcode, self._oom_before, self._oom.read())
+            if counters:
+                return Outcome(
+                    "died",
+                    error=f"{OOM_ERROR}: the kernel's OOM killer ended the job's process "
+                    f"(SIGKILL while oom_kill went up in {', '.join(counters)})",
+                    cause="oom",
+                )
+            if self._oom.sources:
+                return Outcome(
+                    "died",
+                    error="the job's process died: killed by SIGKILL (not by the OOM killer: "
+                    "no OOM kill was counted)",
+                    cause="died",
+                )
+        return Outcome(
+            "died",
+            error=f"the job's process died: {describe_exit(exitcode)}",
+            cause="died",
+        )
 
     def _flush(self, claim: Claim, child: Child, frames: list[bytes]) -> Outcome | None:
         """Post `frames` (and empty the list); the outcome that ends the job if refused."""
@@ -630,8 +660,8 @@ def _ended(kind: str, value: Any) -> Outcome:
     if kind == "preempted":
         message, cause = value
         return Outcome("preempted", error=str(message), cause=str(cause))
-    text, summary = value
-    return Outcome("error", error=str(text), summary=str(summary))
+    text, summary, cause = value
+    return Outcome("error", error=str(text), summary=str(summary), cause=str(cause))
 
 
 def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str, bytes | None, str | None]:

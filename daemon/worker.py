@@ -40,6 +40,7 @@ from .inventory import (
     visible_gpus,
 )
 from .log import get_logger
+from .oom import OomCounters
 from .placement import Placer, declared_gpus
 from .slots import ChildFailed, ProcessSlot, spawn_context
 from .systemd import Notifier
@@ -143,6 +144,7 @@ class Daemon(WorkerCore):
         ctx = spawn_context()
         env = {"LAKESHORE_STORAGE": config.storage} if config.storage else {}
         env |= child_environment(self.plane)  # its jobs' objects go through this plane
+        oom = OomCounters()  # found once: which OOM-kill counters this box offers
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(
@@ -155,6 +157,7 @@ class Daemon(WorkerCore):
                 kill_grace_s=config.kill_grace_s,
                 on_end=self._job_ended,
                 gpus_for=self._gpus_for,
+                oom=oom,
             )
 
         return slot

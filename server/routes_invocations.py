@@ -404,12 +404,13 @@ async def nack(call: Call) -> dict[str, str]:
 
 async def end(call: Call) -> None:
     b = call.body
-    b.only("lease", "state", "error")
+    b.only("lease", "state", "error", "cause")
     lease, state, error = b.req_text("lease"), b.req_text("state"), b.text("error") or ""
+    cause = b.text("cause")
 
     def run() -> None:
         _owned(call.store, call.ns, call.param("id"))
-        call.store.end(call.param("id"), lease, state=state, error=error)
+        call.store.end(call.param("id"), lease, state=state, error=error, cause=cause)
 
     await call.run(run)
 

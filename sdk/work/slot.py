@@ -36,7 +36,9 @@ class Outcome:
     error: str = ""
     #: One line for the log (the exception type and message); `error` is what the row keeps.
     summary: str = ""
-    #: A preempted attempt's cause (types.END_CAUSES): a notice, or a command exiting 75.
+    #: A preempted attempt's cause (types.END_CAUSES): a notice, a command exiting 75, a GPU
+    #: that failed. A failed one's when it is not the usual (`died` / `error`): `oom` (out of
+    #: host memory), `gpu_memory` (over its share under --enforce-gpu-memory).
     cause: str = "notice"
 
 
@@ -270,6 +272,22 @@ def abort_outcome(reason: AbortReason) -> Outcome:
     if reason == "release":
         return Outcome("preempted", error=abort_error(reason), cause="notice")
     return Outcome(reason, error=abort_error(reason))
+
+
+#: What a job's out-of-host-memory end says first, whichever way it was found: the kernel's OOM
+#: killer (daemon/oom.py) or a MemoryError the body raised (an RLIMIT_AS, a failed allocation).
+OOM_ERROR = "ran out of host memory"
+
+
+def error_outcome(exc: BaseException) -> Outcome:
+    """The outcome of a body that raised `exc`. A MemoryError is the job out of host memory:
+    recorded as `oom`, its error says so before the traceback."""
+    text, summary = format_failure(exc), summarise_failure(exc)
+    if isinstance(exc, MemoryError):
+        return Outcome(
+            "error", error=f"{OOM_ERROR} (MemoryError):\n{text}", summary=summary, cause="oom"
+        )
+    return Outcome("error", error=text, summary=summary, cause="error")
 
 
 def crash_outcome(exc: BaseException) -> Outcome:

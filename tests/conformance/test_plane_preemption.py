@@ -156,6 +156,33 @@ def test_ends_record_their_cause_and_listings_show_preemptions(plane: PlaneEnv) 
     assert rows[timed].ended_by == "timeout"
 
 
+def test_a_failed_end_records_out_of_memory_apart_from_a_death(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    oom, died, gpu = q.submit(1), q.submit(2), q.submit(3)
+    for inv, cause in ((oom, "oom"), (died, None), (gpu, "gpu_memory")):
+        job = plane.peer.claim("gpu")
+        assert job is not None and job.id == inv
+        plane.dispatch.end(job.id, job.lease, state="failed", error=f"ended: {cause}", cause=cause)
+
+    assert [(q.status(i).state, q.status(i).ended_by) for i in (oom, died, gpu)] == [
+        ("failed", "oom"),
+        ("failed", "died"),
+        ("failed", "gpu_memory"),
+    ]
+    assert q.status(oom).error == "ended: oom"
+
+
+def test_an_end_with_a_cause_its_state_cannot_have_is_refused(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    job = plane.peer.claim("gpu")
+    assert job is not None
+    for state, cause in (("timeout", "oom"), ("failed", "notice"), ("failed", "whim")):
+        with pytest.raises(InvalidArgument, match=f"cannot end an attempt as '{state}' with"):
+            plane.dispatch.end(job.id, job.lease, state=state, error="x", cause=cause)
+    assert (q.status(inv).state, q.status(inv).ended_by) == ("running", None)
+
+
 def _checkpoint_blob(n: int) -> bytes:
     """An encoded spilled Ref, as a worker writes one to the row (the object is not read)."""
     ref = dls.Ref(id=f"{n:026d}", size=10, digest="0" * 32, storage="file:///nowhere", spilled=True)
