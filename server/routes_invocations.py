@@ -41,6 +41,7 @@ from .longpoll import (
 )
 from .metrics import count_acks
 from .payload_kinds import code_in
+from .routes_objects import drop_superseded
 from .wire import Fields
 
 ITEM_FIELDS = (
@@ -464,6 +465,9 @@ async def checkpoint(call: Call) -> dict[str, bytes | None]:
     previous = await call.run(
         lambda: call.store.checkpoint(call.param("id"), lease, data, ns=call.ns)
     )
+    if previous is not None and previous != data:  # the old one's plane-tier copy: gone
+        tier = call.request.app.state.lakeshore_objects
+        await call.run(drop_superseded, tier, call.ns, previous)
     return {"previous": previous}
 
 
