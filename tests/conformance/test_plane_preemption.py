@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from planes import PlaneEnv, eventually
 
@@ -305,3 +307,39 @@ def test_a_jobs_last_checkpoint_goes_with_its_row_at_retention(plane: PlaneEnv) 
 
     assert trimmed.problems == [] and trimmed.invocations >= 1
     assert not _stored(plane, last)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "filo", "boltzmann"])
+def test_a_preempted_job_is_taken_next_among_its_priority_on_every_kind(
+    plane: PlaneEnv, kind: str
+) -> None:
+    q = plane.queue("order", kind=kind)
+    order: dict[str, Any] = {"kind": kind}
+    if kind == "boltzmann":
+        order["temperature"] = 0.0  # strict priority: the urgent job is drawn first
+    first = q.submit("first")
+    job = plane.peer.claim("order", **order)
+    assert job is not None and job.id == first
+    later = [q.submit(tag) for tag in ("second", "third")]  # filo alone would take these first
+    urgent = q.submit("urgent", priority=5)
+
+    plane.peer.call("release", id=job.id, lease=job.lease, outcome="preempted")
+
+    taken = []
+    while (claimed := plane.peer.claim("order", **order)) is not None:
+        taken.append(claimed.id)
+    # Priority still rules: only the urgent job outranks it; then it, before all of its level.
+    assert taken[:2] == [urgent, first]
+    assert sorted(taken[2:]) == sorted(later)
+
+
+def test_a_batch_claim_takes_the_preempted_job_first(plane: PlaneEnv) -> None:
+    q = plane.queue("order")
+    first = q.submit("first")
+    (job,) = plane.dispatch.claim_many(["order"], worker="w", limit=1)
+    q.submit_many(["a", "b", "c"])
+    plane.dispatch.release(job.id, job.lease, outcome="preempted")
+    batch = plane.dispatch.claim_many(["order"], worker="w2", limit=3)
+
+    assert batch[0].id == first and len(batch) == 3
+    assert batch[0].attempt == 2 and batch[0].preemptions == 1

@@ -129,6 +129,32 @@ WHERE id = (
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature, resources, preemptions, checkpoint;
 
+-- name: resumed_head
+-- Issue 35: the claimable job a preemption requeued that comes first among the highest priority
+-- (index invocations_resumed, migration 34: the `ended_by` term is its condition word for word).
+-- :priority bounds it from below: the claim takes it only when nothing claimable is higher.
+SELECT id, priority FROM invocations
+WHERE queue IN (:queues) AND {claimable}
+  AND ended_by IN ('notice', 'daemon_lost', 'exit75', 'gpu_failed') AND priority >= :priority
+  {fits}
+ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked};
+
+-- name: claimable_above
+-- Whether anything claimable outranks a resumed job (index invocations_claim, by priority).
+SELECT id FROM invocations
+WHERE queue IN (:queues) AND {claimable} AND priority > :priority
+  {fits}
+ORDER BY priority DESC LIMIT 1;
+
+-- name: claim_by_id
+-- Claim the one queued job `resumed_head` found (its row is this transaction's on Postgres).
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint;
+
 -- name: claim_level
 UPDATE invocations
 SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
