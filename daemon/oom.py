@@ -59,17 +59,17 @@ class OomCounters:
         last = self._last
         if last is not None and now - last[0] < self.baseline_s:
             return last[1]
-        reading = self.read()
-        self._last = (now, reading)
-        return reading
+        return self.read()
 
     def read(self) -> dict[str, int]:
-        """Each counter that could be read now (one that cannot is left out)."""
+        """Each counter that could be read now (one that cannot is left out). It is the next
+        baseline too: a job that starts after an OOM kill never counts that one as its own."""
         out: dict[str, int] = {}
         for name, path, field in self.sources:
             value = read_counter(path, field)
             if value is not None:
                 out[name] = value
+        self._last = (time.monotonic(), out)
         return out
 
 

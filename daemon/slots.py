@@ -347,7 +347,7 @@ class ProcessSlot(SlotBase):
         #: When the slot's current attempt reached its child (`_run`).
         self._began = 0.0
         self._oom = oom
-        #: The OOM-kill counters as the current attempt started (oom.py).
+        #: The OOM-kill counters as the current attempt was assigned (oom.py; `_assigned`).
         self._oom_before: dict[str, int] = {}
         self._log = get_logger(slot=index)
 
@@ -374,6 +374,9 @@ class ProcessSlot(SlotBase):
         return self.gpus if self._gpus_for is None else list(self._gpus_for(claim))
 
     def _assigned(self, claim: Claim) -> None:
+        # The OOM-kill counters as the job starts, before any child can have it: a job that
+        # dies at once must find its own kill counted after this reading, never in it.
+        self._oom_before = self._oom.baseline() if self._oom is not None else {}
         # Between jobs the slot thread leaves the child alone: a child it replaces is None here
         # until the new one is up, and then it is the one the slot thread runs the job on.
         child = self._child
@@ -453,8 +456,6 @@ class ProcessSlot(SlotBase):
             except OSError as exc:
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
             self._began = time.monotonic()
-        if self._oom is not None:
-            self._oom_before = self._oom.baseline()
         if (noticed := self.noticed) is not None:
             with contextlib.suppress(OSError):  # after the run message, on the same pipe
                 child.send(("preempt", noticed[0]))
@@ -493,7 +494,7 @@ class ProcessSlot(SlotBase):
                     self._sink.note_cause(claim, ABORT_CAUSES[reason])
                 child.terminate(grace)
                 self._child = None
-                return abort_outcome(reason)
+                return abort_outcome(reason, self._abort_detail)
             if deadline is not None and time.monotonic() >= deadline:
                 self._sink.note_cause(claim, "timeout")
                 child.terminate(self.kill_grace_s)

@@ -232,3 +232,29 @@ def sigkill_self(counter: str | None = None) -> None:
         path = Path(counter)
         path.write_text(str(int(path.read_text()) + 1))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hold_gpu(directory: str, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Start a grandchild (as a DataLoader worker would be), write both pids to
+    `directory/name.json`, then hold until `directory/release` exists; on a later attempt
+    return at once. Returns what the job's process saw."""
+    import json
+    import subprocess
+    import sys
+
+    import dreamlake.lakeshore as dls
+
+    seen = {"attempt": dls.run.attempt, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if dls.run.attempt > 1:
+        return seen
+    folder = Path(directory)
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (folder / f"{name}.json").write_text(json.dumps({"pid": os.getpid(), "child": helper.pid}))
+        deadline = time.monotonic() + timeout_s
+        while not (folder / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        helper.kill()
+        helper.wait()
+    return seen

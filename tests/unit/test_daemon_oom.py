@@ -112,4 +112,5 @@ def test_a_baseline_is_reused_while_fresh(tmp_path: Path) -> None:
     counter.write_text("2")
     assert counters.baseline() is first  # not read again while fresh
     assert counters.read() == {"seam": 2}
+    assert counters.baseline() == {"seam": 2}  # a read (at a death) is the next baseline
     assert OomCounters([("seam", counter, None)], baseline_s=0).baseline() == {"seam": 2}
