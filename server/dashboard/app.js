@@ -138,6 +138,20 @@
     body.replaceChildren(...rows);
   }
 
+  // "2 × NVIDIA H100", and from the heartbeat what is in use and free now (shares add up:
+  // two 0.5-GPU jobs are 1 used), and how many failed (out of the daemon's offer).
+  function gpuCell(gpus, use) {
+    if (!gpus.length) return el("td", {}, "–");
+    const cell = el("td", { title: gpus.join(", ") }, gpus.length + " × " + gpus[0]);
+    if (use && typeof use.used === "number") {
+      const round = (n) => String(Math.round(n * 100) / 100);
+      let text = round(use.used) + " used · " + round(use.free) + " free";
+      if (use.failed) text += " · " + use.failed + " failed";
+      cell.append(el("div", { class: "muted gpu-use" }, text));
+    }
+    return cell;
+  }
+
   function renderWorkers(snapshot) {
     const rows = snapshot.workers.map((w) => {
       const gpus = (w.gpus || []).map((g) => g.name || ("gpu" + g.index));
@@ -148,7 +162,7 @@
         stateCell(w.state),
         el("td", {}, (w.queues.length ? w.queues : ["(default)"]).join(", ")),
         el("td", {}, w.busy + " / " + w.slots),
-        el("td", { title: gpus.join(", ") }, gpus.length ? gpus.length + " × " + gpus[0] : "–"),
+        gpuCell(gpus, (w.load || {}).gpu_use),
         hb);
     });
     $("#workers tbody").replaceChildren(...rows);

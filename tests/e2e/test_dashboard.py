@@ -122,7 +122,8 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
         host="gpu-box-1",
         info={"concurrency": 2, "gpus": gpus},
     )
-    plane.heartbeat(worker.id, {"busy": 0, "idle": 2})
+    use = {"total": 2, "used": 1.5, "free": 0.5, "failed": 0}
+    plane.heartbeat(worker.id, {"busy": 0, "idle": 2, "gpu_use": use})
     store = open_store(server.store_path)
     try:  # what the controller records when it scales: the page lists it with its reason
         detail = {"from": 0, "to": 1, "reason": "backlog 1 > 0 workers"}
@@ -173,6 +174,7 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             assert "succeeded" in page.locator("#detail-fields").inner_text()
             workers = page.locator('#workers tr[data-worker="browser-worker"]').inner_text()
             assert "gpu-box-1" in workers and "NVIDIA H100" in workers
+            assert "1.5 used · 0.5 free" in workers  # GPUs used and free, from the heartbeat
             assert (
                 "reason=backlog 1" in page.locator('#events tr[data-kind="scaled_up"]').inner_text()
             )
