@@ -763,8 +763,9 @@ FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
 GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason;
 
 -- name: live_workers
--- Every worker row that heartbeats (all namespaces): what the sweep checks requests against.
-SELECT namespace, name, queues, info FROM workers
+-- Every worker row that heartbeats (all namespaces): what the sweep checks requests against
+-- (its load: the GPUs it took out of its offer since it registered).
+SELECT namespace, name, queues, info, load FROM workers
 WHERE heartbeat_at >= :since AND state <> 'gone';
 
 -- name: set_pending
