@@ -130,9 +130,9 @@ RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeo
     signature, resources, preemptions, checkpoint;
 
 -- name: resumed_head
--- Issue 35: the claimable job a preemption requeued that comes first among the highest priority
--- (index invocations_resumed, migration 34: the `ended_by` term is its condition word for word).
--- :priority bounds it from below: the claim takes it only when nothing claimable is higher.
+-- Issue 35, a filo claim: the claimable job a preemption requeued that comes first among the
+-- highest priority (index invocations_resumed, migration 34: the `ended_by` term is its
+-- condition word for word); taken only when nothing claimable is higher (claimable_above).
 SELECT id, priority FROM invocations
 WHERE queue IN (:queues) AND {claimable}
   AND ended_by IN ('notice', 'daemon_lost', 'exit75', 'gpu_failed') AND priority >= :priority

@@ -458,10 +458,6 @@ class InvocationStore(PreemptionStore, QueueStore):
         if not params["queues"]:
             return []
         if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
-            resumed = self._resumed(tx, {**params, "lease": secrets.token_hex(16)}, None)
-            if resumed is not None:  # taken first; the rest of the batch as it would have been
-                rest = self._claim_free(tx, kind, temperature, params, limit - 1)
-                return [resumed, *rest]
             name = "claim_fifo_batch_fit" if fitted(params) else "claim_fifo_batch"
             batch = tx.all(name, lease=secrets.token_hex(16), limit=limit, **params)
             return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
@@ -481,9 +477,10 @@ class InvocationStore(PreemptionStore, QueueStore):
         self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
     ) -> Row | None:
         fit = "_fit" if fitted(params) else ""
-        if kind in ("fifo", "filo"):
-            resumed = self._resumed(tx, params, None)
-            return resumed or tx.one(f"claim_{kind}{fit}", **params)
+        if kind == "fifo":
+            return tx.one("claim_fifo" + fit, **params)
+        if kind == "filo":  # newest first, but a preempted job before all of its priority
+            return self._resumed(tx, params) or tx.one("claim_filo" + fit, **params)
         levels = tx.all(
             "priority_levels" + fit,
             **{k: v for k, v in params.items() if k not in _NOT_LEVELS},
@@ -491,10 +488,8 @@ class InvocationStore(PreemptionStore, QueueStore):
         if not levels:
             return None
         level = boltzmann_level([(r["priority"], r["n"]) for r in levels], temperature)
-        return (
-            self._resumed(tx, params, level)
-            or tx.one("claim_level" + fit, priority=level, **params)
-            or tx.one("claim_fifo" + fit, **params)
+        return tx.one("claim_level" + fit, priority=level, **params) or tx.one(
+            "claim_fifo" + fit, **params
         )
 
     def sweep(self) -> int:

@@ -99,19 +99,18 @@ class PreemptionStore(StoreBase):
         self.waker.notify()
         return requeued
 
-    def _resumed(self, tx: Transaction, params: dict[str, Any], level: float | None) -> Row | None:
-        """Claim the job a preemption requeued that comes next (issue 35): it is taken before
-        any other of its priority, on every queue kind (filo's newest-first would put it behind
-        all submitted since). With `level` (boltzmann's draw), only one of that priority; else
-        only if nothing claimable outranks it. One probe of an index that is empty but for
-        such jobs (migration 34) when there is none."""
+    def _resumed(self, tx: Transaction, params: dict[str, Any]) -> Row | None:
+        """On a filo queue, claim the job a preemption requeued before any other of its
+        priority (issue 35): newest-first would put it behind every job submitted since. Only
+        if nothing claimable outranks it. A fifo or boltzmann claim needs no such look: it
+        takes the oldest of a priority, and the job's id is older than every submit since.
+        One probe of an index empty but for such jobs (migration 34) when there is none."""
         fit = "_fit" if fitted(params) else ""
         probe = {k: v for k, v in params.items() if k not in _CLAIM_ONLY}
-        lowest: float = INT64_MIN if level is None else level
-        head = tx.one("resumed_head" + fit, priority=lowest, **probe)
-        if head is None or (level is not None and head["priority"] != level):
+        head = tx.one("resumed_head" + fit, priority=INT64_MIN, **probe)
+        if head is None:
             return None
-        if level is None and tx.one("claimable_above" + fit, priority=head["priority"], **probe):
+        if tx.one("claimable_above" + fit, priority=head["priority"], **probe):
             return None
         return tx.one("claim_by_id", id=head["id"], **params)
 
