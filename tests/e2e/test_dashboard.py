@@ -122,8 +122,8 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
         host="gpu-box-1",
         info={"concurrency": 2, "gpus": gpus},
     )
-    use = {"total": 2, "used": 1.5, "free": 0.5, "failed": 0}
-    plane.heartbeat(worker.id, {"busy": 0, "idle": 2, "gpu_use": use})
+    failed = [{"index": 1, "uuid": "u1", "name": "NVIDIA H100 80GB HBM3", "reason": "Xid 79"}]
+    plane.heartbeat(worker.id, {"busy": 0, "idle": 2, "gpus_failed": failed})
     store = open_store(server.store_path)
     try:  # what the controller records when it scales: the page lists it with its reason
         detail = {"from": 0, "to": 1, "reason": "backlog 1 > 0 workers"}
@@ -156,6 +156,14 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             )
             job = plane.claim(["browser-q"], worker="browser-worker", wait_s=10.0)
             assert job is not None and job.id == inv
+            # where it runs: half of GPU 1, shown as in use beside the worker's GPUs
+            share = {"index": 1, "uuid": "u1", "name": gpus[1]["name"], "share": 0.5}
+            plane.place(inv, job.lease, {"worker": "browser-worker", "gpus": [share]})
+            page.wait_for_function(
+                """() => document.querySelector(
+                    '#workers tr[data-worker="browser-worker"] td.gpus'
+                ).textContent.startsWith('0.5 / 2')"""
+            )
             plane.post(inv, "VALUE", codec.encode("step 1 of 2"), lease=job.lease)
             plane.post(inv, "VALUE", codec.encode({"loss": 0.25}), lease=job.lease)
             plane.ack(inv, job.lease, codec.encode("done"))
@@ -165,6 +173,11 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
                 ).textContent === '1'"""
             )
             assert depth("queued") == "0"
+            # a map in flight: its jobs and how many of them have ended
+            mapped = [SubmitRequest(payload=codec.encode(i), map_id="Mbrowser") for i in range(4)]
+            plane.submit("browser-q", mapped)
+            page.locator('#maps tr[data-map="Mbrowser"]').wait_for()
+            assert "0 / 4" in page.locator('#maps tr[data-map="Mbrowser"] td.ended').inner_text()
 
             # drill down: the recent row opens the invocation and its frames
             page.locator(f'#recent tr[data-id="{inv}"]').click()
@@ -174,7 +187,7 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             assert "succeeded" in page.locator("#detail-fields").inner_text()
             workers = page.locator('#workers tr[data-worker="browser-worker"]').inner_text()
             assert "gpu-box-1" in workers and "NVIDIA H100" in workers
-            assert "1.5 used · 0.5 free" in workers  # GPUs used and free, from the heartbeat
+            assert "1 failed" in workers  # a GPU the daemon took out of its offer
             assert (
                 "reason=backlog 1" in page.locator('#events tr[data-kind="scaled_up"]').inner_text()
             )
