@@ -26,8 +26,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from ..work.slot import OOM_ERROR, Outcome
 
 #: A reading: the value of each counter found, by where it was read.
 Reading = Mapping[str, int]
@@ -102,6 +104,34 @@ def killed_for_memory(exitcode: int | None, before: Reading, after: Reading) -> 
     if exitcode != -signal.SIGKILL:
         return []
     return moved(before, after)
+
+
+def death(
+    exitcode: int | None,
+    counters: OomCounters | None,
+    before: Reading,
+    describe: Callable[[int | None], str],
+) -> Outcome:
+    """How a job's process ended with no word from it: killed by the kernel's OOM killer (a
+    SIGKILL while a counter moved since `before`: `oom`), or otherwise (`died`); `describe`
+    words an exit code."""
+    if counters is not None and exitcode == -signal.SIGKILL:
+        moved_in = killed_for_memory(exitcode, before, counters.read())
+        if moved_in:
+            return Outcome(
+                "died",
+                error=f"{OOM_ERROR}: the kernel's OOM killer ended the job's process "
+                f"(SIGKILL while oom_kill went up in {', '.join(moved_in)})",
+                cause="oom",
+            )
+        if counters.sources:
+            return Outcome(
+                "died",
+                error="the job's process died: killed by SIGKILL (not by the OOM killer: "
+                "no OOM kill was counted)",
+                cause="died",
+            )
+    return Outcome("died", error=f"the job's process died: {describe(exitcode)}", cause="died")
 
 
 def find_sources(

@@ -58,7 +58,6 @@ from ..types import Claim
 from ..work.slot import (
     ABORT_CAUSES,
     DEADLINE_WAIT_CHUNK_S,
-    OOM_ERROR,
     AbortReason,
     JobSink,
     Outcome,
@@ -70,7 +69,7 @@ from ..work.slot import (
 from .credentials import job_credentials
 from .inventory import Gpu
 from .log import get_logger
-from .oom import OomCounters, killed_for_memory
+from .oom import OomCounters, death
 
 #: How long a fresh child may take to import and report ready (cold NFS homes are slow).
 CHILD_START_TIMEOUT_S = 120.0
@@ -564,33 +563,9 @@ class ProcessSlot(SlotBase):
             return outcome
         if dead or (not child.alive() and child.conn.fileno() not in self._ready(child)):
             child.process.join(1.0)
-            return self._retire(self._death(child.process.exitcode))
+            exitcode = child.process.exitcode
+            return self._retire(death(exitcode, self._oom, self._oom_before, describe_exit))
         return None
-
-    def _death(self, exitcode: int | None) -> Outcome:
-        """How the job's process ended, with no word from it: killed by the kernel's OOM
-        killer (a SIGKILL while an OOM-kill counter moved: `oom`), or otherwise (`died`)."""
-        if self._oom is not None and exitcode == -signal.SIGKILL:
-            counters = killed_for_memory(exitcode, self._oom_before, self._oom.read())
-            if counters:
-                return Outcome(
-                    "died",
-                    error=f"{OOM_ERROR}: the kernel's OOM killer ended the job's process "
-                    f"(SIGKILL while oom_kill went up in {', '.join(counters)})",
-                    cause="oom",
-                )
-            if self._oom.sources:
-                return Outcome(
-                    "died",
-                    error="the job's process died: killed by SIGKILL (not by the OOM killer: "
-                    "no OOM kill was counted)",
-                    cause="died",
-                )
-        return Outcome(
-            "died",
-            error=f"the job's process died: {describe_exit(exitcode)}",
-            cause="died",
-        )
 
     def _flush(self, claim: Claim, child: Child, frames: list[bytes]) -> Outcome | None:
         """Post `frames` (and empty the list); the outcome that ends the job if refused."""

@@ -13,6 +13,7 @@ import pytest
 from dreamlake.lakeshore.daemon.oom import (
     SEAM_ENV,
     OomCounters,
+    death,
     find_sources,
     killed_for_memory,
     read_counter,
@@ -114,3 +115,22 @@ def test_a_baseline_is_reused_while_fresh(tmp_path: Path) -> None:
     assert counters.read() == {"seam": 2}
     assert counters.baseline() == {"seam": 2}  # a read (at a death) is the next baseline
     assert OomCounters([("seam", counter, None)], baseline_s=0).baseline() == {"seam": 2}
+
+
+def test_a_death_is_worded_by_what_the_counters_say(tmp_path: Path) -> None:
+    counter = tmp_path / "oom"
+    counter.write_text("4")
+    counters = OomCounters([("vmstat", counter, None)])
+    before = counters.read()
+
+    def words(code: int | None) -> str:
+        return f"exit {code}"
+
+    assert death(KILL, counters, before, words).cause == "died"  # nothing moved: not the OOM killer
+    counter.write_text("5")
+    oom = death(KILL, counters, before, words)
+    assert (oom.kind, oom.cause) == ("died", "oom")
+    assert oom.error.startswith("ran out of host memory: the kernel's OOM killer")
+    # No counters on this box (or another signal): the exit code's words, never a guess.
+    assert death(KILL, OomCounters([]), {}, words).error == "the job's process died: exit -9"
+    assert death(-signal.SIGSEGV, counters, before, words).cause == "died"
