@@ -174,16 +174,14 @@ def sqlite_two_process_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEn
 
 @contextlib.contextmanager
 def postgres_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEnv]:
-    """A fresh schema on the test server, held by this process and by a peer process.
+    """An empty schema of its own on the test server, held by this process and by a peer
+    process: fresh, or one an earlier test used, emptied (SchemaPool).
 
     No server: skips, or fails under CI=true (tests/support/postgres.py).
     """
-    root = str(Path(__file__).resolve().parents[2])
-    if root not in sys.path:  # `tests.support` imports however pytest was started
-        sys.path.insert(0, root)
-    from tests.support.postgres import postgres_schema
-
-    with postgres_schema("lakeshore_conf") as url, dls.Dispatch(url) as d:
+    _support()
+    schemas = pool.shared("postgres-schemas", _schema_pool)
+    with schemas.schema() as url, dls.Dispatch(url) as d:
         spec = {"kind": "postgres", "target": url}
         peer = pool.get(0)
         peer.call("open", spec=spec)
@@ -201,6 +199,18 @@ def _support() -> Any:
     import tests.support as support
 
     return support
+
+
+@contextlib.contextmanager
+def _schema_pool(directory: Path) -> Iterator[Any]:
+    """Schemas emptied and handed from test to test (tests/support/postgres.py, SchemaPool)."""
+    from tests.support.postgres import SchemaPool
+
+    schemas = SchemaPool("lakeshore_conf")
+    try:
+        yield schemas
+    finally:
+        schemas.close()
 
 
 @contextlib.contextmanager
