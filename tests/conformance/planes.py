@@ -159,8 +159,16 @@ def memory_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEnv]:
 
 @contextlib.contextmanager
 def sqlite_two_process_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEnv]:
-    """One SQLite file: this process holds a Dispatch on it, a peer process holds another."""
+    """One SQLite file: this process holds a Dispatch on it, a peer process holds another.
+
+    The file starts as a copy of one migrated once per session (what a fresh file holds after
+    its migrations, with the owner-only mode the plane gives it), not migrated per test.
+    """
     path = tmp_path / "db.sqlite"
+    template: Path = pool.shared("sqlite-template", _sqlite_template)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(template.read_bytes())
     spec = {"kind": "sqlite", "target": str(path)}
     with dls.Dispatch(path) as d:
         peer = pool.get(0)
@@ -170,6 +178,16 @@ def sqlite_two_process_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEn
         finally:
             if peer.alive:
                 peer.call("close")
+
+
+@contextlib.contextmanager
+def _sqlite_template(directory: Path) -> Iterator[Path]:
+    """An empty plane's SQLite file, migrated and closed (so its WAL is folded in)."""
+    from dreamlake.lakeshore.plane.dispatch import open_store
+
+    path = directory / "template.sqlite"
+    open_store(path).close()
+    yield path
 
 
 @contextlib.contextmanager
