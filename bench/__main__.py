@@ -98,12 +98,20 @@ def jobs() -> list[Job]:
     from . import mapping
 
     out.append(("map", "lakeshore http (sqlite), q.map of no-ops", mapping.measure))
+    out.append(("map", "celery redis, group / chunks", peer.celery_map))
+    out.append(("map", "ray, ray.get of remote calls", peer.ray_map))
+    from . import lateness
+
+    out.append(("lateness", "lakeshore embedded sqlite, 100k scheduled", lateness.measure))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
     from . import depth
 
     out.append(("depth", "lakeshore sqlite, 0 vs N queued", depth.measure_sqlite))
     out.append(("depth", "lakeshore postgres, 0 vs N queued (scaled down)", depth.measure_postgres))
+    from . import depth_resources
+
+    out.append(("depth", "lakeshore sqlite, resource claims at N queued", depth_resources.measure))
     out.append(("scale", "idle long-polls", scale.measure))
     out.append(("scale", "idle long-polls, 2 postgres replicas", scale.measure_replicas))
     from . import placement

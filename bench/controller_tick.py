@@ -28,27 +28,48 @@ from dreamlake.lakeshore.types import SubmitRequest
 NS = "bench"
 
 
-def populate(store: SqlStore, queues: int, workers: int) -> FakeProvider:
+#: --shape: each launch has 8 GPUs, and each job asks for 1, 2, 4 or 8 of them (packed).
+SHAPE = {"gpus": 8, "gpu_type": "H100", "gpu_memory_gb": 80}
+
+
+def populate(store: SqlStore, queues: int, workers: int, *, shaped: bool) -> FakeProvider:
     fake = FakeProvider("sim")
-    store.add_provider(NS, "sim", "fake", {})
+    store.add_provider(NS, "sim", "fake", {"shape": SHAPE} if shaped else {})
     per_queue = max(1, workers // queues)
     for i in range(queues):
         name = f"q{i:04d}"
         policy = {"kind": "fully_elastic", "max": per_queue, "idle_s": 3600, "provider": "sim"}
         store.create_queue(NS, name, elasticity=policy)
         if i % 2 == 0:
-            store.submit(NS, name, [SubmitRequest(payload=b"x") for _ in range(per_queue)])
-        spec = LaunchSpec(namespace=NS, queues=(name,), name=name, target=f"queue/{name}")
+            store.submit(
+                NS,
+                name,
+                [
+                    SubmitRequest(
+                        payload=b"x", resources={"gpus": 2 ** (j % 4)} if shaped else None
+                    )
+                    for j in range(per_queue)
+                ],
+            )
+        spec = LaunchSpec(
+            namespace=NS,
+            queues=(name,),
+            name=name,
+            target=f"queue/{name}",
+            settings={"shape": SHAPE} if shaped else {},  # as launched now: nothing to roll
+        )
         for inst in fake.launch(spec, per_queue):
             store.register_worker(NS, inst.daemon, queues=[name])
     return fake
 
 
-def measure(target: str, queues: int, workers: int, ticks: int) -> tuple[float, float, float]:
+def measure(
+    target: str, queues: int, workers: int, ticks: int, shaped: bool = False
+) -> tuple[float, float, float]:
     store = open_store(target, durable=False) if "://" not in target else open_store(target)
     try:
         start = time.perf_counter()
-        fake = populate(store, queues, workers)
+        fake = populate(store, queues, workers, shaped=shaped)
         setup = time.perf_counter() - start
         controller = Controller(
             store, Settings(scale_down_window_s=3600), provider_factory=lambda _: fake
@@ -78,17 +99,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=10000)
     parser.add_argument("--ticks", type=int, default=10)
     parser.add_argument("--postgres", default=None, metavar="URL")
+    parser.add_argument(
+        "--shape",
+        action="store_true",
+        help="a provider launch shape (8 x H100) and jobs asking 1-8 GPUs: demand is packed",
+    )
     args = parser.parse_args(argv)
     print(f"controller tick: {args.queues} queues, {args.workers} worker rows and instances")
     print(f"{'plane':<10} {'setup s':>9} {'first tick ms':>14} {'tick p50 ms':>12}")
     with sqlite_target() as path:
-        setup, first, p50 = measure(path, args.queues, args.workers, args.ticks)
+        setup, first, p50 = measure(path, args.queues, args.workers, args.ticks, args.shape)
     print(f"{'sqlite':<10} {setup:>9.1f} {first * 1000:>14.1f} {p50 * 1000:>12.1f}")
     if args.postgres:
         from dreamlake.lakeshore.plane.postgres import scratch_schema
 
         with scratch_schema(args.postgres, "lakeshore_bench") as url:
-            setup, first, p50 = measure(url, args.queues, args.workers, args.ticks)
+            setup, first, p50 = measure(url, args.queues, args.workers, args.ticks, args.shape)
         print(f"{'postgres':<10} {setup:>9.1f} {first * 1000:>14.1f} {p50 * 1000:>12.1f}")
 
 

@@ -1,7 +1,9 @@
 """`map` throughput (issue 36): no-op items through `q.map` over HTTP (SQLite server), two
 daemons with one slot each, items/s from the first submit to the last result read, one job per
-item and 1,000 items a job (`chunk_size`). The peers' counterparts (Ray
-`ray.get([f.remote(x) for x in xs])`, Celery `group` / `chunks`) are not in this suite yet.
+item and 1,000 items a job (`chunk_size`). The peers' counterparts run in the same suite at the
+same two sizes (bench/peers/runs.py): Ray `ray.get([f.remote(x) for x in xs])` on two CPUs (one
+task per item at both sizes: Ray has no chunking of its own) and Celery `group` / `chunks` on
+prefork -c 2 with Redis.
 """
 
 from __future__ import annotations
@@ -20,9 +22,41 @@ QUEUE = "map"
 CHUNK = 1000
 
 
+def sizes(s: Settings) -> tuple[int, int]:
+    """(items of the one-item-a-job run, items of the chunked run): a job and a result read
+    each is a fifth of the fan-out's count; chunks carry ten times the fan-out's."""
+    return max(500, s.jobs // 5), s.jobs * 10
+
+
+def rows(
+    system: str,
+    durability: str,
+    note: str,
+    plain: list[float],
+    chunked: list[float],
+    plain_n: int,
+    chunked_n: int,
+) -> list[Measurement]:
+    """The suite's two figures of one system, named alike so the table sets them side by side."""
+    return [
+        Measurement(
+            "map", "items/s, 1 item a job", system, plain, "items/s", durability, note, plain_n
+        ),
+        Measurement(
+            "map",
+            f"items/s, {CHUNK} items a job",
+            system,
+            chunked,
+            "items/s",
+            durability,
+            note,
+            chunked_n,
+        ),
+    ]
+
+
 def measure(s: Settings) -> list[Measurement]:
-    plain_n = max(500, s.jobs // 5)  # a job and a result read each: a fifth of the fan-out's
-    chunked_n = s.jobs * 10
+    plain_n, chunked_n = sizes(s)
     with (
         tempfile.TemporaryDirectory(prefix="bench-map-") as tmp,
         _plane_for("http-sqlite", Path(tmp), False) as (url, token, store, dur, label),
@@ -39,12 +73,7 @@ def measure(s: Settings) -> list[Measurement]:
         finally:
             p.close()
     note = "2 daemons x 1 slot; items/s from first submit to last result"
-    return [
-        Measurement("map", "items/s, 1 item a job", label, plain, "items/s", dur, note, plain_n),
-        Measurement(
-            "map", f"items/s, {CHUNK} items a job", label, chunked, "items/s", dur, note, chunked_n
-        ),
-    ]
+    return rows(label, dur, note, plain, chunked, plain_n, chunked_n)
 
 
 def _rate(q: dls.SyncQueue, n: int, chunk: int | None) -> float:

@@ -54,6 +54,8 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "payload": ("rq (SimpleWorker)", "ray (local tasks)"),
     "locality": ("lakeshore http, locality off (wait 0)",),
     "concurrency": ("ray (local tasks)", "celery (redis)"),
+    "map": ("ray (local tasks)", "celery (redis)"),
+    "placement": ("lakeshore daemon -c 8, static slots, no request",),
 }
 SUITE_TITLES = {
     "rpc": "1. RPC: q.call of a no-op, one producer, one worker (latency; lower is better)",
@@ -67,6 +69,12 @@ SUITE_TITLES = {
     "depth": "7. Depth: every verb at depth 0 and N queued (note: ratio to depth 0, target)",
     "concurrency": "8. Concurrency: 16 producer processes calling a no-op in a loop, 2 workers"
     " (calls/s higher is better; p50/p99 lower)",
+    "map": "9. Map: no-op items through q.map / ray.get / celery group, 2 workers"
+    " (items/s, higher is better)",
+    "placement": "10. Placement: 1-GPU jobs on a declared 8-GPU daemon vs 8 static slots"
+    " (jobs/s, higher is better)",
+    "lateness": "11. Lateness: delayed jobs claimed after their due time, 100k others scheduled"
+    " (ms, lower is better)",
 }
 
 

@@ -70,6 +70,8 @@ STATE_STYLE = {
     "cancelled": "magenta",
     "killed": "red",
     "timeout": "red",
+    "scheduled": "blue",
+    "waiting": "blue",
 }
 
 
@@ -280,6 +282,9 @@ def show(
     table.add_row("resources", escape(describe(inv.resources)))
     if inv.placement:
         table.add_row("placement", escape(placed(inv.placement)))
+    if inv.after:
+        waiting = f" (waiting on {inv.waiting_on})" if inv.state == "waiting" else ""
+        table.add_row("after", escape(" ".join(inv.after)) + waiting)
     if inv.state == "queued" and (inv.pending_reason or inv.unschedulable_reason):
         why = inv.unschedulable_reason or ""
         table.add_row("pending", escape(f"{inv.pending_reason or '-'}" + (f": {why}" * bool(why))))

@@ -8,6 +8,7 @@ the daemons NAME-00, NAME-01, ...; `--wait` follows their registration on the pl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -32,6 +33,7 @@ from ..providers.base import (
     Provider,
     ProviderError,
 )
+from ..shapes import launch_shape
 from .daemon import daemon
 from .output import emit_json, hidden_alias, json_option
 from .params import seconds
@@ -183,12 +185,28 @@ def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None)
     finally:
         plane.close()
     if as_json:
-        emit_json(rows)
+        emit_json([_with_shape(r) for r in rows])
         return
-    table = Table("name", "kind", "config")
+    table = Table("name", "kind", "launch shape", "config")
     for r in rows:
-        table.add_row(r.name, r.kind, ", ".join(f"{k}={v}" for k, v in sorted(r.config.items())))
+        shape = launch_shape(r.kind, r.config)
+        table.add_row(
+            r.name,
+            r.kind,
+            shape.describe() if shape else "-",
+            ", ".join(f"{k}={v}" for k, v in sorted(r.config.items())),
+        )
     Console().print(table)
+
+
+def _with_shape(info: ProviderInfo) -> dict[str, Any]:
+    """The config, and what each launch offers as the config and the tables say (`null`:
+    not known here; the controller may still learn it, say from EC2)."""
+    shape = launch_shape(info.kind, info.config)
+    return {
+        **dataclasses.asdict(info),
+        "launch_shape": None if shape is None else {**shape.as_dict(), "source": shape.source},
+    }
 
 
 hidden_alias(providers, "ls", "list")
@@ -208,12 +226,17 @@ def show(
     finally:
         plane.close()
     if as_json:
-        emit_json(info)
+        emit_json(_with_shape(info))
         return
+    shape = launch_shape(info.kind, info.config)
     table = Table(show_header=False, box=None)
     table.add_row("name", info.name)
     table.add_row("namespace", info.namespace)
     table.add_row("kind", info.kind)
+    table.add_row(
+        "launch shape",
+        f"{shape.describe()} (from {shape.source})" if shape else "- (not stated: sized in jobs)",
+    )
     for key, value in sorted(info.config.items()):
         table.add_row(key, json.dumps(value))
     Console().print(table)

@@ -1,10 +1,10 @@
 """`lakeshore status [--watch]`: the fleet on one screen, as `rq info -i` or `ray status` show it.
 
 Three tables: queues (depth, running, slots, completions per second, age of the oldest queued
-job), daemons (state, slots busy, GPUs, heartbeat age) and the controller's last decisions (the
-queue events it records for every scaling decision, see cli/controller.py). Everything is read
-through the Plane protocol the other verbs use, so the screen is the same on this box's SQLite
-plane and over `--url`; no new route or store query is needed.
+job; below it, the progress of each map in flight, when there are any), daemons (state, slots
+busy, GPUs, heartbeat age) and the controller's last decisions (the queue events it records for
+every scaling decision, see cli/controller.py). Everything is read through the Plane protocol the
+other verbs use, so the screen is the same on this box's SQLite plane and over `--url`.
 
 Two figures the protocol has no direct read for are derived from `invocations()` listings,
 each bounded in cost whatever the depth:
@@ -143,12 +143,15 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "depth": int(stats.get("pending", 0)),
         "running": int(stats.get("running", 0)),
         "scheduled": int(stats.get("scheduled", 0)),
+        "waiting": int(stats.get("waiting", 0)),
         "daemons": int(stats.get("daemon_count", 0)),
         "slots": int(stats.get("slots", 0)),
         "rate_per_s": rate,
         "rate_is_floor": floor,
         "oldest_age_s": oldest,
         "unschedulable": int(stats.get("unschedulable", 0)),
+        "waiting_for_capacity": int(stats.get("waiting_for_capacity", 0)),
+        "maps": list(stats.get("maps") or []),
     }
 
 
@@ -217,11 +220,13 @@ def render(snap: dict[str, Any]) -> Group:
         "depth",
         "running",
         "scheduled",
+        "waiting",
         "daemons",
         "slots",
         "rate",
         "oldest",
         "unschedulable",
+        "waiting",
     )
     queues.title = f"queues in {snap['namespace']}"
     for q in snap["queues"]:
@@ -231,11 +236,13 @@ def render(snap: dict[str, Any]) -> Group:
             str(q["depth"]),
             str(q["running"]),
             str(q.get("scheduled", 0)),
+            str(q.get("waiting", 0)),
             str(q["daemons"]),
             str(q["slots"]),
             _rate_text(q),
             age(q["oldest_age_s"]),
             str(q.get("unschedulable", 0)),
+            str(q.get("waiting_for_capacity", 0)),
         )
     daemons = Table(
         "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"
@@ -257,9 +264,38 @@ def render(snap: dict[str, Any]) -> Group:
         decisions.add_row(
             age(now - float(e["at"] or now)) + " ago", e["queue"], e["kind"], sized, e["reason"]
         )
-    parts: list[Any] = [queues, daemons if snap["daemons"] else Text("daemons: none")]
+    parts: list[Any] = [queues]
+    maps = _maps_table(snap)
+    if maps is not None:
+        parts.append(maps)
+    parts.append(daemons if snap["daemons"] else Text("daemons: none"))
     parts.append(decisions if snap["decisions"] else Text("controller: no decisions recorded"))
     return Group(*parts)
+
+
+#: A map's states in the order its progress reads.
+MAP_STATES = ("succeeded", "failed", "cancelled", "running", "queued", "scheduled")
+
+
+def _maps_table(snap: dict[str, Any]) -> Table | None:
+    """The maps in flight (f.map): how many of their jobs have ended, and how."""
+    rows = [(q["name"], m) for q in snap["queues"] for m in q.get("maps", [])]
+    if not rows:
+        return None
+    table = Table(title="maps in flight")
+    table.add_column("map", no_wrap=True)  # whole: `lakeshore jobs ls --map ID` takes it
+    table.add_column("queue")
+    table.add_column("ended", no_wrap=True)
+    for name in MAP_STATES[1:]:
+        table.add_column(name)
+    for queue, m in rows:
+        states: dict[str, int] = m.get("states") or {}
+        ended = sum(n for s, n in states.items() if s not in ("running", "queued", "scheduled"))
+        jobs = int(m.get("jobs", 0))
+        table.add_row(
+            m["map_id"], queue, f"{ended}/{jobs}", *(str(states.get(s, 0)) for s in MAP_STATES[1:])
+        )
+    return table
 
 
 def _watch(plane: Plane, interval_s: float, times: int | None, as_json: bool) -> None:

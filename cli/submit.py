@@ -136,6 +136,20 @@ def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> I
     default=None,
     help="End the job as timeout after this long running.",
 )
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="ID",
+    help="Wait (state waiting) until this invocation has succeeded; repeat for several parents.",
+)
+@click.option(
+    "--after-failure",
+    type=click.Choice(["cancel", "run"]),
+    default="cancel",
+    show_default=True,
+    help="A parent that ends other than succeeded: cancel this job, or run it anyway.",
+)
 @click.option("--wait", "-w", is_flag=True, help="Wait for the outcome; exit status names it.")
 @click.option(
     "--wait-timeout-s",
@@ -161,6 +175,8 @@ def submit(
     priority: float | None,
     max_attempts: int,
     timeout_s: float | None,
+    after: tuple[str, ...],
+    after_failure: str,
     wait: bool,
     wait_timeout_s: float,
     block_s: float,
@@ -179,6 +195,8 @@ def submit(
             max_attempts=max_attempts,
             timeout_s=timeout_s,
             block_s=block_s,
+            after=list(after),
+            after_failure=after_failure,
         )
         if not wait:
             click.echo(inv_id)

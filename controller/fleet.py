@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..providers.base import TAG_SPEC, Instance
+from ..shapes import Shape
 from .observe import Snapshot, WorkerRow
+from .packing import Demand, Packing
 from .policy import Policy, merge_pool
 
 
@@ -28,10 +30,17 @@ class Target:
     note: str = ""
     #: Instances are ours but no queue wants them any more (deleted, renamed, set to none).
     orphaned: bool = False
+    #: What the member queues' queued and running jobs ask for (issue 34).
+    requests: list[Demand] = field(default_factory=list)
+    #: Those requests packed onto the provider's launch shape, when it has one (loop.py).
+    packing: Packing | None = None
+    #: ... and that shape.
+    shape: Shape | None = None
 
     @property
     def demand(self) -> int:
-        return self.backlog + self.running
+        """Jobs to serve: with a launch shape, only those a launch could run."""
+        return self.packing.jobs if self.packing is not None else self.backlog + self.running
 
 
 def target_key(queue: str, policy: Policy) -> str:
@@ -64,6 +73,7 @@ def targets(snap: Snapshot) -> dict[tuple[str, str], Target]:
             t.backlog += queued
             t.running += running
             t.demand_by_queue[name] = queued + running
+            t.requests += snap.requests.get((ns, name), [])
         out[(ns, key)] = t
     return out
 

@@ -32,10 +32,13 @@ from ..providers.base import (
     LaunchSpec,
     Provider,
     merged_settings,
+    shape_of,
 )
+from ..shapes import launch_shape
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
 from .observed import ObservedProvider
+from .packing import pack
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized, step, surge_limit
 from .reclaim import Reclaims
 from .sightings import Sightings
@@ -188,6 +191,7 @@ class Controller:
             )
             self._track_idle(fleet, now)
             fleets[key] = fleet
+            self._pack(snap, t)
             raw[key] = self._recommend(key, t, fleet, now)
         capped = apply_cap(
             [Want(f"{k[0]}/{k[1]}", v[0], found[k].policy.cost_weight) for k, v in raw.items()],
@@ -225,6 +229,28 @@ class Controller:
             settings=merged_settings(info.config, t.policy.match),
         ).config_hash
 
+    def _pack(self, snap: Snapshot, t: Target) -> None:
+        """Size `t` in daemons of its provider's launch shape, when the shape is known: the
+        requests of its queued and running jobs, first-fit decreasing (controller/packing.py)."""
+        info = snap.providers.get((t.namespace, t.policy.provider or ""))
+        if info is None or t.orphaned or not t.policy.managed:
+            return
+        settings = merged_settings(info.config, t.policy.match)
+        try:
+            shape = shape_of(self._provider(info), info.kind, settings)
+        except Exception as exc:  # the cloud's answer is a nicety: the tables still say
+            log.warning("provider.shape_failed", provider=info.name, error=str(exc))
+            shape = launch_shape(info.kind, settings)
+        if shape is None:
+            return
+        t.shape = shape
+        t.packing = pack(
+            t.requests,
+            shape,
+            slots=shape.slots(settings.get("concurrency")),
+            limit=max(1, t.policy.max, t.policy.min),
+        )
+
     def _recommend(
         self, key: tuple[str, str], t: Target, fleet: Fleet, now: float
     ) -> tuple[int, str]:
@@ -234,7 +260,10 @@ class Controller:
             quiet_s = 0.0
         else:  # quiet since first seen quiet (after a restart: since the restart)
             quiet_s = now - self._mem.quiet_since.setdefault(hkey, now)
-        desired, reason = desired_workers(t.policy, t.demand, fleet.current, quiet_s)
+        packed = None
+        if t.packing is not None and t.shape is not None:
+            packed = (t.packing.daemons, t.packing.words(t.shape))
+        desired, reason = desired_workers(t.policy, t.demand, fleet.current, quiet_s, packed=packed)
         if t.note:
             reason = f"{reason} ({t.note})"
         window = (
@@ -282,6 +311,9 @@ class Controller:
             "running": t.running,
             "reason": reason,
         }
+        if t.shape is not None and t.packing is not None:  # sized in GPUs, not jobs
+            detail["shape"] = t.shape.as_dict()
+            detail["gpus_asked"] = t.packing.gpus
         if fleet.reclaimed:
             self._reclaimed(snap, t, fleet.reclaimed, detail, events)
         launched = 0

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..plane.providers import ProviderInfo
+from ..plane.store.schedulable import asked
 from ..types import WorkerInfo
+from .packing import Demand
 from .policy import Policy
 
 
@@ -46,6 +48,8 @@ class Snapshot:
     workers: dict[tuple[str, str], WorkerRow] = field(default_factory=dict)
     #: (namespace, provider name) -> config
     providers: dict[tuple[str, str], ProviderInfo] = field(default_factory=dict)
+    #: (namespace, queue) -> what its queued and running jobs ask for (issue 34), grouped
+    requests: dict[tuple[str, str], list[Demand]] = field(default_factory=dict)
 
 
 class FleetSource(Protocol):
@@ -93,4 +97,22 @@ def observe(store: FleetSource, now: float | None = None) -> Snapshot:
             running=running.get(key, 0),
         )
     snap.providers = {(p.namespace, p.name): p for p in providers}
+    snap.requests = _requests(view.get("shapes", []), snap.counts)
     return snap
+
+
+def _requests(
+    rows: Sequence[Mapping[str, Any]], counts: Mapping[tuple[str, str], tuple[int, int]]
+) -> dict[tuple[str, str], list[Demand]]:
+    """Requests per queue: the grouped rows, and the jobs that state none (the counts' rest)."""
+    out: dict[tuple[str, str], list[Demand]] = {}
+    stated: dict[tuple[str, str], int] = {}
+    for r in rows:
+        key = (r["namespace"], r["queue"])
+        out.setdefault(key, []).append(Demand(asked(r), int(r["n"])))
+        stated[key] = stated.get(key, 0) + int(r["n"])
+    for key, (queued, running) in counts.items():
+        plain = queued + running - stated.get(key, 0)
+        if plain > 0:
+            out.setdefault(key, []).append(Demand({}, plain))
+    return out

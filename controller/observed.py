@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dreamlake.lakeshore.plane.providers import ProviderInfo
-from dreamlake.lakeshore.providers.base import Instance, LaunchSpec, Provider
+from dreamlake.lakeshore.providers.base import Instance, LaunchSpec, Provider, shape_of
+from dreamlake.lakeshore.shapes import Shape
 
 if TYPE_CHECKING:
     from dreamlake.lakeshore.controller.loop import Observer
@@ -33,6 +34,9 @@ class ObservedProvider:
 
     def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         return self._timed("list", lambda: self.inner.list(tags))
+
+    def launch_shape(self, settings: Mapping[str, Any]) -> Shape | None:
+        return shape_of(self.inner, self._info.kind, settings)
 
     def _timed(self, call: str, run: Callable[[], T]) -> T:
         began = time.monotonic()

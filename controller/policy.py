@@ -95,30 +95,41 @@ def merge_pool(policies: Sequence[Policy]) -> Policy:
     )
 
 
-def desired_workers(policy: Policy, demand: int, current: int, quiet_s: float) -> tuple[int, str]:
+def desired_workers(
+    policy: Policy,
+    demand: int,
+    current: int,
+    quiet_s: float,
+    *,
+    packed: tuple[int, str] | None = None,
+) -> tuple[int, str]:
     """What the policy asks for now, before surge, stabilisation and the global cap.
 
     `demand` is backlog + running; `current` the fleet (booting included); `quiet_s` how long the
-    queue (or pool) has had no demand at all.
+    queue (or pool) has had no demand at all. `packed`: the daemons the jobs' requests need on
+    the provider's launch shape, and how that was found (controller/packing.py): then it, not
+    demand / target_per_worker, is the need.
     """
     if policy.kind == "none":
         return current, "unmanaged (elasticity none)"
     if policy.kind == "fixed":
         return policy.max, f"fixed at max={policy.max}"
-    need = math.ceil(demand / policy.target_per_worker) if demand > 0 else 0
+    if packed is not None:
+        need, how = packed
+    else:
+        need = math.ceil(demand / policy.target_per_worker) if demand > 0 else 0
+        how = f"demand {demand} / target {policy.target_per_worker:g} -> {need}"
     if policy.kind == "elastic":
         want = min(policy.max, max(policy.min, need))
-        return want, f"demand {demand} / target {policy.target_per_worker:g} -> {need}" + (
-            f", within [{policy.min}, {policy.max}]" if want != need else ""
-        )
+        return want, how + (f", within [{policy.min}, {policy.max}]" if want != need else "")
     # fully_elastic
     if demand > 0:
         want = min(policy.max, max(1, need))
         if current == 0:
-            return want, f"activation: demand {demand} on an empty fleet -> {want}"
-        return want, f"demand {demand} / target {policy.target_per_worker:g} -> {need}" + (
-            f", capped at max={policy.max}" if want != need else ""
-        )
+            return want, f"activation: demand {demand} on an empty fleet -> {want}" + (
+                f" ({how})" if packed is not None else ""
+            )
+        return want, how + (f", capped at max={policy.max}" if want != need else "")
     if quiet_s >= policy.idle_s:
         return 0, f"idle {quiet_s:.1f}s >= idle_s={policy.idle_s:g}: scale to zero"
     return min(current, policy.max), f"idle {quiet_s:.1f}s < idle_s={policy.idle_s:g}: hold"

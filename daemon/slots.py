@@ -10,7 +10,8 @@ own, which cannot settle or post: credentials.py) and none of the daemon's conne
 stale or runaway child can never settle or post; every frame and settle is fenced by the lease the
 parent holds. The child only decodes, runs `run_body`, and writes messages on a pipe:
 
-    parent -> child   ("run", invocation id, payload bytes, attempt, queue, checkpoint, job token)
+    parent -> child   ("run", invocation id, payload bytes, attempt, queue, checkpoint, job token,
+                       the parents' results its arguments take)
                       | None (exit)
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
@@ -127,7 +128,7 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
     pipe = ChildPipe(conn)
     while (taken := pipe.next_job()) is not None:
         message, link = taken
-        _, inv_id, payload, attempt, queue, _checkpoint, job_token = message
+        _, inv_id, payload, attempt, queue, _checkpoint, job_token, inputs = message
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
             pipe.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref
@@ -144,6 +145,7 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
                     attempt=attempt,
                     queue=queue,
                     link=link,
+                    inputs=inputs,
                 )
                 reply: tuple[str, str, Any] = ("ok", inv_id, spill.dumps(result))
             except Preempted as exc:
@@ -634,9 +636,11 @@ def _ended(kind: str, value: Any) -> Outcome:
     return Outcome("error", error=str(text), summary=str(summary))
 
 
-def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str, bytes | None, str | None]:
+def _run_message(
+    claim: Claim,
+) -> tuple[str, str, bytes, int, str, bytes | None, str | None, dict[str, bytes | None] | None]:
     """What the child reads to run a job (`child_main`): with the job's own token, never the
-    daemon's."""
+    daemon's, and the parents' results its arguments take (`dls.output`)."""
     return (
         "run",
         claim.id,
@@ -645,6 +649,7 @@ def _run_message(claim: Claim) -> tuple[str, str, bytes, int, str, bytes | None,
         claim.queue,
         claim.checkpoint,
         claim.job_token,
+        claim.inputs,
     )
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..shapes import Shape, launch_shape
+
 #: Tag keys on every instance. EC2 allows ':' in keys; "aws:" is the only reserved prefix.
 TAG_NAMESPACE = "lakeshore:namespace"
 TAG_TARGET = (
@@ -116,7 +118,10 @@ class Instance:
 
 @runtime_checkable
 class Provider(Protocol):
-    """Built by its plugin factory as `factory(name, config)`; see `registry.py`."""
+    """Built by its plugin factory as `factory(name, config)`; see `registry.py`.
+
+    A provider may also answer `launch_shape(settings) -> Shape | None` (what each launch
+    offers, `shape_of`); one that does not is sized on its config's `shape` and the tables."""
 
     name: str
 
@@ -129,6 +134,17 @@ class Provider(Protocol):
     def list(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         """Live instances this provider launched whose tags include all of `tags`, and those
         reclaimed (state `reclaimed`) while the provider still knows of them."""
+
+
+def shape_of(provider: object, kind: str, settings: Mapping[str, Any]) -> Shape | None:
+    """What each launch of `provider` with `settings` (config and `match` merged) offers: the
+    provider's own answer where it has one (`launch_shape(settings)`: EC2 asks the cloud about
+    its instance type), else what the config and the built-in tables say (sdk/shapes.py)."""
+    own = getattr(provider, "launch_shape", None)
+    if callable(own):
+        found = own(settings)
+        return found if isinstance(found, Shape) or found is None else None
+    return launch_shape(kind, settings)
 
 
 def matches(instance_tags: Mapping[str, str], wanted: Mapping[str, str] | None) -> bool:

@@ -13,8 +13,9 @@ an instance `lakeshore:ended-by` before ending it, so the two are told apart aft
 Config: `region`, `instance_type`, `ami` (required); `spot`, `subnet_id`, `security_group_ids`,
 `key_name`, `iam_instance_profile`, `package` (pip requirement for the VM), `concurrency`,
 `labels`, `spot_fallback_after` (the controller launches on-demand once this many of a pool's
-instances were reclaimed within an hour). A queue's `match` overrides any of these (say,
-`instance_type` per pool).
+instances were reclaimed within an hour), `shape` (what each VM offers, over what the instance
+type says: `launch_shape`). A queue's `match` overrides any of these (say, `instance_type` per
+pool).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..extras import needs_extra
+from ..shapes import Shape, ec2_shape, overridden, with_defaults
 from .base import TAG_ENDED_BY, TAG_PROVIDER, Instance, LaunchSpec, ProviderError, matches
 from .userdata import render
 
@@ -70,13 +72,48 @@ class Ec2Provider:
 
             client = boto3.client("ec2", region_name=self.config["region"])
         self.client = client
+        #: instance type -> its shape as EC2 describes it (None: no GPU, or EC2 would not say)
+        self._described: dict[str, Shape | None] = {}
+
+    def launch_shape(self, settings: Mapping[str, Any]) -> Shape | None:
+        """What each VM of `settings` offers: EC2's `describe_instance_types` GpuInfo for the
+        instance type (asked once per type), else the table of common GPU types; the config's
+        `shape` overrides either key by key."""
+        instance_type = str(settings.get("instance_type") or self.config["instance_type"])
+        if instance_type not in self._described:
+            self._described[instance_type] = self._describe(instance_type)
+        base = self._described[instance_type] or ec2_shape(instance_type)
+        return with_defaults(overridden(base, settings), settings)
+
+    def _describe(self, instance_type: str) -> Shape | None:
+        from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+        try:
+            found = self.client.describe_instance_types(InstanceTypes=[instance_type])
+        except (BotoCoreError, ClientError):
+            return None  # not allowed to ask, or a type EC2 does not know: the table says
+        for raw in found.get("InstanceTypes", []):
+            gpus = [g for g in raw.get("GpuInfo", {}).get("Gpus", []) if g.get("Count")]
+            if not gpus:
+                return None
+            gpu = gpus[0]
+            memory_mib = gpu.get("MemoryInfo", {}).get("SizeInMiB")
+            return Shape(
+                gpus=sum(int(g["Count"]) for g in gpus),
+                gpu_type=str(gpu.get("Name") or "GPU"),
+                gpu_memory_gb=round(memory_mib / 1024, 1) if memory_mib else None,
+                cpus=float(raw["VCpuInfo"]["DefaultVCpus"]) if "VCpuInfo" in raw else None,
+                memory_gb=(raw["MemoryInfo"]["SizeInMiB"] / 1024 if "MemoryInfo" in raw else None),
+                source=f"instance type {instance_type} (EC2 describe_instance_types)",
+            )
+        return None
 
     def launch(self, spec: LaunchSpec, count: int) -> list[Instance]:
         settings = {**self.config, **spec.settings}
         return [self._run_one(spec, daemon, settings) for daemon in spec.daemon_names(count)]
 
     def _run_one(self, spec: LaunchSpec, daemon: str, settings: dict[str, Any]) -> Instance:
-        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+        from botocore.exceptions import ClientError
 
         tags = spec.tags(daemon, self.name)
         params: dict[str, Any] = {

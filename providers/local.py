@@ -10,7 +10,9 @@ CLI that launched them, still knows them; files of exited processes are removed 
 still there `kill_after_s` later gets SIGKILL on the next `terminate` or `list`.
 
 Config: `state_dir` (default `$LAKESHORE_HOME/providers/<name>`), `concurrency`, `lease_s`,
-`args` (extra daemon arguments), `env` (extra environment), `kill_after_s`.
+`args` (extra daemon arguments), `env` (extra environment), `kill_after_s`, `shape` (what each
+daemon offers, declared to it as `--gpus N --gpu-type T --gpu-memory-gb G --cpus C --memory-gb M`:
+the whole GPU path runs on a CPU box).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..home import home
+from ..shapes import launch_shape
 from .base import Instance, LaunchSpec, ProviderError, matches
 
 KILL_AFTER_S = 30.0
@@ -120,6 +123,9 @@ class LocalProvider:
             cmd += ["--concurrency", str(int(settings["concurrency"]))]
         if "lease_s" in settings:
             cmd += ["--lease-s", str(float(settings["lease_s"]))]
+        shape = launch_shape("local", settings)
+        if shape is not None:  # declared, so a CPU box offers the shape the controller sized on
+            cmd += shape.daemon_args()
         labels = {**dict(settings.get("labels") or {}), **spec.labels}
         for key, value in sorted(labels.items()):
             cmd += ["--label", f"{key}={value}"]

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidArgument
+from ..shapes import check_shape
 from .base import TAG_DAEMON, LaunchSpec, ProviderError
 
 #: Setting -> what it must be, for the error that names a bad one.
@@ -31,6 +33,8 @@ SETTINGS: dict[str, str] = {
     "gpus": "a whole number of GPUs (0 or more)",
     "gpu_type": "a GPU type as the cluster's gres.conf names it, e.g. h100",
     "gres": "a raw --gres value, e.g. gpu:h100:4 (instead of gpus/gpu_type)",
+    "shape": "what each daemon offers, over what gres says: an object of gpus, gpu_type, "
+    "gpu_memory_gb, cpus, memory_gb",
     "sbatch_args": "extra sbatch options: a list, or one string split as a shell would",
     "export": "sbatch --export: ALL (the default), NONE, or VAR[,VAR...]",
     "command": "the daemon command on the nodes (default lakeshore-daemon)",
@@ -90,6 +94,14 @@ def _is_env(value: object) -> bool:
     )
 
 
+def _is_shape(value: object) -> bool:
+    try:
+        check_shape(value)
+    except InvalidArgument:
+        return False
+    return True
+
+
 #: Setting -> whether a value is acceptable; SETTINGS says what is.
 CHECKS: dict[str, Callable[[object], bool]] = {
     "partition": _is_word,
@@ -111,6 +123,7 @@ CHECKS: dict[str, Callable[[object], bool]] = {
     "export": lambda v: isinstance(v, str) and bool(re.fullmatch(r"[A-Za-z0-9_,]+", v)),
     "env": _is_env,
     "labels": lambda v: isinstance(v, dict),
+    "shape": _is_shape,
     "state_dir": lambda v: isinstance(v, str) and bool(v),
     "token_file": lambda v: isinstance(v, str) and bool(v),
     "bin_dir": lambda v: isinstance(v, str) and bool(v),

@@ -40,11 +40,14 @@ from .udf import UDF, udf
 
 if TYPE_CHECKING:
     from . import run, spill
+    from .ids import new_id
     from .objects import get, put
     from .plane.dispatch import Dispatch, LocalPlane
     from .plane.http import HttpDispatch, HttpPlane
     from .run import scope
+    from .scheduling import schedule
     from .worker import run_worker
+    from .workflow import output
 
 __version__ = "0.4.0"
 
@@ -63,6 +66,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "run": (".run", None),
     "scope": (".run", "scope"),
     "run_worker": (".worker", "run_worker"),
+    "output": (".workflow", "output"),
+    "new_id": (".ids", "new_id"),
+    "schedule": (".scheduling", "schedule"),
 }
 
 
@@ -113,9 +119,12 @@ __all__ = [
     "decode",
     "encode",
     "get",
+    "new_id",
+    "output",
     "put",
     "run",
     "run_worker",
+    "schedule",
     "scope",
     "spill",
     "storage",

@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from .attempt import AttemptLink, Preempted
 from .envelope import Envelope, Thunk
 from .errors import DispatchError
 from .storage import Storage
+from .workflow import substitute
 
 Emit = Callable[[Any], None]
 Handler = Callable[[Any], Any]
@@ -48,6 +49,7 @@ def run_body(
     storage: str | Storage | None = None,
     queue: str | None = None,
     link: AttemptLink | None = None,
+    inputs: Mapping[str, bytes | None] | None = None,
 ) -> Any:
     """Run what a job carries and return its result; raises what the body raises.
 
@@ -58,7 +60,8 @@ def run_body(
     here, in the worker. A job (`inv_id` given) runs in its OpenTelemetry span when this
     process has loaded OpenTelemetry, a child of the producer's span when the envelope carries
     its context (sdk/tracing.py). `link` carries the attempt's checkpoints and preemption
-    notice (`dls.run.checkpoint`, `dls.run.preempting`; attempt.py).
+    notice (`dls.run.checkpoint`, `dls.run.preempting`; attempt.py). `inputs`: the results
+    of the parents its arguments name (`dls.output`, `Claim.inputs`), put in their place.
     """
     payload = spill.resolve(payload)
     envelope = payload if isinstance(payload, Envelope) else None
@@ -76,6 +79,7 @@ def run_body(
                 return _call_handler(handler, payload.value, emit)
             assert payload.fn is not None  # checked when the envelope was built
             args, kwargs = spill.resolve_call(payload.args, payload.kwargs)
+            args, kwargs = substitute(args, kwargs, inputs)
             return drive(payload.fn(*args, **kwargs), emit)
         return _call_handler(handler, payload, emit)
 

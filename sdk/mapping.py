@@ -14,9 +14,10 @@ and ordinary reads. What keeps it safe with a generator of millions of inputs:
 - a consumer that stops early (breaks, closes the generator) or is interrupted (Ctrl-C) cancels
   every job still queued: the `finally` of the generator runs on close and on KeyboardInterrupt.
 
-`chunk_size=n` packs n inputs into one job that returns the list of their results: tiny items
-cost a job per chunk instead of a job each. An item that raises inside a chunk becomes an error
-marker in that list (a plain value), so one bad item neither fails nor re-runs its chunk.
+`chunk_size=n` packs n inputs into one job that returns their results: tiny items cost a job per
+chunk instead of a job each. An item that raises inside a chunk is listed with its error beside
+the values (a plain value of the chunk's result), so one bad item neither fails nor re-runs its
+chunk, and no value an item returns can be mistaken for an error.
 
 Every job of a map carries its id (`SubmitRequest.map_id`, migration 27): `lakeshore jobs ls
 --map ID` lists them.
@@ -50,7 +51,10 @@ MIN_JOBS_IN_FLIGHT = 8
 HEAD_WAIT_S = 1.0
 #: Unordered: how long the oldest job is waited on before the others are looked at.
 UNORDERED_WAIT_S = 0.2
-#: The key of the error marker a chunk puts in place of an item that raised.
+#: A chunk's result: its items' values, and the [position, error text] of those that raised.
+CHUNK_VALUES = "values"
+CHUNK_ERRORS = "errors"
+#: How a daemon of an earlier release marked an item that raised, in place of its value.
 ERROR_MARK = "__lakeshore_map_error__"
 
 
@@ -79,15 +83,39 @@ class _Job:
     done: Invocation | None = None
 
 
-def run_chunk(fn: Callable[..., Any], items: list[Any], star: bool) -> list[Any]:
-    """A chunk's body, on the worker: each item's result, or an error marker where it raised."""
-    out: list[Any] = []
-    for item in items:
+def run_chunk(fn: Callable[..., Any], items: list[Any], star: bool) -> dict[str, Any]:
+    """A chunk's body, on the worker: each item's result in `values`, and in `errors` the
+    position and error text of each item that raised (its value None).
+
+    The errors travel beside the values, never in their place: a value is whatever the user's
+    function returned, so no value, however shaped, can be misread as an error.
+    """
+    values: list[Any] = []
+    errors: list[list[Any]] = []
+    for i, item in enumerate(items):
         try:
-            out.append(fn(*item) if star else fn(item))
+            values.append(fn(*item) if star else fn(item))
         except Exception as exc:  # the item's failure is its own, not its chunk's
             text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            out.append({ERROR_MARK: text})
+            values.append(None)
+            errors.append([i, text])
+    return {CHUNK_VALUES: values, CHUNK_ERRORS: errors}
+
+
+def chunk_outcomes(value: Any, start: int, inv_id: str) -> list[Any]:
+    """A chunk job's result as its items' outcomes, in input order (a failed item's is a
+    `MapItemError`). A list is what a daemon of an earlier release returned: its items that
+    raised are one-key dicts under ERROR_MARK."""
+    if isinstance(value, list):
+        return [
+            MapItemError(start + i, inv_id, str(item[ERROR_MARK]))
+            if isinstance(item, dict) and set(item) == {ERROR_MARK}
+            else item
+            for i, item in enumerate(value)
+        ]
+    out: list[Any] = list(value[CHUNK_VALUES])
+    for i, text in value[CHUNK_ERRORS]:
+        out[i] = MapItemError(start + i, inv_id, str(text))
     return out
 
 
@@ -234,12 +262,7 @@ class _Map:
             value = result_of(inv, allow_pickle=self.queue.allow_pickle)
         if not job.chunked:
             return [value]
-        return [
-            MapItemError(job.start + i, inv.id, str(item[ERROR_MARK]))
-            if isinstance(item, dict) and set(item) == {ERROR_MARK}
-            else item
-            for i, item in enumerate(value)
-        ]
+        return chunk_outcomes(value, job.start, inv.id)
 
     def has_ready(self) -> bool:
         return bool(self._ready)

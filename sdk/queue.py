@@ -7,128 +7,76 @@ The typed subclasses fix a kind and take only that kind's arguments: `PriorityQu
 (`priority_field`), `BoltzmannQueue` (`temperature`, `anneal`), `FILOQueue`, each with its
 blocking twin (`SyncPriorityQueue`, ...). Constructing any of them never calls the plane; what
 the first submit checks or writes on the queue row is `queue_rows.RowSpec`.
+
+`SyncQueue` itself is in sync_queue.py, a job's wire form in queue_jobs.py and the kind-only
+arguments' checks in queue_args.py; every name is importable from here, as it always was.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import functools
 import inspect
-import os
-import threading
-import time
 import warnings
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
-from . import codec, protocols
-from .anneal import Anneal, AnnealState, check_temperature
-from .context import current_run, run_queue_name
-from .envelope import Envelope, Thunk
-from .errors import DispatchError, InvalidArgument
+from .envelope import Envelope
+from .errors import InvalidArgument
 from .plane.base import Plane
-from .plane.default import default_plane
-from .plane.reference import reference as plane_reference
-from .plane.reference import resolve as resolve_plane
-from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
-from .queue_rows import UnknownQueueWarning as UnknownQueueWarning
-from .resources import check_optional
-from .topic import Topic, iter_frames
-from .types import STATES, Claim, Invocation, SubmitRequest, check_name, normalize_kind
+from .queue_args import (
+    KIND_ARGUMENTS,
+    check_priority_field,
+    misplaced_argument,
+    payload_field,
+    refuse_arguments,
+    wire_name,
+)
+from .queue_jobs import (
+    DEFAULT_LEASE_S,
+    Job,
+    encode_submit,
+    result_of,
+    worker_identity,
+)
+from .queue_rows import UnknownQueueWarning
+from .sync_queue import DERIVED_CACHE, SyncQueue
+from .topic import Topic
 
 if TYPE_CHECKING:
     from .mapping import MapResults
 
-DEFAULT_LEASE_S = 60.0
+#: Every name callers import from here, those that moved to queue_jobs.py, queue_args.py and
+#: sync_queue.py (issue 38) included.
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "DERIVED_CACHE",
+    "KIND_ARGUMENTS",
+    "BoltzmannQueue",
+    "FILOQueue",
+    "Job",
+    "Pool",
+    "PriorityQueue",
+    "Queue",
+    "SyncBoltzmannQueue",
+    "SyncFILOQueue",
+    "SyncPriorityQueue",
+    "SyncQueue",
+    "UnknownQueueWarning",
+    "check_priority_field",
+    "encode_submit",
+    "misplaced_argument",
+    "payload_field",
+    "refuse_arguments",
+    "result_of",
+    "wire_name",
+    "worker_identity",
+]
 
-
-@dataclass
-class Job:
-    """A claimed invocation; `lease` fences this attempt's ack, nack and posts."""
-
-    id: str
-    payload: Any
-    attempt: int
-    queue: str
-    lease: str = field(default="", repr=False)
-    timeout_s: float | None = field(default=None, repr=False)
-
-
-def worker_identity() -> str:
-    import socket  # a worker's: a producer's import does not pay for it
-
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def result_of(inv: Invocation, *, allow_pickle: bool = False, ref: bool = False) -> Any:
-    """Decode a terminal invocation's result, or raise what ended it.
-
-    A result is written by whichever worker held the lease, so by default it is decoded as plain
-    values only: a pickled result would run that worker's code in the reader (docs/security.md).
-    `ref=True` returns the result's `Ref` instead, without reading or decoding it.
-    """
-    from . import spill  # the object store, imported at the first payload (not with the SDK)
-
-    if inv.state == "succeeded":
-        if ref:
-            return spill.ref_of(inv.result)
-        if inv.result is None:
-            return None
-        return spill.loads(inv.result, allow_pickle=allow_pickle)
-    raise DispatchError(
-        f"invocation {inv.id} {inv.state}" + (f": {inv.error}" if inv.error else "")
-    )
-
-
-def encode_submit(
-    payload: Any,
-    envelope: Envelope | None,
-    key: str | None,
-    priority: float,
-    max_attempts: int,
-    timeout_s: float | None,
-    run: str | None = None,
-    protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
-    resources: Mapping[str, Any] | None = None,
-    max_preemptions: int | None = None,
-) -> SubmitRequest:
-    """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
-    written in, or the function that picks it, asked only if something is pickled. `resources`
-    is checked here, so a mistake is refused before anything is encoded or sent."""
-    asked = check_optional(resources)
-    from . import spill
-
-    if envelope is not None and payload is not None:
-        raise InvalidArgument("pass a payload or an envelope, not both")
-    body: Any = envelope if envelope is not None else payload
-    if isinstance(body, Thunk):
-        body = Envelope.for_thunk(body)
-    run = run or current_run()
-    if isinstance(body, Envelope) and body.run is None and run is not None:
-        body = replace(body, run=run)  # the job carries its run to the worker
-    # Above the inline limit: a ref to a spilled copy. `host`: where the payload's objects
-    # live, so a worker there claims it first (docs/objects.md, locality).
-    with codec.pickle_protocol(protocol):
-        data, host, owned = spill.dumps_located(body)
-    return SubmitRequest(
-        payload=data,
-        key=key,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout_s=timeout_s if timeout_s is not None else getattr(body, "timeout_s", None),
-        host=host,
-        objects=owned,
-        resources=asked,
-        max_preemptions=max_preemptions,
-    )
-
+#: A pickle (a handle inside a thunk, a Job) names these classes where callers import them,
+#: as before they moved: a worker on an earlier release still finds them.
+SyncQueue.__module__ = Job.__module__ = __name__
 
 P = ParamSpec("P")
-_SQ = TypeVar("_SQ", bound="SyncQueue")
 _AQ = TypeVar("_AQ", bound="Queue")
 _R = TypeVar("_R")
 
@@ -152,640 +100,6 @@ async def _async_steps(results: MapResults) -> AsyncIterator[Any]:
             yield value
     finally:
         await _to_thread(results.close)
-
-
-def _through_plane(
-    verb: Callable[Concatenate[_SQ, P], _R],
-) -> Callable[Concatenate[_SQ, P], _R]:
-    """Run a verb with its queue's plane as the caller's plane for objects (objects/plane.py):
-    a spilled value's durable copy goes up through it when it is a control plane over HTTP and
-    no storage is configured, and a plane-tier Ref is read back with its token."""
-
-    @functools.wraps(verb)
-    def run(self: _SQ, /, *args: P.args, **kwargs: P.kwargs) -> _R:
-        from .objects.plane import using  # the object store, imported by the first verb
-
-        with using(self.dispatch):
-            return verb(self, *args, **kwargs)
-
-    return run
-
-
-#: Derived handles (`bind`, `for_run`) one queue keeps; the oldest is dropped past this.
-DERIVED_CACHE = 256
-
-#: The arguments only some kinds take: the kinds, and the classes that take them.
-KIND_ARGUMENTS: dict[str, tuple[str, str]] = {
-    "temperature": ("boltzmann", "BoltzmannQueue / SyncBoltzmannQueue, or kind='boltzmann'"),
-    "anneal": ("boltzmann", "BoltzmannQueue / SyncBoltzmannQueue"),
-    "priority_field": (
-        "priority and boltzmann",
-        "PriorityQueue / SyncPriorityQueue, BoltzmannQueue / SyncBoltzmannQueue",
-    ),
-}
-
-
-def misplaced_argument(arg: str, cls: type, name: str, kind: str) -> InvalidArgument:
-    kinds, classes = KIND_ARGUMENTS[arg]
-    return InvalidArgument(
-        f"{arg}= is an argument of {kinds} queues ({classes}); "
-        f"{cls.__name__} {name!r} is a {kind} queue"
-    )
-
-
-def refuse_arguments(cls: type, name: str, kind: str, unknown: Mapping[str, object]) -> None:
-    """Raise InvalidArgument for the first argument `cls` does not take, naming who takes it."""
-    if not unknown:
-        return
-    arg = sorted(unknown)[0]
-    if arg in KIND_ARGUMENTS:
-        raise misplaced_argument(arg, cls, name, kind)
-    takes = [
-        p.name
-        for p in inspect.signature(cls).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
-    close = difflib.get_close_matches(arg, takes, n=1)
-    raise InvalidArgument(
-        f"{cls.__name__} got an unknown argument {arg}="
-        + (f"; did you mean {close[0]}=?" if close else f"; it takes {', '.join(takes)}")
-    )
-
-
-def wire_name(name: object) -> str:
-    """A queue name as the plane knows it: one leading '/' (an absolute name) is stripped."""
-    if isinstance(name, str) and name.startswith("/"):
-        name = name[1:]
-    return check_name(name)
-
-
-def check_priority_field(field: object) -> str | None:
-    if field is not None and (not isinstance(field, str) or not field):
-        raise InvalidArgument(f"priority_field must be a non-empty str, got {field!r}")
-    return field
-
-
-def _checked_elasticity(elasticity: Mapping[str, Any]) -> dict[str, Any]:
-    """The store's own check, so a handle refuses what every plane refuses; imported here, not
-    with the SDK, because it brings the whole store (a third of the import) to a producer."""
-    from .plane.store import check_elasticity
-
-    return check_elasticity(dict(elasticity))
-
-
-_ABSENT: Any = object()
-
-
-def payload_field(body: Any, field: str) -> Any:
-    """`field` of a dict payload, or of a udf / thunk call's arguments; `_ABSENT` if none."""
-    if isinstance(body, Thunk):
-        body = Envelope.for_thunk(body)
-    if isinstance(body, Envelope):
-        if body.kind == "raw":
-            return payload_field(body.value, field)
-        if body.fn is None:
-            return _ABSENT
-        try:
-            bound = inspect.signature(body.fn).bind_partial(*body.args, **body.kwargs).arguments
-        except (TypeError, ValueError):
-            bound = dict(body.kwargs)
-        if field in bound:
-            return bound[field]
-        first = body.args[0] if body.args else None
-        return first.get(field, _ABSENT) if isinstance(first, dict) else _ABSENT
-    if isinstance(body, Mapping):
-        return body.get(field, _ABSENT)
-    return _ABSENT
-
-
-class SyncQueue:
-    """A named channel on a plane, with blocking verbs.
-
-    `kind` picks the claim order this handle asks for. `temperature` is a boltzmann argument:
-    any other value than its default 1.0 on another kind raises (it would do nothing).
-    `elasticity` is stored on the queue row at first use. A leading '/' is stripped:
-    `SyncQueue("/shared").name == "shared"`.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        dispatch: Plane | None = None,
-        kind: str = "fifo",
-        temperature: float = 1.0,
-        elasticity: Mapping[str, Any] | None = None,
-        resources: Mapping[str, Any] | None = None,
-        **unknown: NoReturn,
-    ) -> None:
-        refuse_arguments(type(self), name, kind, unknown)
-        if check_temperature(temperature) != 1.0 and normalize_kind(kind) != "boltzmann":
-            raise misplaced_argument("temperature", type(self), name, kind)
-        self._configure(
-            name,
-            dispatch=dispatch,
-            kind=kind,
-            temperature=temperature,
-            elasticity=elasticity,
-            resources=resources,
-        )
-
-    def _configure(
-        self,
-        name: str,
-        *,
-        dispatch: Plane | None,
-        kind: str,
-        temperature: float = 1.0,
-        elasticity: Mapping[str, Any] | None = None,
-        priority_field: str | None = None,
-        anneal: Mapping[str, Any] | None = None,
-        declare: bool = False,
-        resources: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.name = wire_name(name)
-        self.kind = normalize_kind(kind)
-        #: Whether results, frames and topic values read through this handle may be unpickled
-        #: (thunks, udf envelopes): only for workers trusted with code. Per call: allow_pickle=.
-        self.allow_pickle = False
-        self.temperature = check_temperature(temperature)
-        self.priority_field = check_priority_field(priority_field)
-        self.anneal = Anneal.parse(anneal, self.temperature) if anneal is not None else None
-        self.elasticity = _checked_elasticity(elasticity) if elasticity is not None else None
-        #: The request of a job submitted here without one, kept on the queue row.
-        self.resources = check_optional(resources, "queue resources")
-        self._dispatch = dispatch
-        self._held: dict[str, str] = {}  # invocation id -> lease, for post()
-        #: The run of a run queue (`for_run`): its jobs carry it, whatever run is current.
-        self.run_id: str | None = None
-        self._row = RowSpec(
-            self.name,
-            kind if kind == "priority" else self.kind,
-            elasticity=self.elasticity,
-            resources=self.resources,
-            declare=declare or self.elasticity is not None or self.resources is not None,
-        )
-        self._reset_state()
-
-    def _reset_state(self) -> None:
-        self._lock = threading.Lock()
-        self._ready_at: float | None = None  # when first use last prepared the row
-        self._derived: OrderedDict[tuple[str, int | str], tuple[object, SyncQueue]] = OrderedDict()
-        self._annealing = AnnealState(self.anneal, self.temperature) if self.anneal else None
-
-    @classmethod
-    def named(cls: type[_SQ], name: str, **kw: Any) -> _SQ:
-        """Like the constructor, and lazy too; at first use it also ensures the queue row.
-
-        The plain constructor trusts the plane (the first submit creates a missing queue as
-        fifo). A named handle creates the row with its kind and elasticity when it is missing,
-        and raises `InvalidArgument` at first use when the row's kind disagrees with it.
-        """
-        return cls(name, **kw).expect_row(declare=True, validate=True)
-
-    def expect_row(self: _SQ, **policy: Any) -> _SQ:
-        """Set how first use treats the queue row (`queue_rows.RowSpec`: declare, validate,
-        missing); returns this handle."""
-        self._row = replace(self._row, **policy)
-        return self
-
-    def bind(self: _SQ, dispatch: Plane) -> _SQ:
-        """This queue, same class and settings, on another plane (cached per plane)."""
-        if dispatch is self._dispatch:
-            return self
-        return self._derive(("plane", id(dispatch)), dispatch, lambda: self._clone(dispatch))
-
-    def for_run(self: _SQ, run_id: str | None = None) -> _SQ:
-        """This queue's per-run queue (`<name>-run-<slug>`), for `run_id` or the current run.
-
-        Outside any run it is this queue itself. The run queue's row is created on first use
-        with this queue's kind and elasticity, and marked for `lakeshore queues prune`.
-        """
-        run = run_id if run_id is not None else current_run()
-        if run is None:
-            return self
-        return self._derive(("run", run), None, lambda: self._run_clone(run))
-
-    def _derive(self, key: tuple[str, int | str], owner: object, make: Callable[[], _SQ]) -> _SQ:
-        """A derived handle, cached so that its first-use checks run once, not per submit."""
-        with self._lock:
-            hit = self._derived.get(key)
-            if hit is not None and hit[0] is owner:  # the cache holds `owner`: no id reuse
-                self._derived.move_to_end(key)
-                return cast(_SQ, hit[1])
-        made = make()
-        with self._lock:
-            self._derived[key] = (owner, made)
-            while len(self._derived) > DERIVED_CACHE:
-                self._derived.popitem(last=False)
-        return made
-
-    def _clone(self: _SQ, dispatch: Plane | None) -> _SQ:
-        other = copy.copy(self)
-        other._dispatch = dispatch
-        other._held = {}
-        other._reset_state()
-        return other
-
-    def _run_clone(self: _SQ, run: str) -> _SQ:
-        other = self._clone(self._dispatch)
-        other.name = run_queue_name(self.name, run)
-        other.run_id = run
-        other._row = replace(
-            self._row,
-            name=other.name,
-            description=f"{RUN_QUEUE_MARK} of '{self.name}' for run '{run[:200]}'",
-            declare=True,
-            missing="create",
-            touch_s=RUN_QUEUE_TOUCH_S,
-        )
-        return other
-
-    def _first_use(self, *, submitting: bool) -> None:
-        """Check or write the queue row as this handle's `RowSpec` says, once (see queue_rows)."""
-        row = self._row
-        ready = self._ready_at
-        if ready is not None and (row.touch_s is None or time.monotonic() - ready < row.touch_s):
-            return
-        if not row.needed(submitting=submitting):
-            return
-        with self._lock:
-            if self._ready_at is not ready:
-                return  # another thread did it meanwhile
-            prepare_row(self.dispatch, row, submitting=submitting, touch=ready is not None)
-            self._ready_at = time.monotonic()
-
-    def priority_of(self, body: Any, priority: float | None = None) -> float:
-        """The priority a submit uses: `priority` when given, else the payload's priority field.
-
-        With a `priority_field`, a dict payload holding that field gives the priority; so does
-        a udf call whose argument of that name is bound, or whose first argument is such a dict.
-        """
-        if priority is not None:
-            return priority
-        if self.priority_field is None:
-            return 0.0
-        value = payload_field(body, self.priority_field)
-        if value is _ABSENT:
-            return 0.0
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InvalidArgument(
-                f"the payload's priority field '{self.priority_field}' must be a number, "
-                f"got {value!r}"
-            )
-        return float(value)
-
-    def current_temperature(self) -> float:
-        """The temperature the next claim asks for (the anneal schedule applied)."""
-        return self._annealing.peek() if self._annealing else self.temperature
-
-    @property
-    def dispatch(self) -> Plane:
-        """The plane, resolved on first use so that constructing a queue costs nothing."""
-        if self._dispatch is None:
-            self._dispatch = default_plane()
-            self._on_default_plane = True
-        return self._dispatch
-
-    # A handle pickles by reference (a job that submits to another queue carries it): its name,
-    # kind and options, and its plane's address, never the plane's connections or locks.
-    _LOCAL_STATE = ("_lock", "_ready_at", "_derived", "_annealing", "_held", "_dispatch")
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in self._LOCAL_STATE}
-        plane = None if getattr(self, "_on_default_plane", False) else self._dispatch
-        state["_plane_reference"] = plane_reference(plane)
-        state.pop("_on_default_plane", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        self._dispatch = resolve_plane(state.pop("_plane_reference"))
-        self.__dict__.update(state)
-        self._held = {}
-        self._reset_state()
-
-    def __repr__(self) -> str:
-        extra = "".join(f", {k}={v!r}" for k, v in self._repr_extra().items())
-        return f"{type(self).__name__}({self.name!r}, kind={self.kind!r}{extra})"
-
-    def _repr_extra(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {}
-        if self.temperature != 1.0 or self.anneal is not None:
-            extra["temperature"] = self.temperature
-        if self.anneal is not None:
-            extra["anneal"] = self.anneal.as_dict()
-        if self.priority_field is not None:
-            extra["priority_field"] = self.priority_field
-        if self.elasticity is not None:
-            extra["elasticity"] = self.elasticity
-        if self.resources is not None:
-            extra["resources"] = self.resources
-        return extra
-
-    # -- producer verbs -----------------------------------------------------------------------
-
-    def submit(
-        self,
-        payload: Any = None,
-        *,
-        envelope: Envelope | None = None,
-        key: str | None = None,
-        priority: float | None = None,
-        max_attempts: int = 3,
-        timeout_s: float | None = None,
-        block_s: float = 30.0,
-        resources: Mapping[str, Any] | None = None,
-        max_preemptions: int | None = None,
-        delay_s: float | None = None,
-        at: Any = None,
-    ) -> str:
-        """Enqueue; returns the durable invocation id. The same `key` returns the same id.
-
-        `timeout_s` bounds the job's run; `block_s` bounds how long a submit waits for room on a
-        queue whose admission says `on_full: block`. Without `priority`, a priority queue reads
-        it from the payload's `priority_field`; otherwise it is 0. `max_preemptions`: how many
-        times its box may go away under it (not charged to `max_attempts`); None: the queue's
-        `admission.max_preemptions`, else 20. `resources` is what the job needs to run (GPUs,
-        CPUs, memory: `dreamlake.lakeshore.resources`); without it, a udf's, else the queue's.
-        `delay_s` or `at` (a datetime, naive read as UTC, or epoch seconds) holds the job as
-        `scheduled` until then (sdk/workflow.py).
-        """
-        from .workflow import with_due
-
-        req = self._request(
-            payload,
-            envelope,
-            key,
-            priority,
-            max_attempts,
-            timeout_s,
-            resources=resources,
-            max_preemptions=max_preemptions,
-        )
-        req = with_due(req, delay_s, at)
-        return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
-
-    @_through_plane
-    def _request(
-        self,
-        payload: Any = None,
-        envelope: Envelope | None = None,
-        key: str | None = None,
-        priority: float | None = None,
-        max_attempts: int = 3,
-        timeout_s: float | None = None,
-        resources: Mapping[str, Any] | None = None,
-        max_preemptions: int | None = None,
-    ) -> SubmitRequest:
-        self._first_use(submitting=True)
-        priority = self.priority_of(envelope if envelope is not None else payload, priority)
-        return encode_submit(
-            payload,
-            envelope,
-            key,
-            priority,
-            max_attempts,
-            timeout_s,
-            self.run_id,
-            self._protocol(),
-            resources=resources,
-            max_preemptions=max_preemptions,
-        )
-
-    def _protocol(self) -> Callable[[], int]:
-        """The pickle protocol this queue's live workers all load (`protocols.protocol_for`):
-        read from their rows at most once per plane every few seconds, and only when a submit
-        pickles something."""
-        return functools.partial(protocols.protocol_for, self.dispatch, self.name)
-
-    @_through_plane
-    def submit_many(
-        self,
-        payloads: Sequence[Any],
-        *,
-        priority: float | None = None,
-        max_attempts: int = 3,
-        resources: Mapping[str, Any] | None = None,
-    ) -> list[str]:
-        """Enqueue many in one transaction (one round trip over HTTP); `resources` is each
-        job's request, as `submit` takes it."""
-        self._first_use(submitting=True)
-        protocol = self._protocol()
-        reqs = [
-            encode_submit(
-                p,
-                None,
-                None,
-                self.priority_of(p, priority),
-                max_attempts,
-                None,
-                self.run_id,
-                protocol,
-                resources,
-            )
-            for p in payloads
-        ]
-        return self.dispatch.submit(self.name, reqs)
-
-    def map(
-        self,
-        fn: Callable[..., Any],
-        inputs: Iterable[Any],
-        *,
-        ordered: bool = True,
-        return_exceptions: bool = False,
-        chunk_size: int | None = None,
-        **submit: Any,
-    ) -> MapResults:
-        """`fn(x)` for each input, each a job (or `chunk_size` inputs a job), submitted lazily;
-        the results in input order (or as they end). See `mapping` for the whole contract;
-        `submit` takes `priority`, `max_attempts` and `timeout_s`."""
-        from .mapping import run_map
-
-        return run_map(
-            self,
-            fn,
-            inputs,
-            ordered=ordered,
-            return_exceptions=return_exceptions,
-            chunk_size=chunk_size,
-            **submit,
-        )
-
-    def starmap(self, fn: Callable[..., Any], inputs: Iterable[Any], **kw: Any) -> MapResults:
-        """`map` with each input a tuple of arguments: `fn(*x)`."""
-        from .mapping import run_map
-
-        return run_map(self, fn, inputs, star=True, **kw)
-
-    @_through_plane
-    def result(
-        self,
-        inv_id: str,
-        *,
-        timeout: float = 30.0,
-        allow_pickle: bool | None = None,
-        ref: bool = False,
-    ) -> Any:
-        """The result, waiting up to `timeout`; plain values only unless `allow_pickle`
-        (default: this queue's `allow_pickle`) trusts the workers with code.
-
-        `ref=True` returns the result's `Ref` rather than its value, to hand to the next job
-        without the bytes coming here (`dls.get(ref)` reads it).
-        """
-        inv = self.dispatch.invocation(inv_id, wait_s=timeout)
-        if not inv.terminal:
-            raise TimeoutError(f"invocation {inv_id} still {inv.state} after {timeout}s")
-        return result_of(inv, allow_pickle=self._pickles(allow_pickle), ref=ref)
-
-    def call(
-        self,
-        payload: Any = None,
-        *,
-        timeout: float = 30.0,
-        block_s: float = 30.0,
-        allow_pickle: bool | None = None,
-        **kw: Any,
-    ) -> Any:
-        """Submit and wait for the result: one request over HTTP (submit-and-wait).
-
-        Takes `submit`'s keywords; raises TimeoutError if the job has not ended in `timeout`
-        (it keeps its place in the queue: `result(id)` can still collect it).
-        """
-        req = self._request(payload, **kw)
-        inv = self.dispatch.submit_and_wait(self.name, req, wait_s=timeout, block_s=block_s)
-        if not inv.terminal:
-            raise TimeoutError(f"invocation {inv.id} still {inv.state} after {timeout}s")
-        return result_of(inv, allow_pickle=self._pickles(allow_pickle))
-
-    @_through_plane
-    def stream(
-        self,
-        inv_id: str,
-        *,
-        since: int = -1,
-        timeout: float = 30.0,
-        allow_pickle: bool | None = None,
-    ) -> Iterator[Any]:
-        """Decoded VALUE frames after `since`, live; END stops, ERROR raises."""
-        return iter_frames(
-            self.dispatch,
-            inv_id,
-            since=since,
-            timeout=timeout,
-            allow_pickle=self._pickles(allow_pickle),
-        )
-
-    def _pickles(self, allow_pickle: bool | None) -> bool:
-        return self.allow_pickle if allow_pickle is None else allow_pickle
-
-    def status(self, inv_id: str) -> Invocation:
-        return self.dispatch.invocation(inv_id)
-
-    def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
-        return self.dispatch.cancel(inv_id, kill=kill)
-
-    def count(self, state: str = "queued") -> int:
-        if state not in STATES:
-            raise DispatchError(f"unknown state '{state}'; use {'|'.join(STATES)}")
-        return self.dispatch.count(self.name, state)
-
-    def __len__(self) -> int:
-        return self.count()
-
-    # -- worker verbs -------------------------------------------------------------------------
-
-    def claim(self, *, wait: float = 0.0, lease_s: float = DEFAULT_LEASE_S) -> Job | None:
-        """Claim one job in this queue's kind order, or None when the queue is empty."""
-        claim = self.claim_raw(wait=wait, lease_s=lease_s)
-        return self._job(claim) if claim else None
-
-    def claim_raw(
-        self,
-        *,
-        wait: float = 0.0,
-        lease_s: float = DEFAULT_LEASE_S,
-        worker: str | None = None,
-        host: str | None = None,
-    ) -> Claim | None:
-        """The wire claim (payload still encoded), for loops that settle through the plane.
-
-        The claim asks for this queue's kind and current temperature; a claimed job advances
-        the anneal schedule. It names this box's host id (or `host`), so jobs whose objects
-        live in this box's tier come here first (docs/objects.md, locality).
-        """
-        from .objects import host_id  # the object store, imported by the first claim
-
-        self._first_use(submitting=False)
-        annealing = self._annealing
-        claim = self.dispatch.claim(
-            [self.name],
-            worker=worker or worker_identity(),
-            lease_s=lease_s,
-            kind=self.kind,
-            temperature=annealing.current() if annealing else self.temperature,
-            wait_s=wait,
-            host=host or host_id(),
-        )
-        if claim is not None and annealing is not None:
-            annealing.claimed()
-        return claim
-
-    @_through_plane
-    def _job(self, claim: Claim) -> Job:
-        from . import spill
-
-        self._held[claim.id] = claim.lease
-        return Job(
-            id=claim.id,
-            payload=spill.loads(claim.payload),
-            attempt=claim.attempt,
-            queue=claim.queue,
-            lease=claim.lease,
-            timeout_s=claim.timeout_s,
-        )
-
-    @_through_plane
-    def ack(self, job: Job, result: Any = None) -> None:
-        from . import spill
-
-        self.dispatch.ack(job.id, job.lease, spill.dumps(result))
-        self._held.pop(job.id, None)
-
-    def nack(self, job: Job, *, error: str, retry: bool = True) -> None:
-        self.dispatch.nack(job.id, job.lease, error=str(error), retry=retry)
-        self._held.pop(job.id, None)
-
-    @contextmanager
-    def working(self, *, wait: float = 0.0) -> Iterator[Job | None]:
-        """Claim one job; ack on success, nack (retry) and re-raise on an exception."""
-        job = self.claim(wait=wait)
-        if job is None:
-            yield None
-            return
-        try:
-            yield job
-        except BaseException as exc:
-            import traceback  # a worker's, loaded at its first failure
-
-            self.nack(job, error="".join(traceback.format_exception(exc)), retry=True)
-            raise
-        self.ack(job)
-
-    def post(self, inv_id: str, value: Any = None, *, final: bool = False) -> int:
-        """Append a VALUE frame (or END with final=True) to a job this queue claimed."""
-        lease = self._held.get(inv_id)
-        if lease is None:
-            raise DispatchError(
-                f"post refused: invocation '{inv_id}' was not claimed through this queue"
-            )
-        return self.dispatch.post(
-            inv_id, "END" if final else "VALUE", codec.encode(value), lease=lease
-        )
-
-    def topic(self, name: str | None = None) -> Topic:
-        return Topic(self.dispatch, self.name, name, allow_pickle=self.allow_pickle)
 
 
 class Queue:
@@ -840,6 +154,8 @@ class Queue:
         max_preemptions: int | None = None,
         delay_s: float | None = None,
         at: Any = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -854,6 +170,8 @@ class Queue:
             max_preemptions=max_preemptions,
             delay_s=delay_s,
             at=at,
+            after=after,
+            after_failure=after_failure,
         )
 
     async def submit_many(
@@ -863,6 +181,10 @@ class Queue:
         priority: float | None = None,
         max_attempts: int = 3,
         resources: Mapping[str, Any] | None = None,
+        after: Sequence[str] | None = None,
+        after_failure: str = "cancel",
+        ids: Sequence[str] | None = None,
+        after_each: Sequence[Sequence[str] | None] | None = None,
     ) -> list[str]:
         return await _to_thread(
             self.sync.submit_many,
@@ -870,6 +192,10 @@ class Queue:
             priority=priority,
             max_attempts=max_attempts,
             resources=resources,
+            after=after,
+            after_failure=after_failure,
+            ids=ids,
+            after_each=after_each,
         )
 
     async def result(

@@ -18,11 +18,20 @@ if TYPE_CHECKING:
     from .storage import StorageRef
 
 State = Literal[
-    "queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout", "scheduled"
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "killed",
+    "timeout",
+    "scheduled",
+    "waiting",
 ]
 #: Not ended yet. `scheduled`: submitted with a delay, not claimable before its due time
-#: (sdk/workflow.py); a claim or the sweep makes it queued then.
-LIVE_STATES: tuple[State, ...] = ("queued", "running", "scheduled")
+#: (sdk/workflow.py); a claim or the sweep makes it queued then. `waiting`: submitted with
+#: `after`, not claimable before its parents end (sdk/plane/dependencies.py).
+LIVE_STATES: tuple[State, ...] = ("queued", "running", "scheduled", "waiting")
 TERMINAL_STATES: tuple[State, ...] = ("succeeded", "failed", "cancelled", "killed", "timeout")
 STATES: tuple[State, ...] = LIVE_STATES + TERMINAL_STATES
 
@@ -165,6 +174,15 @@ class SubmitRequest:
     #: one of the two; neither (or a time already past): queued at once.
     delay_s: float | None = None
     at: float | None = None
+    #: Dependencies (sdk/plane/dependencies.py): the invocations this one waits for, in state
+    #: `waiting`: each must exist in the namespace, or come earlier in the same batch.
+    after: tuple[str, ...] = ()
+    #: What a parent that ends other than succeeded does to this job: "cancel" (it ends
+    #: cancelled, naming the parent) or "run" (it runs once every parent has ended).
+    after_failure: str = "cancel"
+    #: The parents whose results its arguments take (`dls.output`): a subset of `after`, whose
+    #: results a claim hands the worker with the job.
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,10 @@ class Invocation:
     ended_by: str | None = None
     #: The job's last checkpoint: the encoded Ref of its state in durable storage (None: none).
     checkpoint: bytes | None = None
+    #: Dependencies (sdk/plane/dependencies.py): the parents it was submitted after (read by
+    #: id only), and how many of them have not ended yet; None: it names no parent.
+    after: list[str] = field(default_factory=list)
+    waiting_on: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -239,6 +261,9 @@ class Claim:
     #: A token for the job's own code, in place of its worker's (plane/job_token.py): minted by
     #: a server that signs, None on an embedded plane.
     job_token: str | None = None
+    #: The results of the parents its arguments name (`dls.output`), by parent id, as the
+    #: parents stored them; only those that succeeded (sdk/plane/dependencies.py).
+    inputs: dict[str, bytes | None] | None = None
 
 
 class Ack(NamedTuple):

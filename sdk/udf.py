@@ -82,6 +82,9 @@ class SubmitOptions:
     #: submit() only: held as `scheduled` this long, or until then (sdk/workflow.py).
     delay_s: float | None = None
     at: Any = None
+    #: submit() only: the parents it waits for, and what a parent's failure does to it.
+    after: tuple[str, ...] = ()
+    after_failure: str = "cancel"
 
     @classmethod
     def take(cls, kwargs: dict[str, Any]) -> SubmitOptions:
@@ -97,6 +100,8 @@ class SubmitOptions:
             resources=_option(kwargs, "_resources", Mapping, None),
             delay_s=_option(kwargs, "_delay_s", (int, float), None),
             at=kwargs.pop("_at", None),
+            after=tuple(_option(kwargs, "_after", (list, tuple), ())),
+            after_failure=_option(kwargs, "_after_failure", str, "cancel"),
         )
 
 
@@ -169,6 +174,8 @@ class UDF(Generic[P, R]):
             max_preemptions=opts.max_preemptions,
             delay_s=opts.delay_s,
             at=opts.at,
+            after=opts.after,
+            after_failure=opts.after_failure,
         )
 
     def _resources(self, opts: SubmitOptions) -> Mapping[str, Any] | None:
@@ -210,6 +217,8 @@ class UDF(Generic[P, R]):
             timeout_s=opts.timeout_s,
             timeout=opts.timeout,
             resources=self._resources(opts),
+            after=opts.after,
+            after_failure=opts.after_failure,
         )
         return result
 

@@ -144,9 +144,16 @@ SCHEMAS: dict[str, Any] = {
             "running": INT,
             "pending": INT,
             "scheduled": INT,
+            "waiting": INT,
             "utilization": NUM,
             "locality_wait_s": NUM,
             "unschedulable": INT,
+            "waiting_for_capacity": INT,
+            "maps": {
+                "type": "array",
+                "description": "maps with jobs still to end here: map_id, jobs, states",
+                "items": OBJ,
+            },
         }
     ),
     "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
@@ -174,6 +181,23 @@ SCHEMAS: dict[str, Any] = {
             },
             "at": {
                 "description": "held as 'scheduled' until this time: epoch seconds or ISO 8601",
+            },
+            "after": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "invocation ids (this namespace, any queue) it waits for, in "
+                "state 'waiting'; each exists, or is an earlier item of the same batch",
+            },
+            "after_failure": {
+                "type": "string",
+                "enum": ["cancel", "run"],
+                "description": "a parent that ends other than succeeded: cancel this job "
+                "(default), or run it once every parent has ended",
+            },
+            "inputs": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "parents (in after) whose results a claim hands the worker",
             },
         },
     ),
@@ -257,6 +281,11 @@ SCHEMAS: dict[str, Any] = {
                 **_nullable(STR),
                 "description": "a token for the job's own code, in place of the worker's: its "
                 "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
+            },
+            "inputs": {
+                **_nullable({"type": "object", "additionalProperties": _nullable(BYTES)}),
+                "description": "the results of the parents its arguments take (dls.output), "
+                "by parent id; only those that succeeded",
             },
         }
     ),
@@ -490,6 +519,7 @@ SCHEMAS.update(
                 "counts": _ROWS,
                 "running": _ROWS,
                 "workers": _ROWS,
+                "shapes": _ROWS,
                 "providers": _ROWS,
             }
         ),
@@ -518,5 +548,60 @@ SCHEMAS.update(
             {"name": STR, "holder": STR, "ttl_s": NUM, "release": BOOL}, ("name", "holder")
         ),
         "FleetLeading": _obj({"leading": BOOL}),
+    }
+)
+
+
+# -- cron schedules (routes_schedules.py, issue 36) --------------------------------------------
+
+_TIME = _nullable(NUM)
+SCHEDULES = {"enum": ["none", "latest", "all"]}
+SCHEMAS.update(
+    {
+        "ScheduleInfo": _obj(
+            {
+                "namespace": STR,
+                "name": STR,
+                "queue": STR,
+                "cron": STR,
+                "tz": STR,
+                "catchup": SCHEDULES,
+                "overlap": {"enum": ["allow", "skip"]},
+                "state": {"enum": ["active", "paused"]},
+                "next_fire_at": _TIME,
+                "last_fired_at": _TIME,
+                "last_slot": _TIME,
+                "last_job": _nullable(STR),
+                "fired": INT,
+                "missed": INT,
+                "last_error": _nullable(STR),
+                "priority": NUM,
+                "max_attempts": INT,
+                "timeout_s": _TIME,
+                "resources": _nullable(_ref("Resources")),
+                "max_preemptions": _nullable(INT),
+                "created_at": NUM,
+                "updated_at": NUM,
+            },
+            ("namespace", "name", "queue", "cron", "tz", "state"),
+        ),
+        "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
+        "SchedulePut": _obj(
+            {
+                "cron": STR,
+                "tz": STR,
+                "queue": STR,
+                "catchup": SCHEDULES,
+                "overlap": {"enum": ["allow", "skip"]},
+                "payload": BYTES,
+                "json": {"description": "any JSON value, encoded by the server as the payload"},
+                "priority": NUM,
+                "max_attempts": INT,
+                "timeout_s": NUM,
+                "resources": _ref("Resources"),
+                "max_preemptions": INT,
+            },
+            ("cron", "queue"),
+        ),
     }
 )

@@ -131,6 +131,7 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
         by_queue.setdefault(r["queue"], []).append(r)
     workers = store.workers(ns)
     running = store.running_by_worker(ns)
+    in_use = store.gpus_in_use(ns)
     queue_rows = []
     for q in queues:
         members = [
@@ -145,6 +146,7 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
                 "depth": {s: depth.get(q.name, {}).get(s, 0) for s in STATES},
                 "members": len(members),
                 "slots": sum(int(w.info.get("concurrency", 1)) for w in members),
+                "maps": store.maps_in_flight(ns, q.name),
                 **_series(by_queue.get(q.name, []), since, step_s, n),
             }
         )
@@ -159,6 +161,8 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
             "slots": int(w.info.get("concurrency", 1)),
             "busy": running.get(w.name, 0),
             "gpus": w.info.get("gpus", []),
+            # {GPU index: share held by running jobs}: what of `gpus` is in use now.
+            "gpus_used": {str(i): share for i, share in in_use.get(w.name, {}).items()},
             "labels": w.info.get("labels", {}),
             "load": w.load,
             "heartbeat_age_s": max(0.0, now - w.heartbeat_at),

@@ -58,6 +58,9 @@ ITEM_FIELDS = (
     "map_id",
     "delay_s",
     "at",
+    "after",
+    "after_failure",
+    "inputs",
 )
 MAX_LEASE_S = 7 * 24 * 3600.0
 #: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
@@ -101,6 +104,9 @@ async def submit(call: Call) -> dict[str, Any]:
                 map_id=item.text("map_id"),
                 delay_s=item.number("delay_s"),
                 at=_at(item),
+                after=_id_list(item, "after"),
+                after_failure=item.text("after_failure") or "cancel",
+                inputs=_id_list(item, "inputs"),
             )
         )
     wait_s = _wait_s(call)
@@ -152,6 +158,16 @@ async def submit(call: Call) -> dict[str, Any]:
     if owed is not None:
         await synced(call.store, owed)
     return {"ids": ids, "invocation": inv}
+
+
+def _id_list(item: Fields, name: str) -> tuple[str, ...]:
+    """An item's `after` or `inputs`: a list of invocation ids (the store checks each)."""
+    value = item.data.get(name)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidArgument(f"'{name}' must be a list of invocation ids, got {value!r:.80}")
+    return tuple(value)
 
 
 def _at(item: Fields) -> float | None:

@@ -2,6 +2,7 @@
 
 RPC: `ray.get(noop.remote(i))` on a local cluster with num_cpus=1. Fan-out: a fresh local
 cluster with num_cpus=2 (two worker processes), all refs submitted, then `ray.get` of all.
+Map: `ray.get([noop.remote(x) for x in xs])` on num_cpus=2 (`ray_run map '<json>'`).
 Prints one JSON line with the latencies and rates.
 """
 
@@ -59,9 +60,28 @@ def payload(a: dict[str, object]) -> None:
     print(json.dumps(out))
 
 
+def mapped(a: dict[str, int]) -> None:
+    """The map suite: `ray.get([noop.remote(x) for x in xs])`, items/s per repetition, with
+    `num_cpus=2` (as Lakeshore's two one-slot daemons). Ray has no chunking of its own: its
+    users batch by hand, so only the one-task-per-item form is measured, at both sizes."""
+    init(2)
+    ray.get([noop.remote(0) for _ in range(100)])  # workers up
+    out: dict[str, list[float]] = {"plain": [], "large": []}
+    for _ in range(a["reps"]):
+        for key, n in (("plain", a["plain"]), ("large", a["large"])):
+            t0 = time.perf_counter()
+            assert ray.get([noop.remote(x) for x in range(n)]) == list(range(n))
+            out[key].append(n / (time.perf_counter() - t0))
+    ray.shutdown()
+    print(json.dumps(out))
+
+
 def main() -> None:
     if sys.argv[1] == "payload":
         payload(json.loads(sys.argv[2]))
+        return
+    if sys.argv[1] == "map":
+        mapped(json.loads(sys.argv[2]))
         return
     a = json.loads(sys.argv[1])
     init(1)

@@ -192,6 +192,43 @@ def _celery_run(
     return out
 
 
+def celery_map(s: Settings) -> list[Measurement]:
+    """The map suite's Celery rows: a `group` of one task per item, and `chunks` of 1,000 items
+    a task (Celery's own batching), through prefork -c 2 on Redis with results stored, items/s
+    from the first send to the last result read."""
+    from .. import mapping
+
+    queue = f"lakeshore-bench-{uuid.uuid4().hex[:8]}"
+    env = _env(BENCH_BROKER_URL=REDIS_URL, BENCH_BACKEND_URL=REDIS_URL, BENCH_QUEUE=queue)
+    plain_n, chunked_n = mapping.sizes(s)
+    _flush()
+    try:
+        with environ(**{k: v for k, v in env.items() if k.startswith("BENCH_")}):
+            sys.modules.pop("bench.peers.celery_tasks", None)
+            from celery import group
+
+            from . import celery_tasks
+
+            noop = celery_tasks.noop
+            with _workers([_celery_worker(2, queue)], "celery-map", env):
+                noop.delay(0).get(timeout=60)  # ready
+                plain, chunked = [], []
+                for _ in range(s.reps):
+                    t0 = time.perf_counter()
+                    got = group(noop.s(i) for i in range(plain_n))().get(timeout=600)
+                    assert got == list(range(plain_n))
+                    plain.append(plain_n / (time.perf_counter() - t0))
+                    t0 = time.perf_counter()
+                    parts = noop.chunks(((i,) for i in range(chunked_n)), mapping.CHUNK)
+                    got = parts.group()().get(timeout=600)
+                    assert sum(len(p) for p in got) == chunked_n
+                    chunked.append(chunked_n / (time.perf_counter() - t0))
+    finally:
+        sys.modules.pop("bench.peers.celery_tasks", None)
+    system, note = "celery (redis)", "prefork -c 2; group / chunks, results stored"
+    return mapping.rows(system, REDIS_DURABILITY, note, plain, chunked, plain_n, chunked_n)
+
+
 # -- RQ -------------------------------------------------------------------------------------------
 
 
@@ -461,3 +498,16 @@ def ray(s: Settings) -> list[Measurement]:
     out = rpc_measurements(system, data["rpc"], dur, "num_cpus=1")
     out += _fanout_rows(system, data["submit"], data["complete"], s.jobs, dur, "num_cpus=2")
     return out
+
+
+def ray_map(s: Settings) -> list[Measurement]:
+    """The map suite's Ray rows: `ray.get([f.remote(x) for x in xs])` at both of the suite's
+    sizes (Ray has no chunking: the larger size is still one task per item)."""
+    from .. import mapping
+
+    plain_n, chunked_n = mapping.sizes(s)
+    args = {"plain": plain_n, "large": chunked_n, "reps": s.reps}
+    data = ray_child("map", json.dumps(args))
+    system, dur = "ray (local tasks)", "in-memory object store"
+    note = "num_cpus=2; one task per item at both sizes"
+    return mapping.rows(system, dur, note, data["plain"], data["large"], plain_n, chunked_n)

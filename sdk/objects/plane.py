@@ -272,10 +272,10 @@ def _parts(prefix: bytes, body: memoryview) -> Iterator[bytes | memoryview]:
 
 def _refusal(status: int, content_type: str, answer: bytes) -> DispatchError:
     """The server's error, as the class the SDK raises for it (`ObjectCorrupt` included)."""
-    from ..plane.http import HttpDispatch
+    from ..plane.wire import decode_answer, error_of
 
-    data = HttpDispatch._decode(status, content_type, answer)
-    error = HttpDispatch._error(status, data)
+    data = decode_answer(status, content_type, answer)
+    error = error_of(status, data)
     if isinstance(data, dict) and data.get("error", {}).get("code") == ObjectCorrupt.code:
         return ObjectCorrupt(str(error))
     return error

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..shapes import check_shape
 from ..types import check_name, unsendable
 
 #: Every field an elasticity object may carry.
@@ -58,6 +59,8 @@ def check_scaling(value: Mapping[str, Any]) -> None:
         not isinstance(match, Mapping) or not all(isinstance(k, str) for k in match)
     ):
         raise InvalidArgument("elasticity.match must be an object (launch-spec overrides)")
+    if isinstance(match, Mapping) and "shape" in match:
+        check_shape(match["shape"], "elasticity.match.shape")
     bad = unsendable(match, "elasticity.match") if match is not None else None
     if bad is not None:
         raise InvalidArgument(f"{bad[0]} {bad[1]}")

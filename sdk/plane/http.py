@@ -12,28 +12,16 @@ never pulls in the server stack.
 
 from __future__ import annotations
 
-import http.client
-import json
-import random
-import re
-import ssl
 import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import fields, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Self, TypeVar
-from urllib.parse import quote, urlsplit
-
-import msgpack
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    ERRORS_BY_CODE,
     DispatchError,
     InvalidArgument,
     QueueFullError,
-    ServerBusy,
-    Unavailable,
 )
 from ..types import (
     Ack,
@@ -44,156 +32,50 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
     storable_text,
-    unsendable,
 )
-from . import http11
 from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
-from .tls import Verify, tls_context, untrusted_message
-from .waiting import Deadline, RetryReport, room_wait, through_outages
+from .schedules import ScheduleInfo
+from .tls import Verify, tls_context
+from .transport import (
+    BUSY_RETRY_S,
+    MSGPACK,
+    REQUEST_TIMEOUT_S,
+    SERVER_WAIT_CAP_S,
+    WAIT_MARGIN_S,
+    HttpTransport,
+    Replica,
+    check_token,
+    check_url,
+    split_urls,
+)
+from .transport import segment as _segment
+from .waiting import Deadline, room_wait, through_outages
+from .wire import claim_body as _claim_body
+from .wire import item_error
+from .wire import record as _record
+from .wire import submit_item as _submit_item
 
 if TYPE_CHECKING:
     import httpx
 
     from ..objects.plane import PlaneTier
 
-MSGPACK = "application/msgpack"
-#: The server holds a long-poll at most this long; a longer wait is split into several.
-SERVER_WAIT_CAP_S = 60.0
-#: Extra client time on top of a long-poll's wait, for the round trip and a busy server.
-WAIT_MARGIN_S = 10.0
-#: Timeout of a request that does not wait.
-REQUEST_TIMEOUT_S = 30.0
-#: How long to wait before sending again a request a busy server refused without a hint.
-BUSY_RETRY_S = 1.0
-
-R = TypeVar("R")
-T = TypeVar("T")
-
-
-def _record(cls: type[R], data: dict[str, Any]) -> R:
-    """A record from a response map; fields a newer server adds are ignored."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:  # once per class: every claim and every row read passes through here
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
-_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
-
-
-def _submit_item(r: SubmitRequest) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "payload": r.payload,
-        "key": r.key,
-        "priority": r.priority,
-        "max_attempts": r.max_attempts,
-        "timeout_s": r.timeout_s,
-    }
-    if r.host is not None:  # only when there is one: a server before locality refuses it
-        item["host"] = r.host
-    if r.id is not None:
-        item["id"] = r.id
-    if r.resources is not None:  # likewise
-        item["resources"] = r.resources
-    if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
-        item["max_preemptions"] = r.max_preemptions
-    if r.objects:  # likewise: a server before objects refuses the field
-        item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
-    if r.map_id is not None:
-        item["map_id"] = r.map_id
-    if r.delay_s is not None:
-        item["delay_s"] = r.delay_s
-    if r.at is not None:
-        item["at"] = r.at
-    return item
-
-
-def split_urls(text: str) -> list[str]:
-    """`LAKESHORE_URL` or `--url` may list replicas, comma-separated: `http://a:8765,http://b:8765`."""
-    urls = [u.strip() for u in text.split(",")]
-    if not all(urls):
-        raise InvalidArgument(
-            f"invalid control plane URL list {text[:200]!r}: an empty entry; separate replicas "
-            "with single commas (http://a:8765,http://b:8765)"
-        )
-    return urls
-
-
-class _Unreachable(Exception):
-    """A request that got no answer from a replica (refused, reset, timed out)."""
-
-
-class _Replica:
-    """One control plane URL and its connections: the lean path where it can, else httpx."""
-
-    def __init__(
-        self,
-        url: str,
-        headers: dict[str, str],
-        timeout_s: float,
-        transport: httpx.BaseTransport | None,
-        tls: ssl.SSLContext | None,
-    ) -> None:
-        self.url = url
-        self._settings = (headers, timeout_s, transport, tls)
-        self._client: httpx.Client | None = None
-        self._making = threading.Lock()
-        # The lean path (http11.py) for http and https; httpx for proxies and test transports.
-        self.fast = (
-            http11.Connections(url, headers, tls if url.startswith("https:") else None)
-            if transport is None and http11.usable(url)
-            else None
-        )
-
-    @property
-    def client(self) -> httpx.Client:
-        """Made at its first use: a plane on the lean path may never need it (a proxy, a test
-        transport or the object tier over TLS does)."""
-        with self._making:  # threads share a replica: one client, never a second left open
-            if self._client is None:
-                import httpx
-
-                headers, timeout_s, transport, tls = self._settings
-                self._client = httpx.Client(
-                    base_url=self.url,
-                    headers=headers,
-                    timeout=timeout_s,
-                    transport=transport,
-                    verify=tls if tls is not None else True,
-                )
-            return self._client
-
-    def close(self) -> None:
-        with self._making:
-            if self._client is not None:
-                self._client.close()
-        if self.fast is not None:
-            self.fast.close()
-
-
-#: Requests that do the same thing when sent twice, so a replica that did not answer may have
-#: done it and the next is asked too: reads, submits and frame posts (their ids are minted
-#: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
-#: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
-_REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
-    r"|leases/renew"
-    r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
-)
-
-
-def _repeatable(method: str, path: str) -> bool:
-    return method in http11.IDEMPOTENT or (
-        method == "POST" and bool(_REPEATABLE_POSTS.fullmatch(path))
-    )
-
-
-def _why(exc: BaseException) -> str:
-    """Why a request got no answer, in words: "Connection refused", not the exception's repr."""
-    text = getattr(exc, "strerror", None) or str(exc)
-    return text if text else type(exc).__name__
+#: Names callers import from here; the transport's moved to transport.py and wire.py (issue 38).
+__all__ = [
+    "BUSY_RETRY_S",
+    "MSGPACK",
+    "REQUEST_TIMEOUT_S",
+    "SERVER_WAIT_CAP_S",
+    "WAIT_MARGIN_S",
+    "HttpDispatch",
+    "HttpFleet",
+    "HttpPlane",
+    "check_token",
+    "check_url",
+    "split_urls",
+]
 
 
 def _mint_id() -> str:
@@ -203,68 +85,7 @@ def _mint_id() -> str:
     return str(ULID())
 
 
-def check_url(url: str) -> str:
-    """A control plane's base URL, or InvalidArgument naming what is wrong and the form it takes.
-
-    urlsplit drops tabs and newlines silently, so a URL with any whitespace or control character
-    is refused before it is parsed; a host name is ASCII (punycode for an international one).
-    """
-    form = "use http://HOST[:PORT] or https://HOST[:PORT]"
-    if not url.isascii() or not url.isprintable() or any(c.isspace() for c in url):
-        raise InvalidArgument(
-            f"invalid control plane URL {url[:200]!r}: it holds whitespace, a control or a "
-            f"non-ASCII character; {form}"
-        )
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # parsed here: "Port out of range" is a ValueError
-    except ValueError as exc:
-        raise InvalidArgument(f"invalid control plane URL {url[:200]!r} ({exc}); {form}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidArgument(f"invalid control plane URL {url[:200]!r}: {form}")
-    return url
-
-
-def check_token(token: str) -> str:
-    """A bearer token rides in an HTTP header: printable ASCII, no spaces or line breaks.
-
-    The message never repeats the token: it is a secret, and error lines end up in logs.
-    """
-    if not all("!" <= c <= "~" for c in token):
-        raise InvalidArgument(
-            "the token must be printable ASCII with no spaces or line breaks (it is sent in "
-            "an HTTP header): check --token, LAKESHORE_TOKEN or the token file"
-        )
-    return token
-
-
-def _pack(body: dict[str, Any]) -> bytes:
-    """The request body as msgpack; a value msgpack cannot carry is refused, naming its field."""
-    try:
-        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
-    except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
-        where, why = unsendable(body, "") or ("the request body", f"{type(exc).__name__}: {exc}")
-        raise InvalidArgument(f"{where} {why}") from None
-
-
-def _segment(value: str) -> str:
-    try:
-        return quote(value, safe="")
-    except UnicodeEncodeError:  # a lone surrogate (a shell argument that was not UTF-8)
-        raise InvalidArgument(
-            f"{value[:200]!r} holds a lone surrogate, which is not Unicode text"
-        ) from None
-
-
-def _check_params(params: dict[str, Any] | None) -> None:
-    for key, value in (params or {}).items():
-        if isinstance(value, str) and unsendable(value, key):
-            raise InvalidArgument(
-                f"query parameter '{key}' holds a lone surrogate, which is not Unicode text"
-            )
-
-
-class HttpPlane:
+class HttpPlane(HttpTransport):
     """A plane behind `lakeshore server`: `HttpPlane("http://127.0.0.1:8765")`.
 
     `token` defaults to LAKESHORE_TOKEN, then the file `$LAKESHORE_HOME/token` (written by the
@@ -307,33 +128,10 @@ class HttpPlane:
         # One TLS context for both paths, so they trust the same certificates (tls.py).
         https = any(u.startswith("https:") for u in self.urls)
         tls = tls_context(verify) if https else None
-        self._replicas = [_Replica(u, headers, timeout_s, transport, tls) for u in self.urls]
-
-    @property
-    def url(self) -> str:
-        """The replica requests go to now."""
-        return self._replicas[self._at].url
-
-    @property
-    def _client(self) -> httpx.Client:
-        return self._replicas[self._at].client
-
-    @property
-    def _fast(self) -> http11.Connections | None:
-        return self._replicas[self._at].fast
+        self._replicas = [Replica(u, headers, timeout_s, transport, tls) for u in self.urls]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({','.join(self.urls)!r}, namespace={self.namespace!r})"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        for replica in self._replicas:
-            replica.close()
 
     def object_tier(self) -> PlaneTier:
         """This plane's objects (the plane tier, objects/plane.py): streamed up and down with
@@ -350,161 +148,6 @@ class HttpPlane:
             client=None if direct else self._client,
             timeout_s=self._timeout_s,
         )
-
-    # -- transport ----------------------------------------------------------------------------
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        params: dict[str, Any] | None = None,
-        wait_s: float = 0.0,
-        namespaced: bool = True,
-    ) -> Any:
-        """One call; sent again while the server is too busy to take its body.
-
-        A `ServerBusy` (429) was refused before the server read a byte of the body, so sending
-        it again is safe whatever it was; it is, after the server's hint (jittered, so that a
-        fleet refused together does not return together), until the call's own timeout is
-        spent. Any other refusal is raised at once: a 413 (`PayloadTooLarge`) would only be
-        refused again.
-        """
-        url = (self._prefix + path) if namespaced else path
-        content = _pack(body) if body is not None else None
-        _check_params(params)
-        try:
-            return self._send(method, url, content, params, wait_s)
-        except ServerBusy as busy:
-            refused = busy
-        deadline = Deadline(self._timeout_s)
-        report = RetryReport(f"{method} {path.split('?')[0]}", "was refused unread")
-        while True:
-            pause = (refused.retry_after_s or BUSY_RETRY_S) * random.uniform(1.0, 1.5)
-            if pause > deadline.remaining():
-                raise ServerBusy(
-                    f"{refused} (still refused after {self._timeout_s:g} s of retries)",
-                    retry_after_s=refused.retry_after_s,
-                ) from None
-            report.retrying(refused, deadline.remaining())
-            time.sleep(pause)  # no wake-up crosses the network: the server's hint is the signal
-            try:
-                return self._send(method, url, content, params, wait_s)
-            except ServerBusy as busy:
-                refused = busy
-
-    def _send(
-        self,
-        method: str,
-        url: str,
-        content: bytes | None,
-        params: dict[str, Any] | None,
-        wait_s: float,
-    ) -> Any:
-        """One request to the replica in use; one that cannot be reached is left for the next,
-        and the request goes there too when sending it twice is harmless (`_repeatable`)."""
-        for tries in range(1, len(self._replicas) + 1):
-            replica = self._replicas[self._at]
-            try:
-                return self._send_to(replica, method, url, content, params, wait_s)
-            except _Unreachable as exc:
-                self._fail_over(replica)
-                if tries == len(self._replicas) or not _repeatable(method, url):
-                    raise Unavailable(str(exc)) from exc.__cause__
-        raise AssertionError("unreachable: the last try raises")
-
-    def _fail_over(self, replica: _Replica) -> None:
-        with self._switch:  # another thread may have moved on already
-            if self._replicas[self._at] is replica:
-                self._at = (self._at + 1) % len(self._replicas)
-
-    def _send_to(
-        self,
-        replica: _Replica,
-        method: str,
-        url: str,
-        content: bytes | None,
-        params: dict[str, Any] | None,
-        wait_s: float,
-    ) -> Any:
-        headers = {"content-type": MSGPACK} if content is not None else None
-        timeout = wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s
-        if replica.fast is not None:
-            try:
-                status, content_type, raw = replica.fast.request(
-                    method, url + http11.query_string(params), content, headers, timeout
-                )
-            except ssl.SSLCertVerificationError as exc:
-                raise Unavailable(untrusted_message(replica.url, exc)) from None
-            except (OSError, http.client.HTTPException) as exc:
-                raise _Unreachable(
-                    f"cannot reach the control plane at {replica.url}: {_why(exc)}"
-                ) from exc
-        else:
-            client = replica.client
-            import httpx  # loaded with the client above
-
-            try:
-                response = client.request(
-                    method, url, content=content, headers=headers, params=params, timeout=timeout
-                )
-            except httpx.HTTPError as exc:
-                raise _Unreachable(
-                    f"cannot reach the control plane at {replica.url}: {exc}"
-                ) from exc
-            status = response.status_code
-            content_type = response.headers.get("content-type", "")
-            raw = response.content
-        if status == 204:
-            return None
-        data = self._decode(status, content_type, raw)
-        if status >= 400:
-            raise self._error(status, data)
-        return data
-
-    @staticmethod
-    def _decode(status: int, content_type: str, raw: bytes) -> Any:
-        try:
-            if "json" in content_type:
-                return json.loads(raw)
-            return msgpack.unpackb(raw, raw=False)
-        except Exception:
-            if status >= 400:
-                return None
-            raise DispatchError(
-                f"undecodable response from the control plane (HTTP {status})"
-            ) from None
-
-    @staticmethod
-    def _error(status: int, data: Any) -> DispatchError:
-        err = data.get("error") if isinstance(data, dict) else None
-        if not isinstance(err, dict):  # a proxy's error page: a 502/503 is an outage
-            cls = Unavailable if status >= 500 else ServerBusy if status == 429 else DispatchError
-            return cls(f"control plane answered HTTP {status}")
-        message = str(err.get("message", f"HTTP {status}"))
-        cls = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError)
-        if cls is DispatchError:  # a code this client does not know: keep the HTTP status,
-            unknown = DispatchError(message)  # so a 5xx still reads as transient
-            unknown.status = status
-            return unknown
-        retry = err.get("retry_after_s")
-        retry_after_s = float(retry) if isinstance(retry, (int, float)) else None
-        if cls is QueueFullError:
-            return QueueFullError(
-                message, retry_after_s=retry_after_s, block=bool(err.get("block"))
-            )
-        if cls is ServerBusy:
-            return ServerBusy(message, retry_after_s=retry_after_s)
-        return cls(message)
-
-    def _long_poll(self, wait_s: float, once: Callable[[float], T], done: Callable[[T], bool]) -> T:
-        """Split a wait longer than the server's cap into several requests."""
-        deadline = Deadline(wait_s)
-        while True:
-            value = once(min(deadline.remaining(), SERVER_WAIT_CAP_S))
-            if done(value) or deadline.passed:
-                return value
 
     # -- producers ----------------------------------------------------------------------------
 
@@ -669,7 +312,7 @@ class HttpPlane:
         free: dict[str, Any] | None = None,
     ) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
-            body = self._claim_body(queues, worker, limit, lease_s, wait, host)
+            body = _claim_body(queues, worker, limit, lease_s, wait, host)
             body.update(kind=kind, temperature=temperature)
             if free is not None:  # only when sent: a server before resources refuses it
                 body["free"] = free
@@ -695,13 +338,13 @@ class HttpPlane:
         """One request: the server commits the acks (with the claim when a job is there)
         before it waits; a wait past its cap goes on as plain claims."""
         wait = min(wait_s, SERVER_WAIT_CAP_S)
-        body = self._claim_body(queues, worker, limit, lease_s, wait, host)
+        body = _claim_body(queues, worker, limit, lease_s, wait, host)
         body.update(kind=kind, temperature=temperature)
         if free is not None:
             body["free"] = free
         body["acks"] = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
         data = self._request("POST", "/claims", body, wait_s=wait)
-        errors = [None if e is None else self._item_error(e) for e in data["ack_errors"]]
+        errors = [None if e is None else item_error(e) for e in data["ack_errors"]]
         got = [_record(Claim, c) for c in data["claims"]]
         if not got and wait_s > wait:
             got = self.claim_many(
@@ -717,26 +360,6 @@ class HttpPlane:
             )
         return errors, got
 
-    @staticmethod
-    def _claim_body(
-        queues: Sequence[str],
-        worker: str,
-        limit: int,
-        lease_s: float,
-        wait: float,
-        host: str | None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "queues": list(queues),
-            "worker": worker,
-            "limit": limit,
-            "lease_s": lease_s,
-            "wait": wait,
-        }
-        if host is not None:  # only when there is one: a server before locality takes it
-            body["host"] = host
-        return body
-
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
         self._request(
             "POST", f"/invocations/{_segment(inv_id)}/ack", {"lease": lease, "result": result}
@@ -745,13 +368,7 @@ class HttpPlane:
     def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
         items = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
         data = self._request("POST", "/acks", {"acks": items})
-        return [None if e is None else self._item_error(e) for e in data["errors"]]
-
-    @classmethod
-    def _item_error(cls, err: dict[str, Any]) -> DispatchError:
-        """One refusal inside a batch answer, as the error a single call would have raised."""
-        status = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError).status
-        return cls._error(status, {"error": err})
+        return [None if e is None else item_error(e) for e in data["errors"]]
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         data = self._request(
@@ -937,6 +554,42 @@ class HttpPlane:
     def delete_provider(self, name: str) -> None:
         self._request("DELETE", f"/providers/{_segment(name)}")
 
+    # -- cron schedules (sdk/plane/schedules.py) ----------------------------------------------
+
+    def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        template: SubmitRequest,
+        tz: str = "UTC",
+        catchup: str = "latest",
+        overlap: str = "allow",
+    ) -> ScheduleInfo:
+        item = _submit_item(template)
+        if item.get("key") is None:  # a template has none: each firing keys its own job
+            item.pop("key", None)
+        body = {"cron": cron, "queue": queue, "tz": tz, "catchup": catchup, "overlap": overlap}
+        path = f"/schedules/{_segment(name)}"
+        return _record(ScheduleInfo, self._request("PUT", path, {**body, **item}))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        data = self._request("GET", "/schedules")
+        return [_record(ScheduleInfo, s) for s in data["schedules"]]
+
+    def schedule(self, name: str) -> ScheduleInfo:
+        return _record(ScheduleInfo, self._request("GET", f"/schedules/{_segment(name)}"))
+
+    def set_schedule_state(self, name: str, action: str) -> ScheduleInfo:
+        if action not in ("pause", "resume"):
+            raise InvalidArgument(f"action must be one of pause|resume, got {action!r}")
+        path = f"/schedules/{_segment(name)}/{action}"
+        return _record(ScheduleInfo, self._request("POST", path))
+
+    def delete_schedule(self, name: str) -> None:
+        self._request("DELETE", f"/schedules/{_segment(name)}")
+
 
 #: The seeds' name for `HttpPlane`, kept: the same class.
 HttpDispatch = HttpPlane
@@ -967,6 +620,7 @@ class HttpFleet:
         """Rows and provider configs in one request (a controller tick's one read)."""
         data = self._fleet()
         rows = {k: list(data[k]) for k in ("queues", "counts", "running", "workers")}
+        rows["shapes"] = list(data.get("shapes", []))  # a server before issue 34 sends none
         return rows, [_record(ProviderInfo, p) for p in data["providers"]]
 
     def fleet_view(self) -> dict[str, list[dict[str, Any]]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..shapes import check_shape
 from ..types import check_name, unsendable
 
 #: A config is small: a few settings, not a payload.
@@ -47,6 +48,8 @@ def check_provider(name: object, kind: object, config: object) -> dict[str, Any]
         raise InvalidArgument(f"provider {bad[0]} {bad[1]}")
     if len(text) > MAX_CONFIG_BYTES:
         raise InvalidArgument(f"provider config above {MAX_CONFIG_BYTES} bytes")
+    if "shape" in config:  # what each launch has (sdk/shapes.py): the controller sizes on it
+        config = {**config, "shape": check_shape(config["shape"], "provider config shape")}
     return config
 
 

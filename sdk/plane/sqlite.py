@@ -176,6 +176,10 @@ class SqliteConnector:
         add_functions(self._conn)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # A cancelled dependent cancels its own waiting dependents: the trigger that does it
+            # fires on the rows it changes (migration 26; a chain deeper than SQLite's trigger
+            # depth, 1000, is refused rather than left half done).
+            self._conn.execute("PRAGMA recursive_triggers = ON")
             if not self.memory:
                 # Both take effect on a new file only (before its first table, and the page
                 # size before WAL too); an existing one keeps its own. Retention gives freed

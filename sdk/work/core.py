@@ -24,131 +24,75 @@ function whichever reason started it, and it always ends with the worker row mar
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from dreamlake.lakeshore.work.leases import KILL_POLL_S, keep_leases
 
-from .. import protocols, signing
-from ..errors import DispatchError, LeaseLost, NotFound
+from .. import protocols
+from ..errors import DispatchError, NotFound
 from ..plane.base import Plane
-from ..types import Ack, Claim, WorkerInfo
+from ..types import Claim, WorkerInfo
 from . import checkpoints
 from .acks import AckQueue
+from .claiming import Claiming
+from .config import (
+    ACK_FLUSH_S,
+    BURST_GIVE_UP_S,
+    CLAIM_WAIT_S,
+    EXIT_CONFIG,
+    EXIT_CRASHED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXTEND_EVERY_S,
+    EXTEND_SLACK_S,
+    GONE_ATTEMPTS,
+    HEARTBEAT_MAX_S,
+    MEMBERSHIP_POLL_S,
+    STOP_NOW_GRACE_S,
+    Claimer,
+    ConfigError,
+    Notifier,
+    SilentNotifier,
+    WorkerConfig,
+)
 from .log import EventLogger
-from .notice import Preemptible
 from .retry import GaveUp, PlaneUnreachable, Retrier, is_transient
-from .slot import JobSink, Outcome, Slot, SlotFactory
+from .settling import new_post_id
+from .slot import JobSink, Slot, SlotFactory
+
+#: The names callers import from here, those that moved to config.py and settling.py included.
+__all__ = [
+    "ACK_FLUSH_S",
+    "BURST_GIVE_UP_S",
+    "CLAIM_WAIT_S",
+    "EXIT_CONFIG",
+    "EXIT_CRASHED",
+    "EXIT_OK",
+    "EXIT_UNREACHABLE",
+    "EXTEND_EVERY_S",
+    "EXTEND_SLACK_S",
+    "GONE_ATTEMPTS",
+    "HEARTBEAT_MAX_S",
+    "MEMBERSHIP_POLL_S",
+    "STOP_NOW_GRACE_S",
+    "Claimer",
+    "ConfigError",
+    "Notifier",
+    "SilentNotifier",
+    "WorkerConfig",
+    "WorkerCore",
+    "new_post_id",
+]
 
 T = TypeVar("T")
 
-#: An idle claim waits this long on the plane's wake-up before the loop looks around again
-#: (membership, drain): the bound on how late an idle worker notices either.
-CLAIM_WAIT_S = 1.0
-#: The worker row (membership and state) is re-read at least this often while claiming.
-MEMBERSHIP_POLL_S = 1.0
-#: The worker row's heartbeat, at most this far apart (the plane calls a worker stale at 120 s).
-HEARTBEAT_MAX_S = 10.0
-#: While draining, systemd is asked for this much more than the time left, at least this often.
-EXTEND_SLACK_S = 30.0
-EXTEND_EVERY_S = 5.0
-#: Grace before SIGKILL when stopping at once (second signal, crashed side task).
-STOP_NOW_GRACE_S = 1.0
-#: Attempts at marking the row gone on the way out; a row left alive just goes stale.
-GONE_ATTEMPTS = 5
-#: On the way out, how long the last acks may take to reach the plane.
-ACK_FLUSH_S = 30.0
 
-EXIT_OK = 0
-EXIT_CRASHED = 1
-EXIT_CONFIG = 2
-#: A burst run gave up on a plane it could not reach (`give_up_unreachable_s`).
-EXIT_UNREACHABLE = 3
-#: How long a burst run waits for a plane it cannot reach before it gives up.
-BURST_GIVE_UP_S = 30.0
-
-#: Claims `limit` jobs from `queues`, waiting up to `wait_s` for the first (plane.claim_many
-#: by default; a queue handle claims with its own kind, temperature and anneal schedule).
-Claimer = Callable[[Sequence[str], int, float], list[Claim]]
-
-
-class ConfigError(Exception):
-    """The worker cannot start as asked (GPU plan, handler); the daemon exits 2 with it."""
-
-
-class Notifier(Protocol):
-    """Where the core reports its lifecycle: systemd's notify socket for the daemon."""
-
-    @property
-    def watchdog_interval_s(self) -> float | None: ...
-
-    def ready(self, status: str) -> bool: ...
-    def status(self, status: str) -> bool: ...
-    def watchdog(self) -> bool: ...
-    def stopping(self, status: str) -> bool: ...
-    def extend_timeout(self, seconds: float) -> bool: ...
-
-
-class SilentNotifier:
-    """No supervisor to tell: `run_worker` in somebody's program."""
-
-    watchdog_interval_s: float | None = None
-
-    def ready(self, status: str) -> bool:
-        return False
-
-    status = stopping = ready
-
-    def watchdog(self) -> bool:
-        return False
-
-    def extend_timeout(self, seconds: float) -> bool:
-        return False
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    name: str
-    #: The queues served; `()` is the default queue (as the plane stores it), None every queue
-    #: of the namespace (`run_worker(plane)`), re-listed at the membership poll.
-    queues: tuple[str, ...] | None = ()
-    concurrency: int = 1
-    #: Jobs claimed ahead of a free slot, so a stream of short jobs costs one claim per batch.
-    #: 0 (the default) claims only for free slots: a long job never holds another one hostage.
-    prefetch: int = 0
-    burst: bool = False
-    #: In burst mode, how long a claim waits for a job before the queues count as empty.
-    burst_wait_s: float = 0.0
-    #: Stop claiming after this many jobs (`run_worker(once=True)` is 1), then drain.
-    max_jobs: int | None = None
-    lease_s: float = 60.0
-    #: The order jobs are claimed in; None: each queue's own kind.
-    kind: str | None = None
-    drain_timeout_s: float = 60.0
-    kill_grace_s: float = 10.0
-    claim_wait_s: float = CLAIM_WAIT_S
-    storage: str | None = None
-    #: The control plane's payload-signing key: with it, a claim whose signature does not
-    #: verify is refused before its payload is decoded (sdk/signing.py).
-    signing_key: bytes | None = None
-    #: A refused claim (an unknown queue, a token without rights) raises out of `run()` instead
-    #: of being logged and retried: right for a library call, wrong for a fleet's daemon.
-    raise_refusals: bool = False
-    #: After a preemption notice, how long running jobs get to checkpoint and stop before they
-    #: are killed and released as preempted (never past the notice's own deadline).
-    preempt_grace_s: float = 30.0
-    #: Stop (EXIT_UNREACHABLE) once registering or claiming has found the plane unreachable for
-    #: this long; None rides out any outage. Burst runs set it: somebody waits for them to end.
-    give_up_unreachable_s: float | None = None
-
-
-class WorkerCore(Preemptible, JobSink):
+class WorkerCore(Claiming, JobSink):
     """`WorkerCore(plane, config, slots).run()` returns the exit code; `fatal` says why it crashed.
 
     The constructor only stores its arguments; `run()` does everything, and `drain()` /
@@ -235,15 +179,6 @@ class WorkerCore(Preemptible, JobSink):
     def _ready_fields(self) -> dict[str, Any]:
         """What the `daemon.ready` line says besides the worker, its queues and concurrency."""
         return {}
-
-    def _offer(self) -> dict[str, Any] | None:
-        """What this worker has free, sent with each claim so that only jobs that fit come
-        back (`resources.check_free`); None: any job (a worker that places nothing)."""
-        return None
-
-    def _placed(self, claim: Claim) -> bool:
-        """Take the resources a claimed job asked for; False: it went back to the queue."""
-        return True
 
     def _on_ready(self) -> None:
         self._log.info(
@@ -363,215 +298,6 @@ class WorkerCore(Preemptible, JobSink):
         self._threads.append(thread)
         thread.start()
         return thread
-
-    # -- claiming -----------------------------------------------------------------------------
-
-    def _claim_loop(self) -> None:
-        backoff = self._retry.backoff()
-        while True:
-            room = self._room()
-            if room is None:
-                self._acks.unride()
-                return
-            queues = self._queues()
-            if not queues and self._named:
-                self._acks.unride()
-                if self.config.burst:
-                    self.drain("burst: no queue left to serve")
-                    return
-                self._draining.wait(self.config.claim_wait_s)  # idle until a queue is added
-                continue
-            with self._free:
-                buffered = bool(self._buffer)
-            riders = self._acks.take_riders()
-            try:
-                claims = self._claim(queues, room, self._claim_wait(buffered), riders)
-            except Exception as exc:
-                self._acks.unride(riders)  # the acks thread sends them on its own
-                if is_transient(exc):
-                    self._retry.unreachable("claim", exc)
-                    self._retry.check("claim", exc)  # a burst run's bound
-                elif isinstance(exc, DispatchError) and not self.config.raise_refusals:
-                    self._log.warning("claim.refused", error=str(exc), queues=queues)
-                else:
-                    raise
-                self._draining.wait(self._retry.pause("claim", backoff))
-                continue
-            finally:
-                self._acks.done(riders)
-            self._retry.reachable("claim")
-            backoff.reset()
-            if not claims:
-                if buffered:
-                    self._wait_for_a_start()
-                elif self.config.burst and not self._wait_for_work():
-                    self.drain("burst: the queues are empty")
-                    return
-                continue
-            if not self._take(claims):
-                return
-
-    def _claim_wait(self, buffered: bool) -> float:
-        """How long this claim may wait for a job: not at all with a job in hand (it must not
-        wait on the long-poll), `burst_wait_s` in burst mode, else the idle long-poll."""
-        if buffered:
-            return 0.0
-        return self.config.burst_wait_s if self.config.burst else self.config.claim_wait_s
-
-    def _claim(
-        self,
-        queues: Sequence[str],
-        room: int,
-        wait_s: float,
-        riders: Sequence[tuple[Claim, Ack]] = (),
-    ) -> list[Claim]:
-        if self._claimer is not None:
-            return self._claimer(queues, room, wait_s)
-        claiming: dict[str, Any] = dict(
-            worker=self.config.name,
-            limit=room,
-            lease_s=self.config.lease_s,
-            kind=self.config.kind,
-            wait_s=wait_s,
-            host=self.host,
-        )
-        offer = self._offer()
-        if offer is not None:
-            claiming["free"] = offer
-        if not riders:
-            return self.plane.claim_many(queues, **claiming)
-        errors, claims = self.plane.ack_and_claim([ack for _, ack in riders], queues, **claiming)
-        self._report_acks(riders, errors)
-        return claims
-
-    def _take(self, claims: Sequence[Claim]) -> bool:
-        """Buffer what was claimed and start what fits; False (all released) once draining.
-        A claim that lands after claiming paused (a rebalance) goes back unrun too."""
-        if self._draining.is_set() or self.claiming_paused:
-            for claim in claims:
-                self._release_unstarted(claim)
-            return not self._draining.is_set()
-        for claim in claims:
-            if self._refused(claim) or not self._placed(claim):
-                continue
-            self._log.info(
-                "job.claimed", invocation=claim.id, queue=claim.queue, attempt=claim.attempt
-            )
-            with self._free:
-                self._buffer.append(claim)
-        self._start_buffered()
-        return True
-
-    def _room(self) -> int | None:
-        """How many jobs to claim now (free slots + prefetch - in hand), waiting for room.
-
-        With jobs in hand, wait until half the prefetch is gone: refilling one job at a time
-        would cost a request per job, which is what prefetching is there to save.
-        """
-        refill = max(1, (self.config.prefetch + 1) // 2)
-        with self._free:
-            while not self._draining.is_set() and self.fatal is None:
-                if self.claiming_paused:  # a rebalance recommendation: jobs in hand run on
-                    self._acks.unride()
-                    self._free.wait(self.config.claim_wait_s)
-                    continue
-                left = self._jobs_left()
-                if left == 0:
-                    self._acks.unride()  # no claim is coming to carry them
-                    self._wait_for_work()
-                    self.drain(f"ran {self.config.max_jobs} job(s) as asked")
-                    return None
-                free = sum(1 for s in self.slots if not s.busy)
-                room = min(free + self.config.prefetch - len(self._buffer), left)
-                if room > 0 and (not self._buffer or room >= refill):
-                    self._acks.riding(False)
-                    return room
-                # The slot that frees room wakes this loop next, which claims at once (nothing
-                # in hand): that slot's ack rides on the claim instead of a request of its own.
-                self._acks.riding(self._claimer is None and not self._buffer)
-                self._free.wait()
-        return None
-
-    def _jobs_left(self) -> int:
-        """How many more jobs may be claimed (`max_jobs` less those claimed); large if unbounded."""
-        if self.config.max_jobs is None:
-            return 1 << 30
-        return max(0, self.config.max_jobs - self.started_jobs - len(self._buffer))
-
-    def _wait_for_a_start(self) -> None:
-        """Nothing more to claim, but jobs in hand: sleep until a slot takes one of them."""
-        with self._free:
-            held = len(self._buffer)
-            while (
-                len(self._buffer) >= held
-                and self._buffer
-                and not self._draining.is_set()
-                and self.fatal is None
-            ):
-                self._free.wait()
-
-    def _start_buffered(self) -> None:
-        """Hand buffered claims to free slots, oldest first (never while draining)."""
-        with self._free:
-            while self._buffer and not self._draining.is_set():
-                idle = [s for s in self.slots if not s.busy]
-                if not idle:
-                    break
-                claim = self._buffer.popleft()
-                slot = self._slot_for(claim, idle)
-                self._log.debug("job.started", invocation=claim.id, slot=slot.index)
-                self.started_jobs += 1
-                slot.assign(claim)
-            self._free.notify_all()
-
-    def _slot_for(self, claim: Claim, idle: Sequence[Slot]) -> Slot:
-        """Which idle slot runs `claim` (the daemon picks one whose child sees its GPUs)."""
-        return idle[0]
-
-    def _refused(self, claim: Claim) -> bool:
-        """Never run a payload from a namespace this worker does not serve, or one the control
-        plane did not sign: unpickling it could run anybody's code."""
-        namespace = getattr(self.plane, "namespace", claim.namespace)
-        if claim.namespace != namespace:
-            # Not ours to settle either: its lease runs out and its own workers take it.
-            self._log.error(
-                "job.refused", invocation=claim.id, reason=f"namespace {claim.namespace!r}"
-            )
-            return True
-        key = self.config.signing_key
-        if key is None:
-            return False
-        try:
-            signing.verify(
-                key, claim.namespace, claim.queue, claim.id, claim.payload, claim.signature
-            )
-        except signing.BadSignature as exc:
-            reason = str(exc)
-            self._log.error("job.refused", invocation=claim.id, reason=reason)
-            self._settle_call(
-                claim,
-                "end",
-                lambda: self.plane.end(claim.id, claim.lease, state="failed", error=reason),
-            )
-            return True
-        return False
-
-    def _wait_for_work(self) -> bool:
-        """Nothing more to claim: wait for running jobs; True if any ran (look again)."""
-        with self._free:
-            if not self._in_hand():
-                return False
-            while self._in_hand() and not self._draining.is_set():
-                self._free.wait()
-        return not self._draining.is_set()
-
-    def _in_hand(self) -> bool:
-        return bool(self._buffer) or any(s.busy for s in self.slots)
-
-    def _release_unstarted(self, claim: Claim) -> None:
-        """A claim that landed as the drain began goes straight back, attempt unspent."""
-        self._settle_call(claim, "release", lambda: self.plane.release(claim.id, claim.lease))
-        self._log.info("job.released", invocation=claim.id, reason="claimed while draining")
 
     # -- the worker row: membership and remote drain ------------------------------------------
 
@@ -721,56 +447,7 @@ class WorkerCore(Preemptible, JobSink):
         state = "draining" if self._draining.is_set() else "serving"
         return f"{state} {queues}: {busy}/{len(self.slots)} slots busy"
 
-    # -- JobSink: the only place frames and settles reach the plane ---------------------------
-
-    def post_frames(self, claim: Claim, frames: Sequence[bytes]) -> Outcome | None:
-        for value in frames:
-            # One id per frame, kept across retries: a post whose answer was lost is sent again
-            # and finds the frame it made (never a second copy in the journal).
-            post = partial(
-                self.plane.post, claim.id, "VALUE", value, lease=claim.lease, post_id=new_post_id()
-            )
-            try:
-                self._retry.call("post", post, give_up=self._urgent)
-            except GaveUp:
-                return Outcome("lost", error="the worker stopped while posting frames")
-            except LeaseLost as exc:
-                self._log.warning("job.post_refused", invocation=claim.id, error=str(exc))
-                return Outcome("lost", error=str(exc))
-            except DispatchError as exc:  # a frame too large, a journal closed by a kill
-                self._log.warning("job.post_refused", invocation=claim.id, error=str(exc))
-                return Outcome(
-                    "error", error=f"a frame was refused by the plane: {exc}", summary=str(exc)
-                )
-        return None
-
-    def settle(self, claim: Claim, outcome: Outcome) -> None:
-        plane = self.plane
-        log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
-        if outcome.kind == "ok":
-            self._acks.put(claim, outcome.result)  # logged once its batch commits
-        elif outcome.kind == "error":
-            if self._settle_call(
-                claim,
-                "nack",
-                lambda: plane.nack(claim.id, claim.lease, error=outcome.error, retry=False),
-            ):
-                log.info("job.failed", error=outcome.summary)
-        elif outcome.kind == "release":
-            if self._settle_call(claim, "release", lambda: plane.release(claim.id, claim.lease)):
-                log.info("job.released", reason=outcome.error)
-        elif outcome.kind == "preempted":
-            self._settle_preempted(claim, outcome, log)
-        elif outcome.kind == "lost":
-            log.warning("job.abandoned", reason=outcome.error)
-        else:  # died, killed, timeout: the worker ended the attempt
-            state = "failed" if outcome.kind == "died" else outcome.kind
-            if self._settle_call(
-                claim,
-                "end",
-                lambda: plane.end(claim.id, claim.lease, state=state, error=outcome.error),
-            ):
-                log.info(f"job.{outcome.kind}", error=outcome.error)
+    # -- JobSink: the slot-facing calls that are not settles (settling.py has those) --------
 
     def slot_free(self, slot: Slot) -> None:
         self._start_buffered()
@@ -783,73 +460,6 @@ class WorkerCore(Preemptible, JobSink):
 
     def note_cause(self, claim: Claim, cause: str) -> None:
         checkpoints.note_cause(self, claim, cause)
-
-    def _settle_preempted(self, claim: Claim, outcome: Outcome, log: Any) -> None:
-        """Give a preempted attempt back (issue 35): requeued at once, not charged."""
-
-        def release() -> bool:
-            return self.plane.release(
-                claim.id, claim.lease, outcome="preempted", cause=outcome.cause
-            )
-
-        if self._settle_call(claim, "release", release):
-            log.info("job.preempted", cause=outcome.cause, reason=outcome.error)
-
-    def _ack_loop(self) -> None:
-        while (batch := self._acks.take(busy=lambda: bool(self._buffer))) is not None:
-            try:
-                self._send_acks(batch)
-            finally:
-                self._acks.done(batch)
-
-    def _send_acks(self, batch: Sequence[tuple[Claim, Ack]]) -> None:
-        acks = [ack for _, ack in batch]
-        errors: Sequence[BaseException | None]
-        try:
-            errors = self._retry.call(
-                "ack", lambda: self.plane.ack_many(acks), give_up=self._urgent
-            )
-        except GaveUp:
-            errors = [GaveUp("ack")] * len(batch)
-        except DispatchError as exc:
-            errors = [exc] * len(batch)
-        self._report_acks(batch, errors)
-
-    def _report_acks(
-        self, batch: Sequence[tuple[Claim, Ack]], errors: Sequence[BaseException | None]
-    ) -> None:
-        for (claim, _), error in zip(batch, errors, strict=True):
-            log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
-            if error is None:
-                log.info("job.succeeded")
-            elif isinstance(error, GaveUp):
-                log.error("job.settle_abandoned", verb="ack")
-            elif isinstance(error, LeaseLost):
-                log.warning("job.settle_refused", verb="ack", error=str(error))
-            else:
-                log.error("job.settle_failed", verb="ack", error=str(error))
-
-    def _settle_call(self, claim: Claim, verb: str, call: Callable[[], object]) -> bool:
-        """Settle with retries while unreachable; a refusal is logged and dropped, never raised.
-
-        A settle keeps trying through a drain (the job's outcome is worth waiting for) but not
-        past a second signal. The logs name the attempt: one worker can hold two attempts of a
-        job at once (its lease ran out on one slot and another slot claimed the requeued job),
-        and which one was refused matters to whoever reads the log.
-        """
-        log = self._log.bind(invocation=claim.id, verb=verb, attempt=claim.attempt)
-        try:
-            self._retry.call(verb, call, give_up=self._urgent)
-        except GaveUp:
-            log.error("job.settle_abandoned")
-            return False
-        except LeaseLost as exc:
-            log.warning("job.settle_refused", error=str(exc))
-            return False
-        except DispatchError as exc:
-            log.error("job.settle_failed", error=str(exc))
-            return False
-        return True
 
     # -- stopping -----------------------------------------------------------------------------
 
@@ -930,8 +540,3 @@ class WorkerCore(Preemptible, JobSink):
             )
         except Exception as exc:  # a row left alive just goes stale
             self._log.warning("daemon.mark_gone_failed", error=repr(exc))
-
-
-def new_post_id() -> str:
-    """A frame post's id (see `Plane.post`): random, so no two posts share one."""
-    return secrets.token_hex(12)

@@ -210,6 +210,7 @@ class _Body:
                 storage=self._storage,
                 queue=claim.queue,
                 link=self.link,
+                inputs=claim.inputs,
             )
             outcome = Outcome("ok", result=spill.dumps(result, storage=self._storage))
         except Preempted as exc:

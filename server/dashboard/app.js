@@ -6,7 +6,10 @@
 
 (function () {
   const POLL_MS = 1000;
-  const STATES = ["queued", "running", "succeeded", "failed", "cancelled", "killed", "timeout"];
+  const STATES = [
+    "waiting", "scheduled", "queued", "running", "succeeded", "failed", "cancelled", "killed",
+    "timeout",
+  ];
   const store = window.sessionStorage;
   const $ = (sel) => document.querySelector(sel);
 
@@ -138,9 +141,48 @@
     body.replaceChildren(...rows);
   }
 
+  const OPEN = ["running", "queued", "scheduled", "waiting"];
+
+  function renderMaps(snapshot) {
+    const rows = [];
+    for (const q of snapshot.queues) {
+      for (const m of q.maps || []) {
+        const states = m.states || {};
+        let ended = 0;
+        for (const [state, n] of Object.entries(states)) if (!OPEN.includes(state)) ended += n;
+        const share = m.jobs ? ended / m.jobs : 0;
+        const bar = el("progress", { max: m.jobs || 1, value: ended, title: Math.round(share * 100) + "%" });
+        rows.push(el("tr", { dataset: { map: m.map_id } },
+          el("td", { class: "mono" }, m.map_id),
+          el("td", { class: "mono" }, q.name),
+          el("td", { class: "ended" }, ended + " / " + m.jobs),
+          el("td", {}, bar),
+          el("td", {}, states.failed || 0),
+          el("td", {}, states.cancelled || 0),
+          el("td", {}, states.running || 0),
+          el("td", {}, (states.queued || 0) + (states.scheduled || 0) + (states.waiting || 0))));
+      }
+    }
+    $("#maps tbody").replaceChildren(...rows);
+    $("#maps-section").hidden = rows.length === 0;
+  }
+
+  function gpuCell(w) {
+    const gpus = w.gpus || [];
+    if (!gpus.length) return el("td", {}, "–");
+    const used = w.gpus_used || {};
+    let total = 0;
+    const each = gpus.map((g) => {
+      const share = used[String(g.index)] || 0;
+      total += share;
+      return "gpu" + g.index + " " + (g.name || "") + ": " + Math.round(share * 100) + "% in use";
+    });
+    const figure = (Math.round(total * 100) / 100) + " / " + gpus.length + " × " + (gpus[0].name || "GPU");
+    return el("td", { class: "gpus", title: each.join("\n") }, figure);
+  }
+
   function renderWorkers(snapshot) {
     const rows = snapshot.workers.map((w) => {
-      const gpus = (w.gpus || []).map((g) => g.name || ("gpu" + g.index));
       const hb = el("td", { class: w.stale ? "stale-hb" : "" }, span(w.heartbeat_age_s) + " ago");
       return el("tr", { dataset: { worker: w.name } },
         el("td", { class: "mono" }, w.name),
@@ -148,7 +190,7 @@
         stateCell(w.state),
         el("td", {}, (w.queues.length ? w.queues : ["(default)"]).join(", ")),
         el("td", {}, w.busy + " / " + w.slots),
-        el("td", { title: gpus.join(", ") }, gpus.length ? gpus.length + " × " + gpus[0] : "–"),
+        gpuCell(w),
         hb);
     });
     $("#workers tbody").replaceChildren(...rows);
@@ -214,6 +256,7 @@
     if (selected !== current) return;
     const fields = [
       ["queue", inv.queue], ["state", inv.state],
+      ...(inv.after && inv.after.length ? [["after", inv.after.join(" ")]] : []),
       ["attempt", inv.attempt + " of " + inv.max_attempts], ["worker", inv.worker || "–"],
       ["submitted", clock(inv.created_at)], ["started", clock(inv.started_at)],
       ["finished", clock(inv.finished_at)],
@@ -256,6 +299,7 @@
     try {
       const snapshot = await api(nsPath("/dashboard"));
       renderQueues(snapshot);
+      renderMaps(snapshot);
       renderWorkers(snapshot);
       renderRecent(snapshot);
       renderEvents(snapshot);

@@ -46,3 +46,20 @@ def test_a_map_id_is_checked(plane: PlaneEnv) -> None:
     with pytest.raises(InvalidArgument, match="map id must be"):
         plane.dispatch.invocations(map_id="x" * 65)
     assert plane.dispatch.count("mapped") == 0
+
+
+def test_stats_show_the_progress_of_a_map_in_flight(plane: PlaneEnv) -> None:
+    """What `lakeshore status` reads: each map with jobs still to end, its jobs by state."""
+    plane.dispatch.create_queue("mapped")
+    plane.dispatch.submit("mapped", [SubmitRequest(payload=b"\xc0")] * 3)  # not a map's
+    reqs = [SubmitRequest(payload=b"\xc0", map_id="M1")] * 3
+    mapped = plane.dispatch.submit("mapped", reqs)
+    claimed = plane.dispatch.claim_many(["mapped"], worker="w", limit=4)
+    assert [c.id for c in claimed][-1] == mapped[0]
+    (progress,) = plane.dispatch.stats("mapped")["maps"]
+    assert progress == {"map_id": "M1", "jobs": 3, "states": {"running": 1, "queued": 2}}
+    for c in plane.dispatch.claim_many(["mapped"], worker="w", limit=2):
+        plane.dispatch.ack(c.id, c.lease, None)
+    assert plane.dispatch.stats("mapped")["maps"] == [
+        {"map_id": "M1", "jobs": 3, "states": {"running": 1, "succeeded": 2}}
+    ]

@@ -4,6 +4,7 @@ has free, and where an attempt runs: the same on every plane."""
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from typing import Any
 
@@ -177,6 +178,16 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
         ["res-reserve"], worker="w", free=free(gpus_whole=2, box={**box, "whole_free_at": []})
     )
     assert held is None  # no running job surely ends: nothing may delay the head
+    # the head says it waits for resources, the jobs it holds back name it (issue 34, item 7)
+    plane.dispatch.register_worker("w", **h200_box("res-reserve", "w", gpus=4))
+    held_back = eventually(lambda: (r := q.status(small)).pending_reason is not None and r)
+    assert held_back.pending_reason == f"reserved_for:{big}"
+    assert held_back.unschedulable_reason == (
+        f"held back: job {big} at the head of queue res-reserve has a reservation "
+        "(it needs 4 GPUs); jobs that would delay it wait"
+    )
+    assert q.status(big).pending_reason == "resources"
+    assert (q.status(big).unschedulable_reason or "").startswith("worker w has reserved for it")
     backfill = plane.dispatch.claim(
         ["res-reserve"],
         worker="w",
@@ -188,6 +199,7 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
         ["res-reserve"], worker="w", free=free(gpus_whole=4, box={**box, "whole_free_at": []})
     )
     assert head is not None and head.id == big
+    assert eventually(lambda: q.status(small).pending_reason is None)  # the reservation is over
 
 
 def h200_box(queue: str, name: str, gpus: int = 1) -> dict[str, Any]:
@@ -228,3 +240,35 @@ def test_a_job_no_live_daemon_could_run_is_named_until_one_could(plane: PlaneEnv
 
     h200 = q.submit("z", resources={"gpus": 4, "gpu_type": "H200"})
     assert q.status(h200).pending_reason is None  # big-box could run it
+
+
+def test_a_job_a_provider_shape_could_run_waits_for_that_launch(plane: PlaneEnv) -> None:
+    """Issue 34, items 5 and 7: with no daemon up, a request the queue's provider shape could
+    run is `waiting_for_capacity` naming the shape; one it could not is `unschedulable`."""
+    queue = f"res-shape-{secrets.token_hex(3)}"  # provider names are the namespace's
+    provider = f"{queue}-gpu8"
+    plane.dispatch.add_provider(
+        provider, "local", {"shape": {"gpus": 8, "gpu_type": "H100", "gpu_memory_gb": 80}}
+    )
+    plane.dispatch.create_queue(
+        queue, elasticity={"kind": "fully_elastic", "max": 2, "provider": provider}
+    )
+    q = plane.queue(queue)
+    fits = q.submit("x", resources={"gpus": 4})
+    huge = q.submit("y", resources={"gpus": 16})
+    typed = q.submit("z", resources={"gpus": 1, "gpu_type": ["A100", "H100"]})
+
+    row = eventually(lambda: (r := q.status(huge)).pending_reason == "unschedulable" and r)
+    assert row.unschedulable_reason == (
+        f"needs 16 GPUs; no live daemon serves queue {queue} and provider {provider} launches "
+        "daemons with 8 x H100 (80 GB)"
+    )
+    for inv in (fits, typed):
+        waiting = q.status(inv)
+        assert waiting.pending_reason == "waiting_for_capacity"
+        assert waiting.unschedulable_reason is not None
+        assert waiting.unschedulable_reason.endswith(
+            f"provider {provider} will launch a daemon with 8 x H100 (80 GB)"
+        )
+    stats = plane.dispatch.stats(queue)
+    assert (stats["unschedulable"], stats["waiting_for_capacity"]) == (1, 2)

@@ -77,8 +77,25 @@ def test_providers_cli_and_stats_desired_vs_actual(
         "spot_fallback_after": 3,
         "concurrency": 4,
     }
+    assert shown["launch_shape"] == {  # issue 34: the instance type sets it
+        "gpus": 1,
+        "gpu_type": "A10G",
+        "gpu_memory_gb": 24,
+        "cpus": 4.0,
+        "memory_gb": 16.0,
+        "source": "instance type g5.xlarge",
+    }
     listed = json.loads(runner.invoke(cli, ["providers", "ls", "--json", *opts]).output)
     assert [p["name"] for p in listed] == ["aws"]
+    table = runner.invoke(cli, ["providers", "ls", *opts]).output
+    assert "1 x A10G (24 GB)" in table
+    bad = runner.invoke(
+        cli, ["providers", "add", "gpu8", "--kind", "local", "--set", 'shape={"gpus": 0.5}', *opts]
+    )
+    assert bad.exit_code != 0 and "provider config shape.gpus must be a whole number" in (
+        bad.output
+    )
+    assert "Traceback" not in bad.output
 
     # queues stats: desired from the controller's newest decision beside the live count
     plane.create_queue("train", elasticity={"kind": "fixed", "max": 2, "provider": "aws"})

@@ -155,6 +155,14 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             )
             job = plane.claim(["browser-q"], worker="browser-worker", wait_s=10.0)
             assert job is not None and job.id == inv
+            # where it runs: half of GPU 1, shown as in use beside the worker's GPUs
+            share = {"index": 1, "uuid": "u1", "name": gpus[1]["name"], "share": 0.5}
+            plane.place(inv, job.lease, {"worker": "browser-worker", "gpus": [share]})
+            page.wait_for_function(
+                """() => document.querySelector(
+                    '#workers tr[data-worker="browser-worker"] td.gpus'
+                ).textContent.startsWith('0.5 / 2')"""
+            )
             plane.post(inv, "VALUE", codec.encode("step 1 of 2"), lease=job.lease)
             plane.post(inv, "VALUE", codec.encode({"loss": 0.25}), lease=job.lease)
             plane.ack(inv, job.lease, codec.encode("done"))
@@ -164,6 +172,11 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
                 ).textContent === '1'"""
             )
             assert depth("queued") == "0"
+            # a map in flight: its jobs and how many of them have ended
+            mapped = [SubmitRequest(payload=codec.encode(i), map_id="Mbrowser") for i in range(4)]
+            plane.submit("browser-q", mapped)
+            page.locator('#maps tr[data-map="Mbrowser"]').wait_for()
+            assert "0 / 4" in page.locator('#maps tr[data-map="Mbrowser"] td.ended').inner_text()
 
             # drill down: the recent row opens the invocation and its frames
             page.locator(f'#recent tr[data-id="{inv}"]').click()

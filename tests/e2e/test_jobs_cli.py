@@ -235,3 +235,29 @@ def test_jobs_on_the_embedded_plane(tmp_path):
     assert submitted.exit_code == 0, submitted.output
     listed = runner.invoke(cli, ["jobs", "ls", "--json"], env=env)
     assert json.loads(listed.output)[0]["id"] == submitted.output.strip()
+
+
+def test_submit_after_waits_and_jobs_show_ls_and_cancel_name_it(run, worker):
+    # issue 36 item 4: --after (repeatable) holds the job as waiting; show names its parents
+    first = run("submit", "prep", "--payload-json", "1").output.strip()
+    second = run("submit", "prep2", "--payload-json", "2").output.strip()
+    child = run(
+        "submit", "train", "--payload-json", "3", "--after", first, "--after", second
+    ).output.strip()
+    rows = json.loads(run("jobs", "ls", "--state", "waiting", "--json").output)
+    assert [r["id"] for r in rows] == [child]
+    shown = json.loads(run("jobs", "show", child, "--json").output)
+    assert shown["state"] == "waiting" and shown["after"] == sorted([first, second])
+    assert shown["waiting_on"] == 2
+    text = run("jobs", "show", child).output
+    assert "waiting" in text and first in text and "waiting on 2" in text
+    job = claim(worker, "prep")
+    worker.ack(job.id, job.lease, None)
+    assert json.loads(run("jobs", "show", child, "--json").output)["waiting_on"] == 1
+    assert json.loads(run("jobs", "cancel", second, "--json").output)["state"] == "cancelled"
+    gone = json.loads(run("jobs", "show", child, "--json").output)
+    assert gone["state"] == "cancelled" and f"parent {second} ended cancelled" in gone["error"]
+    refused = run(
+        "submit", "train", "--payload-json", "4", "--after", "01J0000000000000000000000Z", code=1
+    )
+    assert "unknown parent invocation" in refused.output

@@ -143,3 +143,33 @@ def test_status_watch_redraws_the_tables(home):
     result = CliRunner().invoke(cli, args, catch_exceptions=False, terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "gpu-box-1" in result.output and "train" in result.output
+
+
+def test_status_shows_the_progress_of_a_map_in_flight(home):
+    """Issue 36: a map's jobs, by how they ended, under the queue they run on."""
+    from dataclasses import replace
+
+    from ulid import ULID
+
+    from dreamlake.lakeshore.types import Ack
+
+    map_id = str(ULID())
+    plane = open_plane(None, None, None)
+    try:
+        q = SyncQueue("train", dispatch=plane)
+        reqs = [replace(q._request(payload={"item": i}), map_id=map_id) for i in range(4)]
+        ids = set(plane.submit("train", reqs))
+        # the fixture's three jobs are older: five claims take them and two of the map's
+        claimed = [c for c in plane.claim_many(["train"], worker="w", limit=5) if c.id in ids]
+        assert len(claimed) == 2
+        plane.ack_many([Ack(claimed[0].id, claimed[0].lease, None)])
+    finally:
+        plane.close()
+    result = CliRunner().invoke(cli, ["status", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    train = next(q for q in json.loads(result.output)["queues"] if q["name"] == "train")
+    (progress,) = train["maps"]
+    assert progress["map_id"] == map_id and progress["jobs"] == 4
+    assert progress["states"] == {"succeeded": 1, "running": 1, "queued": 2}
+    shown = CliRunner().invoke(cli, ["status"], catch_exceptions=False, terminal_width=200)
+    assert map_id in shown.output and "1/4" in shown.output

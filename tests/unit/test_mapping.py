@@ -15,7 +15,7 @@ import pytest
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument
-from dreamlake.lakeshore.mapping import MapItemError
+from dreamlake.lakeshore.mapping import ERROR_MARK, MapItemError, chunk_outcomes
 from dreamlake.lakeshore.worker import run_worker
 
 
@@ -146,3 +146,22 @@ def test_jobs_ls_lists_a_maps_jobs(q: dls.SyncQueue) -> None:
     assert len(rows) == 3 and {r.queue for r in rows} == {"maps"}
     with pytest.raises(InvalidArgument, match="takes no queue or state filter"):
         q.dispatch.invocations(map_id=results.id, state="queued")
+
+
+def looks_like_an_error(x: int) -> dict[str, str]:
+    return {ERROR_MARK: f"just a value {x}"}
+
+
+def test_a_value_shaped_like_an_error_marker_stays_a_value(q: dls.SyncQueue) -> None:
+    """A chunk's errors travel beside its values: a function whose result happens to look
+    like the old in-place marker is not misread as a failed item."""
+    got = list(q.map(looks_like_an_error, range(3), chunk_size=3, max_attempts=1))
+    assert got == [{ERROR_MARK: f"just a value {x}"} for x in range(3)]
+
+
+def test_a_chunk_from_an_earlier_daemon_is_still_read() -> None:
+    """A daemon of the previous release returns a list with markers in place of errors."""
+    old = [4, {ERROR_MARK: "ValueError: no"}, 9]
+    out = chunk_outcomes(old, 10, "inv")
+    assert out[0] == 4 and out[2] == 9
+    assert isinstance(out[1], MapItemError) and out[1].index == 11

@@ -179,3 +179,73 @@ def test_an_on_demand_launch_skips_spot_and_says_why(ec2: Any) -> None:
 def test_spot_fallback_after_must_be_a_count(bad: object) -> None:
     with pytest.raises(ProviderError, match="spot_fallback_after must be a whole number"):
         Ec2Provider("x", {**CONFIG, "spot": True, "spot_fallback_after": bad}, client=object())
+
+
+# -- launch shapes (issue 34, item 5) -----------------------------------------------------------
+
+
+def test_the_instance_type_sets_the_shape_from_describe_instance_types(ec2: Any) -> None:
+    p = Ec2Provider("gpu", {**CONFIG, "instance_type": "p4de.24xlarge"}, client=ec2)
+    shape = p.launch_shape(p.config)
+    assert shape is not None
+    assert (shape.gpus, shape.gpu_type, shape.gpu_memory_gb, shape.cpus) == (8, "A100", 80, 96)
+    assert "describe_instance_types" in shape.source
+    # the config overrides it key by key; a CPU type has no shape
+    held = p.launch_shape({**p.config, "shape": {"gpus": 4, "gpu_type": "A100-SXM4-80GB"}})
+    assert held is not None and (held.gpus, held.gpu_type, held.gpu_memory_gb) == (
+        4,
+        "A100-SXM4-80GB",
+        80,
+    )
+    assert p.launch_shape({**p.config, "instance_type": "t3.micro"}) is None
+
+
+def test_the_table_answers_when_ec2_does_not(ec2: Any) -> None:
+    from botocore.exceptions import ClientError
+
+    def refuse(**_: Any) -> None:
+        error = {"Error": {"Code": "UnauthorizedOperation", "Message": "not allowed"}}
+        raise ClientError(error, "DescribeInstanceTypes")
+
+    ec2.meta.events.register("before-call.ec2.DescribeInstanceTypes", refuse)
+    p = Ec2Provider("gpu", {**CONFIG, "instance_type": "p5en.48xlarge"}, client=ec2)
+    shape = p.launch_shape(p.config)
+    assert shape is not None and (shape.gpus, shape.gpu_type, shape.source) == (
+        8,
+        "H200",
+        "instance type p5en.48xlarge",
+    )
+
+
+def test_the_controller_packs_demand_into_the_right_count_of_run_instances(ec2: Any) -> None:
+    from dreamlake.lakeshore.controller.loop import Controller, Settings
+    from dreamlake.lakeshore.plane import Dispatch
+    from dreamlake.lakeshore.types import SubmitRequest
+
+    calls: list[str] = []
+    ec2.meta.events.register(
+        "provide-client-params.ec2.RunInstances",
+        lambda params, **_: calls.append(params["InstanceType"]),
+    )
+    config = {**CONFIG, "instance_type": "p4d.24xlarge"}
+    with Dispatch(":memory:") as d:
+        d.store.add_provider("default", "p4d", "ec2", config)
+        d.create_queue("train", elasticity={"kind": "elastic", "max": 8, "provider": "p4d"})
+        # 4 x 4 GPUs + 8 x 1 GPU + 2 x 0.5 GPU = 25 GPUs on 8-GPU boxes: 4 VMs (not 14)
+        reqs = [SubmitRequest(payload=b"x", resources={"gpus": 4}) for _ in range(4)]
+        reqs += [SubmitRequest(payload=b"x", resources={"gpus": 1}) for _ in range(8)]
+        reqs += [SubmitRequest(payload=b"x", resources={"gpus": 0.5}) for _ in range(2)]
+        # and jobs no p4d could run (80 GB GPUs; 16 GPUs) launch nothing
+        reqs += [SubmitRequest(payload=b"x", resources={"gpus": 1, "gpu_memory_gb": 80})]
+        reqs += [SubmitRequest(payload=b"x", resources={"gpus": 16})]
+        d.submit("train", reqs)
+        controller = Controller(
+            d.store,
+            Settings(plane_url="https://plane.example"),
+            provider_factory=lambda info: Ec2Provider(info.name, info.config, client=ec2),
+        )
+        [decision] = controller.tick()
+    assert (decision.desired, decision.launch) == (4, 4)
+    assert calls == ["p4d.24xlarge"] * 4
+    assert "14 job(s) asking 25 GPU(s) packed onto 8 x A100 (40 GB)" in decision.reason
+    assert "2 job(s) no such daemon could run left out" in decision.reason

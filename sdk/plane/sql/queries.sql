@@ -48,7 +48,7 @@ SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :k
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
     resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+    preemptions, max_preemptions, ended_by, checkpoint, open_parents
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -101,7 +101,7 @@ WHERE id = (
       {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_fifo_batch
 -- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
@@ -115,7 +115,7 @@ WHERE id IN (
       {fits}
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_filo
 UPDATE invocations
@@ -127,7 +127,7 @@ WHERE id = (
       {fits}
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_level
 UPDATE invocations
@@ -139,7 +139,7 @@ WHERE id = (
       {fits}
     ORDER BY id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
@@ -182,9 +182,10 @@ WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at < :now
 RETURNING id;
 
 -- name: settle_success
+-- dependents: whether jobs wait on it (migration 26): its commit may have released them.
 UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
-RETURNING id;
+RETURNING id, dependents;
 
 -- name: settle_success_in
 -- settle_success for a caller bound to a namespace: an id of another one matches nothing (and
@@ -196,7 +197,7 @@ WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
   AND lease_expires_at >= :now
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, created_at, started_at, finished_at,
-    preemptions, max_preemptions, ended_by, checkpoint;
+    preemptions, max_preemptions, ended_by, checkpoint, dependents;
 
 -- name: settle_terminal
 UPDATE invocations SET state = :state, error = :error, finished_at = :now, ended_by = :cause
@@ -244,7 +245,7 @@ RETURNING id, kill_requested;
 -- name: cancel_queued
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
     error = 'cancelled before it started'
-WHERE id = :id AND namespace = :ns AND state IN ('queued', 'scheduled')
+WHERE id = :id AND namespace = :ns AND state IN ('queued', 'scheduled', 'waiting')
 RETURNING id;
 
 -- name: request_kill
@@ -301,7 +302,7 @@ UPDATE workers SET state = :state WHERE id = :id;
 -- name: cancel_queue_backlog
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
     error = 'the queue was deleted before it started'
-WHERE namespace = :ns AND queue = :queue AND state IN ('queued', 'scheduled')
+WHERE namespace = :ns AND queue = :queue AND state IN ('queued', 'scheduled', 'waiting')
 RETURNING id;
 
 -- name: queue_running_workers
@@ -350,6 +351,14 @@ INSERT INTO rate_buckets (namespace, queue, tokens, updated_at)
 VALUES (:ns, :queue, :tokens, :now)
 ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now;
 
+-- fragment: listed_columns
+-- The columns of a listed invocation, written once for every list_invocations statement:
+-- everything but the payload, and the result as NULL (a listing ships no bytes).
+id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
+    resources, placement, pending_reason, unschedulable_reason,
+    preemptions, max_preemptions, ended_by, checkpoint
+
 -- name: list_invocations
 -- `lakeshore jobs ls`, `GET .../invocations` and the dashboard's recent list: newest first,
 -- without payload or result bytes (a listing should not ship megabytes; `invocation(id)` reads
@@ -360,95 +369,81 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 -- of rows, with no sort. One statement with optional filters ("the queue parameter is NULL or
 -- queue equals it") let neither SQLite nor a generic Postgres plan seek on them: 2.3 s for 20
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_state_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_queue_state_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_map
 -- The jobs of one map (migration 27), newest first, on index invocations_map.
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND map_id = :map_id
 ORDER BY id DESC LIMIT :limit;
 
 -- name: list_invocations_map_before
-SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
-    kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
-    preemptions, max_preemptions, ended_by, checkpoint
+SELECT {listed_columns}
 FROM invocations
 WHERE namespace = :ns AND map_id = :map_id AND id < :before
 ORDER BY id DESC LIMIT :limit;
+
+-- name: maps_in_flight
+-- The maps with jobs of `state` in a queue (`lakeshore status` shows their progress), looked for
+-- among the oldest :scan rows of that state only: a deep queue of other work costs a page.
+SELECT DISTINCT map_id FROM (
+    SELECT map_id FROM invocations
+    WHERE namespace = :ns AND queue = :queue AND state = :state
+    ORDER BY id LIMIT :scan
+) AS head
+WHERE map_id IS NOT NULL;
+
+-- name: map_progress
+-- One map's jobs by state, on index invocations_map.
+SELECT state, count(*) AS n FROM invocations
+WHERE namespace = :ns AND map_id = :map_id
+GROUP BY state;
 
 -- name: retry_terminal
 -- `jobs retry`: a failed / killed / timeout invocation back to queued as one more attempt. The
@@ -482,6 +477,11 @@ ORDER BY finished_at DESC LIMIT :limit;
 -- name: running_by_worker
 SELECT worker, count(*) AS n FROM invocations
 WHERE namespace = :ns AND state = 'running' GROUP BY worker;
+
+-- name: running_placements
+-- Where each running job was placed (its worker and GPU shares): the dashboard's GPUs in use.
+SELECT worker, placement FROM invocations
+WHERE namespace = :ns AND state = 'running' AND placement IS NOT NULL;
 
 -- name: namespace_events
 SELECT id, queue, at, kind, detail FROM queue_events
@@ -517,7 +517,7 @@ WHERE id = (
       {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: controller_queues
 SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
@@ -539,6 +539,20 @@ FROM (
 ) AS both_sides
 GROUP BY namespace, queue, state HAVING SUM(kept) <> SUM(found)
 ORDER BY namespace, queue, state;
+
+-- name: controller_shapes
+-- The requests of queued and running jobs per queue (issue 34): the controller packs them onto
+-- its providers' launch shapes. Columns only (no `resources` read), so the queued half is the
+-- index invocations_shapes alone; jobs stating no request are the counts' remainder.
+SELECT namespace, queue, 'queued' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    count(*) AS n
+FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
+UNION ALL
+SELECT namespace, queue, 'running' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    count(*) AS n
+FROM invocations WHERE state = 'running' AND resources IS NOT NULL
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
 
 -- name: controller_running_by_worker
 SELECT namespace, worker, count(*) AS n FROM invocations
@@ -606,15 +620,18 @@ WHERE id IN (:ids) AND state IN ('succeeded', 'failed', 'cancelled', 'killed', '
 RETURNING id;
 
 -- name: insert_invocation_signed
--- :state is 'queued', or 'scheduled' until :not_before (a delayed submit, sdk/workflow.py).
+-- :state is 'queued', or 'scheduled' until :not_before (a delayed submit, sdk/workflow.py), or
+-- 'waiting' for :open_parents (dependencies.py: cancelled at once, with :error and
+-- :finished_at, when a parent already failed).
 -- Insert a queued invocation with its payload's signature (NULL when the plane has no key),
 -- its locality hint and the objects it owns; a key already used inserts nothing, and the store
 -- reads the existing id.
 INSERT INTO invocations (id, namespace, queue, state, priority, key, payload, max_attempts,
     timeout_s, created_at, deadline_at, signature, locality_host, locality_until, objects,
-    map_id, not_before)
+    map_id, not_before, open_parents, after_failure, inputs, error, finished_at)
 VALUES (:id, :ns, :queue, :state, :priority, :key, :payload, :max_attempts, :timeout_s, :now,
-    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id, :not_before)
+    :deadline_at, :signature, :locality_host, :locality_until, :objects, :map_id, :not_before,
+    :open_parents, :after_failure, :inputs, :error, :finished_at)
 ON CONFLICT (namespace, queue, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -710,7 +727,7 @@ SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at =
     worker = :worker, started_at = :now
 WHERE id = :id AND state = 'queued'
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: claim_backfill
 -- While a worker reserves for its head, only a job that fits what is free and surely ends
@@ -725,7 +742,7 @@ WHERE id = (
       AND timeout_s IS NOT NULL AND timeout_s <= :start_bound - :now
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+    signature, resources, preemptions, checkpoint, inputs;
 
 -- name: queued_shapes
 -- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
@@ -749,7 +766,22 @@ WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS N
   AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
   AND cpus {is} :cpus AND memory_gb {is} :memory_gb
   AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
+  AND id <> :keep
 RETURNING id;
+
+-- name: mark_reserved
+-- A worker reserves for this head of its claim order (store/reservation.py): said once on the
+-- row, so that the sweep names the jobs the reservation holds back `reserved_for:<id>`.
+UPDATE invocations SET pending_reason = 'resources', unschedulable_reason = :words
+WHERE id = :id AND state = 'queued' AND pending_reason {is_not} 'resources'
+RETURNING id;
+
+-- name: reserved_heads
+-- The queued jobs workers reserve for, in claim order within each queue (the first one is the
+-- reservation that holds the queue's other jobs back).
+SELECT namespace, queue, id, resources FROM invocations
+WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'resources'
+ORDER BY namespace, queue, priority DESC, id ASC;
 
 -- name: fail_unschedulable
 -- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,
@@ -770,6 +802,12 @@ GROUP BY namespace, queue;
 SELECT count(*) AS n FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
   AND pending_reason = 'unschedulable';
+
+-- name: waiting_in_queue
+-- Queued jobs that wait for the controller to launch a daemon (index invocations_shapes).
+SELECT count(*) AS n FROM invocations
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND pending_reason = 'waiting_for_capacity';
 
 -- name: release_preempted
 -- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and
@@ -831,3 +869,151 @@ WHERE id IN (
     WHERE state = 'scheduled' AND not_before <= :now
     ORDER BY not_before LIMIT :limit {skip_locked})
 RETURNING id, namespace, queue;
+
+-- name: lock_parents
+-- Dependencies (issue 36, sdk/plane/dependencies.py): a submit's parents outside its batch,
+-- marked as having dependents and locked until the submit commits, with their states as they
+-- stand then: a parent's settle on Postgres waits for the lock, and its trigger then finds the
+-- new edges (a parent that ended first is read ended here). Another namespace's id matches
+-- nothing: unknown.
+UPDATE invocations SET dependents = COALESCE(dependents, 0) + 1
+WHERE namespace = :ns AND id IN (:ids)
+RETURNING id, state;
+
+-- name: mark_parents
+-- Parents submitted in the same batch as their child: marked as having dependents.
+UPDATE invocations SET dependents = COALESCE(dependents, 0) + 1
+WHERE namespace = :ns AND id IN (:ids)
+RETURNING id;
+
+-- name: insert_dependencies
+-- A new child's edges, each already ended parent's with its state (so its end is not counted
+-- again): the child's open_parents counted the others.
+INSERT INTO dependencies (parent, child, parent_state)
+SELECT id, :child, CASE WHEN state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+    THEN state END
+FROM invocations WHERE namespace = :ns AND id IN (:parents);
+
+-- name: parent_results
+-- The results a claimed child's arguments take (dls.output): its succeeded parents'.
+SELECT id, result FROM invocations WHERE id IN (:ids) AND state = 'succeeded';
+
+-- name: waiting_unblocked
+-- The sweep's safety net: waiting jobs none of whose parents is still live (a parent gone, or
+-- one whose end the trigger missed), a batch in id order from :after.
+SELECT i.id FROM invocations i
+WHERE i.state = 'waiting' AND i.id > :after AND NOT EXISTS (
+    SELECT 1 FROM dependencies d JOIN invocations p ON p.id = d.parent
+    WHERE d.child = i.id
+      AND p.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout'))
+ORDER BY i.id LIMIT :limit;
+
+-- name: parents_of
+-- A child's parents as they stand (state NULL: the parent row is gone), oldest first.
+SELECT d.parent AS id, COALESCE(p.state, d.parent_state) AS state
+FROM dependencies d LEFT JOIN invocations p ON p.id = d.parent
+WHERE d.child = :child ORDER BY d.parent;
+
+-- name: settle_waiting
+-- The safety net's verdict on one waiting job whose parents all ended: cancelled naming
+-- a parent that did not succeed (:failed = 1, its words in :error) unless after_failure is
+-- 'run', else released as the trigger would have released it.
+UPDATE invocations SET
+    open_parents = 0,
+    state = CASE WHEN :failed = 1 AND after_failure IS NULL THEN 'cancelled'
+        WHEN not_before > :now THEN 'scheduled' ELSE 'queued' END,
+    error = CASE WHEN :failed = 1 AND after_failure IS NULL THEN :error ELSE error END,
+    finished_at = CASE WHEN :failed = 1 AND after_failure IS NULL THEN :now
+        ELSE finished_at END
+WHERE id = :id AND state = 'waiting'
+RETURNING id, state;
+
+-- name: end_dependencies
+-- The safety net's: a settled child's edges, ended.
+UPDATE dependencies SET parent_state = COALESCE(
+    (SELECT state FROM invocations WHERE id = dependencies.parent), 'gone')
+WHERE child = :child AND parent_state IS NULL;
+
+-- name: cancel_waiting
+-- The safety net's (or a submit's recheck): a waiting job one of whose parents did not succeed,
+-- cancelled with :error unless after_failure is 'run'.
+UPDATE invocations SET state = 'cancelled', open_parents = 0, error = :error, finished_at = :now
+WHERE id = :id AND state = 'waiting' AND after_failure IS NULL
+RETURNING id;
+
+-- name: recount_parents
+UPDATE invocations SET open_parents = :n WHERE id = :id AND state = 'waiting';
+
+-- name: released_queues
+-- The queues where these parents' settles just made dependents claimable (an ack's wake-up
+-- goes there only: a join's other parents wake nobody).
+SELECT DISTINCT c.namespace, c.queue FROM dependencies d JOIN invocations c ON c.id = d.child
+WHERE d.parent IN (:ids) AND c.state = 'queued';
+-- name: schedule_insert
+-- Cron schedules (issue 36, migration 29, store/schedules.py). A name already used inserts
+-- nothing: the store then updates the row it reads (a put).
+INSERT INTO schedules (namespace, name, queue, cron, tz, catchup, overlap, state, payload,
+    priority, max_attempts, timeout_s, resources, max_preemptions, next_fire_at, created_at,
+    updated_at)
+VALUES (:ns, :name, :queue, :cron, :tz, :catchup, :overlap, 'active', :payload, :priority,
+    :max_attempts, :timeout_s, :resources, :max_preemptions, :next_fire_at, :now, :now)
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_update
+-- A put over an existing schedule: its template and timing; state, history and counts stay.
+UPDATE schedules SET queue = :queue, cron = :cron, tz = :tz, catchup = :catchup,
+    overlap = :overlap, payload = :payload, priority = :priority,
+    max_attempts = :max_attempts, timeout_s = :timeout_s, resources = :resources,
+    max_preemptions = :max_preemptions, next_fire_at = :next_fire_at, updated_at = :now
+WHERE namespace = :ns AND name = :name;
+
+-- name: schedule_get
+SELECT * FROM schedules WHERE namespace = :ns AND name = :name;
+
+-- name: schedule_list
+SELECT * FROM schedules WHERE namespace = :ns ORDER BY name;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE namespace = :ns AND name = :name RETURNING name;
+
+-- name: schedule_set_state
+-- Pause or resume; a resume also says from which slot firing starts again.
+UPDATE schedules SET state = :state, next_fire_at = :next_fire_at, updated_at = :now
+WHERE namespace = :ns AND name = :name
+RETURNING name;
+
+-- name: schedules_due
+-- The sweep's probe (index schedules_due): active schedules whose next slot has come.
+SELECT namespace, name, queue FROM schedules
+WHERE state = 'active' AND next_fire_at <= :now
+ORDER BY next_fire_at LIMIT :limit;
+
+-- name: schedule_for_fire
+-- The row one firing works on, locked for its transaction (Postgres; SQLite's writer holds the
+-- database already): another firer skips it instead of waiting to find it fired.
+SELECT * FROM schedules
+WHERE namespace = :ns AND name = :name AND state = 'active' AND next_fire_at <= :now
+{skip_locked};
+
+-- name: schedule_job_state
+SELECT state FROM invocations WHERE id = :id;
+
+-- name: schedule_fired
+-- The firing's compare-and-set: only from the slot it read (:due), so of two firers that read
+-- the same row, one moves it on and the other's whole transaction (its job too) rolls back.
+UPDATE schedules SET next_fire_at = :next_fire_at,
+    last_slot = COALESCE(:slot, last_slot),
+    last_fired_at = COALESCE(:fired_at, last_fired_at),
+    last_job = COALESCE(:job, last_job),
+    fired = fired + :fired, missed = missed + :missed,
+    last_error = COALESCE(:error, last_error)
+WHERE namespace = :ns AND name = :name AND state = 'active' AND next_fire_at = :due
+RETURNING name;
+
+-- name: schedules_next
+-- The earliest slot still to come (index schedules_due): a process that found nothing due sets
+-- its wake-up for then, so a claim waiting on that queue fires and takes the job on time.
+SELECT namespace, queue, next_fire_at FROM schedules
+WHERE state = 'active' AND next_fire_at > :now
+ORDER BY next_fire_at LIMIT 1;

@@ -545,3 +545,129 @@ CREATE INDEX IF NOT EXISTS invocations_scheduled_queue
     ON invocations (namespace, queue, not_before) WHERE state = 'scheduled';
 CREATE INDEX IF NOT EXISTS invocations_scheduled
     ON invocations (not_before) WHERE state = 'scheduled';
+
+-- migration: 26
+-- Dependencies (issue 36 item 4, sdk/plane/dependencies.py): a job submitted with `after` waits
+-- in state 'waiting' until its parents end. One edge a parent and child; parent_state is the
+-- parent's terminal state once it ended (NULL while it runs), so an edge is counted once even
+-- when a failed parent is retried and ends again. On the child: open_parents, how many of its
+-- parents have not ended (the join counter: each parent's settle takes one off, under the
+-- child's row lock, in its own transaction, and the one that takes the last releases it);
+-- after_failure ('run', or NULL: cancel); inputs, the parents whose results its arguments
+-- name (`dls.output`), as a JSON list. On the parent: dependents, how many edges name it
+-- (NULL: none), so the trigger below costs nothing on the jobs no one waits for.
+CREATE TABLE IF NOT EXISTS dependencies (
+    parent       TEXT NOT NULL,
+    child        TEXT NOT NULL,
+    parent_state TEXT,
+    PRIMARY KEY (parent, child)
+);
+CREATE INDEX IF NOT EXISTS dependencies_child ON dependencies (child);
+ALTER TABLE invocations ADD COLUMN open_parents INTEGER;
+ALTER TABLE invocations ADD COLUMN after_failure TEXT;
+ALTER TABLE invocations ADD COLUMN dependents INTEGER;
+ALTER TABLE invocations ADD COLUMN inputs TEXT;
+-- The sweep's safety net walks the waiting rows (dependencies.py): only those are indexed.
+CREATE INDEX IF NOT EXISTS invocations_waiting ON invocations (id) WHERE state = 'waiting';
+
+-- A parent that ends settles its waiting children in the same transaction, whichever statement
+-- ended it (an ack, a nack, a kill, a timeout, a lost lease, a cancel, a deleted queue): the
+-- trigger is the one place, so no settle path can forget it. Succeeded (or any end, for a
+-- child with after_failure = 'run'): one open parent fewer; the last one makes the child
+-- queued, or scheduled while its own delay runs, its start deadline moved on by the time it
+-- waited. Any other end: the child is cancelled naming the parent, and that change fires this
+-- trigger on the child in turn, so the cancellation runs down every waiting descendant (SQLite
+-- needs recursive_triggers on: sqlite.py sets it). The parent's time of ending is "now".
+-- The statements are the same text in both dialects; only the wrapper differs.
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_settle_dependents
+{sqlite_only} AFTER UPDATE OF state ON invocations
+{sqlite_only} WHEN NEW.dependents IS NOT NULL
+{sqlite_only}     AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{sqlite_only}     AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{sqlite_only} BEGIN
+{postgres_only} CREATE OR REPLACE FUNCTION lakeshore_settle_dependents() RETURNS trigger
+{postgres_only} LANGUAGE plpgsql AS $$
+{postgres_only} BEGIN
+    UPDATE invocations SET
+        open_parents = open_parents - 1,
+        state = CASE
+            WHEN NEW.state <> 'succeeded' AND after_failure IS NULL THEN 'cancelled'
+            WHEN open_parents > 1 THEN 'waiting'
+            WHEN not_before > COALESCE(NEW.finished_at, NEW.created_at) THEN 'scheduled'
+            ELSE 'queued' END,
+        error = CASE WHEN NEW.state <> 'succeeded' AND after_failure IS NULL
+            THEN 'parent ' || NEW.id || ' ended ' || NEW.state
+                || ', so this dependent did not run (after_failure=cancel)'
+            ELSE error END,
+        finished_at = CASE WHEN NEW.state <> 'succeeded' AND after_failure IS NULL
+            THEN COALESCE(NEW.finished_at, NEW.created_at) ELSE finished_at END,
+        deadline_at = CASE WHEN deadline_at IS NULL OR open_parents > 1
+                OR (NEW.state <> 'succeeded' AND after_failure IS NULL) THEN deadline_at
+            ELSE deadline_at
+                + CASE WHEN COALESCE(NEW.finished_at, NEW.created_at) > not_before
+                    THEN COALESCE(NEW.finished_at, NEW.created_at) ELSE not_before END
+                - CASE WHEN created_at > not_before THEN created_at ELSE not_before END END
+    WHERE state = 'waiting' AND id IN (
+        SELECT child FROM dependencies WHERE parent = NEW.id AND parent_state IS NULL);
+    UPDATE dependencies SET parent_state = NEW.state
+    WHERE parent = NEW.id AND parent_state IS NULL;
+{sqlite_only} END;
+{postgres_only}     RETURN NULL;
+{postgres_only} END $$;
+{postgres_only} CREATE TRIGGER invocations_settle_dependents AFTER UPDATE OF state ON invocations
+{postgres_only}     FOR EACH ROW
+{postgres_only}     WHEN (NEW.dependents IS NOT NULL
+{postgres_only}         AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{postgres_only}         AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout'))
+{postgres_only}     EXECUTE FUNCTION lakeshore_settle_dependents();
+-- A child's edges go with it (retention, a deleted queue); a parent's stay, ended, so a child
+-- still shows what it waited on.
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_drop_dependencies
+{sqlite_only} AFTER DELETE ON invocations WHEN OLD.open_parents IS NOT NULL
+{sqlite_only} BEGIN
+{sqlite_only}     DELETE FROM dependencies WHERE child = OLD.id;
+{sqlite_only} END;
+{postgres_only} CREATE OR REPLACE FUNCTION lakeshore_drop_dependencies() RETURNS trigger
+{postgres_only} LANGUAGE plpgsql AS $$
+{postgres_only} BEGIN
+{postgres_only}     DELETE FROM dependencies WHERE child = OLD.id;
+{postgres_only}     RETURN NULL;
+{postgres_only} END $$;
+{postgres_only} CREATE TRIGGER invocations_drop_dependencies AFTER DELETE ON invocations
+{postgres_only}     FOR EACH ROW WHEN (OLD.open_parents IS NOT NULL)
+{postgres_only}     EXECUTE FUNCTION lakeshore_drop_dependencies();
+-- migration: 29
+-- Cron schedules (issue 36, item 3; sdk/plane/schedules.py). A row is a cron expression in a
+-- time zone and the job it submits, stored as the submit would be (payload bytes, priority,
+-- attempts, timeout, resources, preemptions). Firing is one transaction per slot that moves
+-- next_fire_at on and submits the job keyed schedule:<name>:<slot> (store/schedules.py), so
+-- every server and embedded process may fire and a slot still fires once. last_job is what
+-- overlap 'skip' watches; fired and missed count slots. The index holds active rows only: the
+-- sweep's question "is anything due?" is one probe of it.
+CREATE TABLE IF NOT EXISTS schedules (
+    namespace       TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    queue           TEXT NOT NULL,
+    cron            TEXT NOT NULL,
+    tz              TEXT NOT NULL,
+    catchup         TEXT NOT NULL,
+    overlap         TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    payload         {blob} NOT NULL,
+    priority        {real} NOT NULL,
+    max_attempts    INTEGER NOT NULL,
+    timeout_s       {real},
+    resources       TEXT,
+    max_preemptions INTEGER,
+    next_fire_at    {real} NOT NULL,
+    last_slot       {real},
+    last_fired_at   {real},
+    last_job        TEXT,
+    fired           BIGINT NOT NULL DEFAULT 0,
+    missed          BIGINT NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    created_at      {real} NOT NULL,
+    updated_at      {real} NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire_at) WHERE state = 'active';

@@ -15,11 +15,13 @@ and results stay opaque bytes: the store never decodes them.
     providers.py    named provider configs
     workers.py      worker rows
     queues.py       queue rows, events, stats (which count members: QueueStore is a WorkerStore)
-    invocations.py  submit (which may create its queue), read, cancel, claim, settle, list, retry
+    invocations.py  submit (which may create its queue), read, cancel, settle, list, retry
+    claims.py       claim: which job a claimer takes, steal and locality, the sweep on the way
     frames.py       the journal
     views.py        read models: the dashboard's, the controller's, /metrics'
     retention.py    trimming ended invocations
     placement.py    resources: a job's request, a queue's default, where an attempt runs
+    schedules.py    cron schedules, and firing them (every sweep and claim fires what is due)
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ from .base import (
     topic_channel,
 )
 from .frames import FrameStore
-from .invocations import InvocationStore
 from .placement import PlacementStore
 from .providers import ProviderStore
 from .records import boltzmann_level, check_admission, check_elasticity
 from .retention import RetentionStore
+from .schedules import ScheduleStore
 from .views import ViewStore
 
 __all__ = [
@@ -64,7 +66,7 @@ __all__ = [
 
 
 class SqlStore(
-    InvocationStore,
+    ScheduleStore,
     FrameStore,
     AuthStore,
     ProviderStore,

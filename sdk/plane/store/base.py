@@ -40,6 +40,8 @@ class StoreBase:
         self._swept_at = 0.0
         #: When this process last named unschedulable jobs (store/schedulable.py).
         self._judged_at = 0.0
+        #: Where the dependencies safety net's next batch of waiting jobs starts (its sweep).
+        self._waiting_from = ""
 
     def close(self) -> None:
         self.connector.close()

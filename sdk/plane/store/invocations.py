@@ -2,49 +2,41 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import msgpack
 
 from ... import signing
 from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
-from ...resources import check_free, fit_params
 from ...types import (
-    DEFAULT_QUEUE,
     Ack,
     Claim,
     ClaimArgs,
     Invocation,
-    Kind,
     QueueInfo,
     SubmitRequest,
-    check_host,
     check_name,
     check_state,
-    normalize_kind,
     storable_text,
 )
-from .. import delays, locality
-from ..admission import admit, deadline_for, waits_for_room
+from .. import dependencies, locality
+from ..admission import admit, deadline_for
 from ..connector import Row, Transaction
-from ..steal import steal_aged, stealing
 from ..wakeup import work_key
 from . import schedulable
 from .base import (
     MAX_BATCH,
     RETRY_BASE_S,
     RETRY_CAP_S,
-    SWEEP_EVERY_S,
     new_id,
 )
-from .placement import BOX, asked, fitted, scarce, write_request
-from .preemption import PreemptionStore, check_outcome, set_preemption_limit
-from .queues import QueueStore
+from .claims import Claimed, ClaimStore
+from .placement import asked, write_request
+from .preemption import check_outcome, set_preemption_limit
 from .records import (
-    boltzmann_level,
     check_map_id,
     check_submit,
     claim_of,
@@ -53,26 +45,12 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
-from .reservation import claim_reserving
-
-#: Claim parameters the priority_levels statements do not bind.
-_NOT_LEVELS = frozenset({"expires", "worker", "lease"})
 
 #: Told, after an ack's commit and before anyone is woken, the invocations it ended by id.
 OnEnded = Callable[[Mapping[str, Invocation]], None]
 
 
-class Claimed(NamedTuple):
-    """What a claim's statements did inside its transaction."""
-
-    rows: list[Row]
-    #: Expired leases a sweep on the way ended or requeued (anything may have changed).
-    expired: int
-    #: Whether a submit blocked on a full queue (`waits_for_room`) may fit now.
-    room: bool
-
-
-class InvocationStore(PreemptionStore, QueueStore):
+class InvocationStore(ClaimStore):
     """Invocations: submit (which may create its queue), read, cancel, claim, settle, list."""
 
     def submit(
@@ -135,44 +113,7 @@ class InvocationStore(PreemptionStore, QueueStore):
             if taken and self._submitted_before(tx, ns, queue, requests, minted):
                 # The same submit again, its answer lost: the jobs it made.
                 return ids, [[] for _ in claimers]
-            info = self._queue_for_submit(tx, ns, queue, now, row)
-            admit(tx, info, requests, now)
-            for i in order:
-                req = requests[i]
-                key = self.signing_key
-                # A delayed job's start deadline and locality window run from its due time.
-                due = due_time(req, now)
-                start = now if due is None else due
-                row = tx.one(
-                    "insert_invocation_signed",
-                    id=ids[i],
-                    ns=ns,
-                    queue=queue,
-                    state="queued" if due is None else "scheduled",
-                    not_before=start if due is not None else 0,
-                    priority=float(req.priority),
-                    key=req.key,
-                    payload=req.payload,
-                    max_attempts=req.max_attempts,
-                    timeout_s=req.timeout_s,
-                    now=now,
-                    deadline_at=deadline_for(info, start),
-                    signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
-                    if key
-                    else None,
-                    locality_host=req.host,
-                    locality_until=locality.window_end(info, req.host, start),
-                    objects=owned_objects(req.objects),
-                    map_id=req.map_id,
-                )
-                if row is None:  # the key exists: idempotent resubmit
-                    row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
-                    assert row is not None  # the conflict that suppressed the insert
-                else:
-                    set_preemption_limit(tx, row["id"], req, info)
-                    if (wanted := asked(req.resources, info)) is not None:
-                        write_request(tx, row["id"], wanted)
-                ids[i] = row["id"]
+            info = self._insert(tx, ns, queue, requests, ids, order, now, row)
             for params, c in claiming:
                 claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
                 handed.append(claimed)
@@ -187,6 +128,66 @@ class InvocationStore(PreemptionStore, QueueStore):
             )
         )
         return ids, [[claim_of(row) for row in h.rows] for h in handed]
+
+    def _insert(
+        self,
+        tx: Transaction,
+        ns: str,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        ids: list[str],
+        order: Sequence[int],
+        now: float,
+        row: Row | None,
+    ) -> QueueInfo:
+        """Admit and insert `requests` into `queue` (its row as read: None makes it), in
+        `order`; `ids` becomes each one's id (an existing job's where its key was used). A
+        schedule's firing submits through here too, inside its own transaction."""
+        info = self._queue_for_submit(tx, ns, queue, now, row)
+        admit(tx, info, requests, now)
+        # Parents before any insert: their row locks come before the counters' (a parent's
+        # settle takes them in that order too), and an unknown one refuses the whole batch.
+        planned = dependencies.plan(tx, ns, requests, now)
+        inserted: set[int] = set()
+        for i in order:
+            req = requests[i]
+            key = self.signing_key
+            # A delayed job's start deadline and locality window run from its due time.
+            due = due_time(req, now)
+            start = now if due is None else due
+            waiting = planned.get(i)
+            row = tx.one(
+                "insert_invocation_signed",
+                id=ids[i],
+                ns=ns,
+                queue=queue,
+                state=(waiting and waiting.state) or ("queued" if due is None else "scheduled"),
+                not_before=start if due is not None else 0,
+                priority=float(req.priority),
+                key=req.key,
+                payload=req.payload,
+                max_attempts=req.max_attempts,
+                timeout_s=req.timeout_s,
+                now=now,
+                deadline_at=deadline_for(info, start),
+                signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload)) if key else None,
+                locality_host=req.host,
+                locality_until=locality.window_end(info, req.host, start),
+                objects=owned_objects(req.objects),
+                map_id=req.map_id,
+                **dependencies.row_fields(req, waiting, now),
+            )
+            if row is None:  # the key exists: idempotent resubmit
+                row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
+                assert row is not None  # the conflict that suppressed the insert
+            else:
+                inserted.add(i)
+                set_preemption_limit(tx, row["id"], req, info)
+                if (wanted := asked(req.resources, info)) is not None:
+                    write_request(tx, row["id"], wanted)
+            ids[i] = row["id"]
+        dependencies.link(tx, ns, planned, requests, ids, inserted, now)
+        return info
 
     def _submitted_before(
         self,
@@ -233,9 +234,15 @@ class InvocationStore(PreemptionStore, QueueStore):
     def invocation(self, ns: str, inv_id: str) -> Invocation:
         with self.connector.transaction(write=False) as tx:
             row = tx.one("get_invocation", id=inv_id, ns=ns)
+            after = (
+                None
+                if row is None or row["open_parents"] is None
+                else dependencies.after(tx, inv_id)
+            )
         if row is None:
             raise NotFound(f"unknown invocation '{inv_id}'")
-        return invocation_of(row)
+        inv = invocation_of(row)
+        return inv if after is None else replace(inv, after=after)
 
     def count(self, ns: str, queue: str, state: str = "queued") -> int:
         check_state(state)
@@ -258,37 +265,6 @@ class InvocationStore(PreemptionStore, QueueStore):
         if done:
             self.waker.notify()
         return done
-
-    def claim_many(
-        self,
-        ns: str,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float,
-        limit: int,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> list[Claim]:
-        """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
-
-        One commit for the batch is the point: a daemon that prefetches pays one durable write
-        per batch instead of one per job. Each job is picked as a single claim would pick it,
-        so a batch never reorders a queue. `host` is the claimer's host id: a job held for
-        another host is passed by until its locality window ends (plane/locality.py). `free`
-        is what the claimer has free (`resources.check_free`): then only a job that fits is
-        taken, and one at most, since the next one's fit depends on where this one goes.
-        """
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
-        # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
-        # (the worker's settle is then refused and they run again), and skipping its fsync
-        # takes one of the three disk flushes out of every job's path.
-        with self.connector.transaction(durable=False) as tx:
-            claimed = self._claim_in(tx, claiming, kind, temperature, limit)
-        self._claimed(claimed)
-        return [claim_of(row) for row in claimed.rows]
 
     def ack_and_claim(
         self,
@@ -318,178 +294,15 @@ class InvocationStore(PreemptionStore, QueueStore):
             # taken queued, running, ended, the order every other transaction takes them in;
             # the other way round deadlocked against a plain claim.
             claimed = self._claim_in(tx, claiming, kind, temperature, limit)
-            errors = self._ack_in(tx, acks, ns, claiming["now"], ended)
+            released: list[str] = []
+            errors = self._ack_in(tx, acks, ns, claiming["now"], ended, released)
+        work = self._released_work(released)
         if on_ended is not None and ended:
             on_ended(ended)
+        if work:  # dependents are claimable now on these queues
+            self.waker.notify(work=[work_key(n, q) for n, q in work], reads=False)
         self._claimed(claimed, acked=_settled(acks, errors))
         return errors, [claim_of(row) for row in claimed.rows]
-
-    def _claiming(
-        self,
-        ns: str,
-        queues: Sequence[str],
-        worker: str,
-        lease_s: float,
-        limit: int,
-        host: str | None,
-        free: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """A claim's checked parameters, as its statements bind them (with `free`, the
-        `fits` fragment's too: `fitted` tells)."""
-        names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
-        if not 1 <= limit <= MAX_BATCH:
-            raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
-        check_host(host)
-        now = time.time()
-        checked = None if free is None else check_free(free)
-        fit = {} if checked is None else fit_params(checked)
-        if checked is not None and checked["box"] is not None:
-            fit[BOX] = checked["box"]  # taken out before any statement binds it
-        return {
-            "ns": ns,
-            "queues": names,
-            "now": now,
-            "expires": now + lease_s,
-            "worker": worker,
-            "host": host,
-            **fit,
-        }
-
-    def _claim_in(
-        self,
-        tx: Transaction,
-        params: dict[str, Any],
-        kind: str | None,
-        temperature: float,
-        limit: int,
-        known: QueueInfo | None = None,
-        within: str | None = None,
-    ) -> Claimed:
-        """Claim up to `limit` rows; `known`, a queue row this transaction read already;
-        `within`, the one queue to take from (a submit's hand-off), else any of the claim's.
-
-        Every claim comes here, whichever path asked: the kind is chosen and the steal rule
-        applied (`_claim_rows`) in one place."""
-        ns, names, now = params["ns"], params["queues"], params["now"]
-        expired = 0
-        if now - self._swept_at >= SWEEP_EVERY_S:
-            self._swept_at = now
-            expired = self._sweep(tx, now)
-        window: Row | None = None
-        if kind:
-            resolved = normalize_kind(kind)
-        else:  # the first queue's kind orders the claim
-            if known is None or known.name != names[0]:
-                # With the queue row, when these queues' next locality window ends: a claim
-                # that finds nothing needs it, and asking now costs no statement of its own.
-                window = tx.one("queue_for_claim", ns=ns, name=names[0], queues=names, now=now)
-                known = queue_info_of(window) if window else None
-            resolved = normalize_kind(known.kind) if known else "fifo"
-        # Queues that hold nothing queued (an ack's claim that finds them empty, an idle
-        # long-poll's safety poll) need no claim statement: the counters are exact, and this
-        # transaction's own sweep has already counted what it requeued.
-        promoted = window is not None and delays.promote_if_due(tx, params, window)
-        empty = window is not None and not window["queued"] and not promoted
-        rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit, within)
-        if not rows:
-            if window is None:
-                window = tx.one("locality_next", ns=ns, queues=names, now=now)
-                if window is not None and delays.promote_if_due(tx, params, window):
-                    rows = self._claim_rows(tx, resolved, temperature, params, limit, within)
-            if window is not None:
-                locality.wake_at_window(self.waker, ns, names, window["next_window"])
-                delays.wake_when_due(self.waker, ns, names, window["next_due"], now)
-        return Claimed(rows, expired, bool(rows) and self._makes_room(tx, ns, rows, known))
-
-    def _makes_room(
-        self, tx: Transaction, ns: str, rows: Sequence[Row], known: QueueInfo | None
-    ) -> bool:
-        """Whether taking `rows` out of their queues may let in a submit blocked on one."""
-        for name in {row["queue"] for row in rows}:
-            info = known if known and known.name == name else self._queue_info(tx, ns, name)
-            if info is not None and waits_for_room(info.admission):
-                return True
-        return False
-
-    def _claimed(self, claimed: Claimed, *, acked: Sequence[str] = ()) -> None:
-        """One wake-up for a claim's commit, and only to whom it may concern.
-
-        A claim that swept may have changed anything. Acks end invocations: their readers
-        wake. A claim alone brings no work and ends nothing: it wakes only submits blocked
-        for room, and on a queue that cannot block them nobody at all, in this process or
-        another (a datagram to every process on the box, for each job, is what it saves).
-        """
-        if claimed.expired:
-            self.waker.notify()
-        elif acked:
-            self.waker.notify(work=(), reads=False, ended=acked)
-        elif claimed.room:
-            self.waker.notify(work=(), reads=False)
-
-    def _claim_rows(
-        self,
-        tx: Transaction,
-        kind: Kind,
-        temperature: float,
-        params: dict[str, Any],
-        limit: int,
-        within: str | None,
-    ) -> list[Row]:
-        """Up to `limit` claimed rows, in the order single claims would have taken them: in
-        `kind` order from the queues free to take now, then what has waited out its queue's
-        steal delay (steal.py). A claimer that counts what it has free (issue 34) takes one job
-        at a time, and on a fifo queue reserves for the head it could run (reservation.py)."""
-        box = params.get(BOX)
-        if box is not None:
-            params = {k: v for k, v in params.items() if k != BOX}
-        free, delayed = stealing(tx, params["ns"], params["queues"], within)
-        if scarce(params):
-            if box is not None and kind == "fifo" and free:
-                row = claim_reserving(tx, {**params, "queues": free}, box)
-                return [row] if row is not None else []
-            limit = 1  # the next job's fit depends on where the claimer puts this one
-        rows = self._claim_free(tx, kind, temperature, {**params, "queues": free}, limit)
-        return rows + steal_aged(tx, params, delayed, limit - len(rows), fit=fitted(params))
-
-    def _claim_free(
-        self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any], limit: int
-    ) -> list[Row]:
-        if not params["queues"]:
-            return []
-        if limit > 1 and kind == "fifo" and len(params["queues"]) == 1:
-            name = "claim_fifo_batch_fit" if fitted(params) else "claim_fifo_batch"
-            batch = tx.all(name, lease=secrets.token_hex(16), limit=limit, **params)
-            return sorted(batch, key=lambda r: (-r["priority"], r["id"]))
-        rows: list[Row] = []
-        while len(rows) < limit:
-            row = self._claim_row(tx, kind, temperature, {**params, "lease": secrets.token_hex(16)})
-            if row is None:
-                break
-            rows.append(row)
-        return rows
-
-    def _queue_info(self, tx: Transaction, ns: str, name: str) -> QueueInfo | None:
-        row = tx.one("get_queue", ns=ns, name=name)
-        return queue_info_of(row) if row else None
-
-    def _claim_row(
-        self, tx: Transaction, kind: Kind, temperature: float, params: dict[str, Any]
-    ) -> Row | None:
-        fit = "_fit" if fitted(params) else ""
-        if kind == "fifo":
-            return tx.one("claim_fifo" + fit, **params)
-        if kind == "filo":
-            return tx.one("claim_filo" + fit, **params)
-        levels = tx.all(
-            "priority_levels" + fit,
-            **{k: v for k, v in params.items() if k not in _NOT_LEVELS},
-        )
-        if not levels:
-            return None
-        level = boltzmann_level([(r["priority"], r["n"]) for r in levels], temperature)
-        return tx.one("claim_level" + fit, priority=level, **params) or tx.one(
-            "claim_fifo" + fit, **params
-        )
 
     def sweep(self) -> int:
         """End or requeue every attempt whose lease ran out; returns how many moved. At most
@@ -500,21 +313,14 @@ class InvocationStore(PreemptionStore, QueueStore):
             if schedulable.due(self._judged_at, now):
                 self._judged_at = now
                 moved += schedulable.sweep(tx, now, self._append_error)
+                settled, self._waiting_from = dependencies.sweep(tx, now, self._waiting_from)
+                moved += settled
         if moved:
             self.waker.notify()
         return moved
 
     def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
         self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
-
-    def _sweep(self, tx: Transaction, now: float) -> int:
-        due = delays.promote_all_due(tx, now)
-        timed_out = tx.all("expire_deadlines", now=now)
-        requeued = tx.all("requeue_expired", now=now)
-        ended = tx.all("end_expired", now=now)
-        for row in ended:  # an ERROR frame, so a stream raises as result() does
-            self._append(tx, row["id"], "ERROR", msgpack.packb(row["error"]), now)
-        return due + len(timed_out) + len(requeued) + len(ended)
 
     def ack(
         self,
@@ -547,13 +353,15 @@ class InvocationStore(PreemptionStore, QueueStore):
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
+        released: list[str] = []
         with self.connector.transaction() as tx:
-            out = self._ack_in(tx, acks, ns, time.time(), ended)
+            out = self._ack_in(tx, acks, ns, time.time(), ended, released)
+        work = self._released_work(released)
         if on_ended is not None and ended:
             on_ended(ended)
         settled = _settled(acks, out)
-        if settled:  # only these invocations' readers: not each result wait, to read it again
-            self.waker.notify(work=(), reads=False, ended=settled)
+        if settled or work:  # only these invocations' readers, and claims where work came
+            self.waker.notify(work=[work_key(n, q) for n, q in work], reads=False, ended=settled)
         return out
 
     def _ack_in(
@@ -563,9 +371,11 @@ class InvocationStore(PreemptionStore, QueueStore):
         ns: str | None,
         now: float,
         ended: dict[str, Invocation] | None = None,
+        released: list[str] | None = None,
     ) -> list[DispatchError | None]:
         """Settle each ack; into `ended` (with `ns`), each invocation an ack ended, as the
-        settle's own statement returns it with the result the ack carried: no read after."""
+        settle's own statement returns it with the result the ack carried: no read after. Into
+        `released`, each one jobs wait on: its settle may have made them claimable."""
         out: list[DispatchError | None] = []
         for a in acks:
             # No END frame: a reader that finds no more frames and a succeeded row has
@@ -580,6 +390,8 @@ class InvocationStore(PreemptionStore, QueueStore):
             if settled:
                 if ended is not None:
                     ended[a.id] = invocation_of({**settled, "result": a.result})
+                if settled["dependents"] is not None and released is not None:
+                    released.append(a.id)
                 out.append(None)
                 continue
             if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
@@ -591,6 +403,15 @@ class InvocationStore(PreemptionStore, QueueStore):
             except DispatchError as exc:
                 out.append(exc)
         return out
+
+    def _released_work(self, parents: Sequence[str]) -> list[tuple[str, str]]:
+        """Where the settles of `parents` (jobs others wait on) made dependents claimable:
+        read after the commit, outside it, so a join's parents hold their child's row lock no
+        longer than their commit (a concurrent reader may find the same: one more wake-up)."""
+        if not parents:
+            return []
+        with self.connector.transaction(write=False) as tx:
+            return dependencies.released_work(tx, parents)
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""

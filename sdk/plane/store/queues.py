@@ -236,6 +236,11 @@ class QueueStore(WorkerStore):
         with self.connector.transaction() as tx:
             self._event(tx, ns, queue, kind, detail, time.time())
 
+    def maps_in_flight(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The maps with jobs still to end in queue `name` (the dashboard's, `status`'s)."""
+        with self.connector.transaction(write=False) as tx:
+            return _maps_in_flight(tx, ns, name)
+
     def stats(self, ns: str, name: str) -> dict[str, Any]:
         info = self.queue(ns, name)
         members = self.members(ns, name)
@@ -243,9 +248,11 @@ class QueueStore(WorkerStore):
         with self.connector.transaction(write=False) as tx:
             counts = {
                 s: int((tx.one("count_state", ns=ns, queue=name, state=s) or {"n": 0})["n"])
-                for s in ("queued", "running", "scheduled")
+                for s in ("queued", "running", "scheduled", "waiting")
             }
             unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
+            waiting = tx.one("waiting_in_queue", ns=ns, queue=name)
+            maps = _maps_in_flight(tx, ns, name)
         return {
             "queue": name,
             "namespace": ns,
@@ -254,8 +261,32 @@ class QueueStore(WorkerStore):
             "running": counts["running"],
             "pending": counts["queued"],
             "scheduled": counts["scheduled"],
+            "waiting": counts["waiting"],
             "utilization": (counts["running"] / slots) if slots else 0.0,
             "locality_wait_s": locality.wait_s(info),
             # Queued jobs no live daemon of the queue could ever run (store/schedulable.py).
             "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
+            # ... and those only a daemon the controller would launch could (issue 34, item 7).
+            "waiting_for_capacity": int(waiting["n"]) if waiting else 0,
+            # The progress of the maps (f.map) with jobs still to end here, oldest first.
+            "maps": maps,
         }
+
+
+#: Unended rows of each state looked at for map ids, and the most maps shown per queue.
+MAP_SCAN = 500
+MAPS_SHOWN = 5
+
+
+def _maps_in_flight(tx: Transaction, ns: str, queue: str) -> list[dict[str, Any]]:
+    """Per map with jobs running, queued or scheduled near the head of `queue`: its jobs by
+    state and in all (a map's total grows while its producer still submits)."""
+    ids: set[str] = set()
+    for state in ("running", "queued", "scheduled"):
+        rows = tx.all("maps_in_flight", ns=ns, queue=queue, state=state, scan=MAP_SCAN)
+        ids.update(str(r["map_id"]) for r in rows)
+    out = []
+    for map_id in sorted(ids)[:MAPS_SHOWN]:  # map ids are ULIDs: oldest first
+        counts = {r["state"]: int(r["n"]) for r in tx.all("map_progress", ns=ns, map_id=map_id)}
+        out.append({"map_id": map_id, "jobs": sum(counts.values()), "states": counts})
+    return out

@@ -25,6 +25,7 @@ from ...types import (
     check_host,
 )
 from ..connector import Row
+from ..dependencies import check_after
 from ..elasticity import check_scaling
 from ..locality import MAX_WAIT_S
 from ..queries import INT64_MAX
@@ -82,6 +83,8 @@ def check_submit(req: SubmitRequest) -> None:
     if req.map_id is not None:
         check_map_id(req.map_id)
     check_due(req.delay_s, req.at)
+    if req.after or req.inputs or req.after_failure != "cancel":
+        check_after(list(req.after), req.after_failure, list(req.inputs))
 
 
 def check_max_preemptions(value: object, what: str) -> None:
@@ -242,18 +245,19 @@ def invocation_of(row: Row) -> Invocation:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
-        resources=_json_object(row.get("resources")),
-        placement=_json_object(row.get("placement")) or None,
+        resources=json_object(row.get("resources")),
+        placement=json_object(row.get("placement")) or None,
         pending_reason=row.get("pending_reason"),
         unschedulable_reason=row.get("unschedulable_reason"),
         preemptions=row["preemptions"],
         max_preemptions=row["max_preemptions"],
         ended_by=row["ended_by"],
         checkpoint=_blob(row["checkpoint"]),
+        waiting_on=row.get("open_parents"),
     )
 
 
-def _json_object(text: str | None) -> dict[str, Any]:
+def json_object(text: str | None) -> dict[str, Any]:
     """A JSON object column (resources, placement); NULL reads as {}."""
     return json.loads(text) if text else {}
 
@@ -270,9 +274,10 @@ def claim_of(row: Row) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         timeout_s=row["timeout_s"],
         priority=row["priority"],
-        resources=_json_object(row.get("resources")),
+        resources=json_object(row.get("resources")),
         preemptions=row["preemptions"],
         checkpoint=_blob(row["checkpoint"]),
+        inputs=row.get("input_results"),
     )
 
 
@@ -292,7 +297,7 @@ def queue_info_of(row: Row) -> QueueInfo:
         admission=json.loads(row["admission"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        resources=_json_object(row.get("resources")),
+        resources=json_object(row.get("resources")),
     )
 
 

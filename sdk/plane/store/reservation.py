@@ -32,10 +32,22 @@ def claim_reserving(
     one = {**params, "lease": secrets.token_hex(16)}
     if fits(head, params):
         return tx.one("claim_id", id=head["id"], **_claim_keys(one))
+    _mark(tx, head, params)
     start = reservation_start(head, params, box)
     if start is None:
         return None  # hold everything back until the head fits
     return tx.one("claim_backfill_fit", start_bound=start, **one)
+
+
+def _mark(tx: Transaction, head: Mapping[str, Any], params: Mapping[str, Any]) -> None:
+    """Say on the head's row that it waits for resources a worker holds for it (`resources`;
+    the sweep then names the jobs it holds back `reserved_for:<id>`). A no-op once said."""
+    wanted = head["gpus"] if head["gpus"] is not None else params["default_gpus"]
+    words = (
+        f"worker {params['worker']} has reserved for it: it waits for {max(1.0, wanted):g} "
+        "GPU(s) that running jobs hold, and smaller jobs that would delay it are held back"
+    )
+    tx.all("mark_reserved", id=head["id"], words=words)
 
 
 def fits(row: Mapping[str, Any], params: Mapping[str, Any]) -> bool:

@@ -4,9 +4,13 @@ The sweep (the server's timer, an embedded process's reads) looks at the distinc
 queued jobs, not at each job (index invocations_shapes), and at every live daemon's offer (its
 worker row: GPUs, declared CPUs and memory, --gpus-per-job). A request that a daemon on its queue
 could run on its empty box is schedulable; one that none could run is `unschedulable`, with the
-reason in words; with no live daemon on the queue it is `waiting_for_capacity`. A reason clears
-when a capable daemon arrives. A queue's admission `unschedulable_fail_after_s` fails such jobs
-with the reason once they have waited that long.
+reason in words; with no live daemon on the queue it is `waiting_for_capacity`. A request no
+live daemon could run but the launch shape of the queue's provider could (sdk/shapes.py) is
+`waiting_for_capacity` too, with words naming the shape the controller will launch; one neither
+could run is `unschedulable`. A job a live daemon could run, in a queue whose head a worker
+reserves for (store/reservation.py marks that head `resources`), is `reserved_for:<head id>`.
+A reason clears when a capable daemon arrives. A queue's admission
+`unschedulable_fail_after_s` fails such jobs with the reason once they have waited that long.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...resources import describe, gpu_types, type_matches
+from ...shapes import Shape, fits_words, launch_shape
 from ..connector import Row, Transaction
 from .base import WORKER_STALE_S
 
@@ -28,6 +33,9 @@ SHAPE = ("gpus", "gpu_type", "gpu_memory_gb", "cpus", "memory_gb")
 
 #: (transaction, invocation id, error, now): the ERROR frame of a job the sweep failed.
 Append = Callable[[Transaction, str, str, float], None]
+#: The provider a queue's controller launches through and its launch shape (None: unknown);
+#: None: the controller launches nothing for the queue.
+Launches = tuple[str, Shape | None] | None
 
 
 def sweep(tx: Transaction, now: float, append: Append) -> int:
@@ -36,12 +44,23 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
     workers = tx.all("live_workers", since=now - WORKER_STALE_S)
     changed = 0
     limits: dict[tuple[str, str], float | None] = {}
+    launches: dict[tuple[str, str], Launches] = {}
+    heads: dict[tuple[str, str], Row] = {}
+    for row in tx.all("reserved_heads"):
+        heads.setdefault((row["namespace"], row["queue"]), row)
     for shape in _shapes(tx.all("queued_shapes")):
         ns, queue = shape["namespace"], shape["queue"]
-        reason, words = judge(shape, _serving(workers, ns, queue), queue)
+        if (ns, queue) not in launches:
+            launches[(ns, queue)] = _launches(tx, ns, queue)
+        reason, words = judge(shape, _serving(workers, ns, queue), queue, launches[(ns, queue)])
+        keep = ""
+        head = heads.get((ns, queue))
+        if reason is None and head is not None:  # runnable, but held back by the reservation
+            keep = head["id"]
+            reason, words = held_back(head, queue)
         keys = {k: shape[k] for k in SHAPE}
         changed += len(
-            tx.all("set_pending", ns=ns, queue=queue, reason=reason, words=words, **keys)
+            tx.all("set_pending", ns=ns, queue=queue, reason=reason, words=words, keep=keep, **keys)
         )
         if reason != "unschedulable":
             continue
@@ -84,15 +103,62 @@ def _serving(workers: Sequence[Row], ns: str, queue: str) -> list[dict[str, Any]
 
 
 def judge(
-    shape: Mapping[str, Any], offers: Sequence[Mapping[str, Any]], queue: str
+    shape: Mapping[str, Any],
+    offers: Sequence[Mapping[str, Any]],
+    queue: str,
+    launches: Launches = None,
 ) -> tuple[str | None, str | None]:
-    """(pending reason, words) for one request on a queue served by `offers`."""
-    if not offers:
-        return "waiting_for_capacity", f"no live daemon serves queue {queue}"
+    """(pending reason, words) for one request on a queue served by `offers`, whose controller
+    launches daemons through `launches` (provider name, launch shape; None: no provider).
+
+    A live daemon that could run it: no reason. Else a launch shape that could: waiting for
+    that launch. Else, with something to judge by (a daemon, a known shape): unschedulable.
+    With neither (nothing serves the queue, and no shape is known), it waits for capacity:
+    a daemon may yet be started by hand, or the provider's launches may fit.
+    """
     if any(could_run(shape, o) for o in offers):
         return None, None
     request = json.loads(shape["sample"]) if shape.get("sample") else asked(shape)
+    provider, launched = launches if launches is not None else (None, None)
+    if provider is not None and launched is not None:
+        if launched.could_run(request):
+            return "waiting_for_capacity", fits_words(request, launched, provider)
+        kit = f"provider {provider} launches daemons with {launched.describe()}"
+        if not offers:
+            return (
+                "unschedulable",
+                f"needs {describe(request)}; no live daemon serves queue {queue} and {kit}",
+            )
+        return "unschedulable", f"needs {describe(request)}; {_have(offers, queue)}; {kit}"
+    if not offers:
+        return "waiting_for_capacity", f"no live daemon serves queue {queue}"
     return "unschedulable", f"needs {describe(request)}; {_have(offers, queue)}"
+
+
+def held_back(head: Mapping[str, Any], queue: str) -> tuple[str, str]:
+    """The reason of a job a live daemon could run that the head's reservation holds back."""
+    request = json.loads(head["resources"]) if head.get("resources") else {}
+    return (
+        f"reserved_for:{head['id']}",
+        f"held back: job {head['id']} at the head of queue {queue} has a reservation "
+        f"(it needs {describe(request)}); jobs that would delay it wait",
+    )
+
+
+def _launches(tx: Transaction, ns: str, queue: str) -> Launches:
+    """The provider the controller launches the queue's daemons through, and their shape as
+    its config and the tables say (sdk/shapes.py); None: the controller launches none."""
+    row = tx.one("get_queue", ns=ns, name=queue)
+    if row is None:
+        return None
+    policy = json.loads(row["elasticity"] or "{}")
+    name = policy.get("provider")
+    if policy.get("kind", "none") == "none" or not name or int(policy.get("max") or 0) <= 0:
+        return None
+    config = tx.one("provider_get", ns=ns, name=name)
+    if config is None:
+        return None
+    return name, launch_shape(config["kind"], json.loads(config["config"]), policy.get("match"))
 
 
 def asked(shape: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from ...types import check_name
 from ..connector import Row
 from ..providers import ProviderInfo, provider_info
 from .base import StoreBase
+from .records import json_object
 
 #: What a queue event's kind looks like (`created`, `scaled`, `scale_error`, ...).
 EVENT_KIND = re.compile(r"[a-z][a-z_]{0,63}")
@@ -56,6 +57,20 @@ class ViewStore(StoreBase):
             rows = tx.all("running_by_worker", ns=ns)
         return {r["worker"]: int(r["n"]) for r in rows if r["worker"] is not None}
 
+    def gpus_in_use(self, ns: str) -> dict[str, dict[int, float]]:
+        """{worker: {GPU index: share held}} from the placements of running jobs: what the
+        dashboard shows as used beside each daemon's GPUs."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("running_placements", ns=ns)
+        out: dict[str, dict[int, float]] = {}
+        for r in rows:
+            placed = json_object(r["placement"])
+            held = out.setdefault(str(r["worker"]), {})
+            for gpu in placed.get("gpus") or []:
+                index = int(gpu["index"])
+                held[index] = held.get(index, 0.0) + float(gpu.get("share", 1.0))
+        return out
+
     def namespace_events(self, ns: str, *, limit: int = 50) -> list[dict[str, Any]]:
         """Every queue's events in the namespace, newest first (the dashboard's scaling log)."""
         with self.connector.transaction(write=False) as tx:
@@ -96,6 +111,7 @@ class ViewStore(StoreBase):
                 "counts": tx.all("controller_counts"),
                 "running": tx.all("controller_running_by_worker"),
                 "workers": tx.all("controller_workers"),
+                "shapes": tx.all("controller_shapes"),
             }
             providers = [provider_info(r) for r in tx.all("provider_list_all")]
         return rows, providers

@@ -1,0 +1,140 @@
+"""The HTTP plane's wire form: request bodies packed, answers decoded, refusals turned back
+into the SDK's own exceptions, response maps turned into records.
+
+Its own module (issue 38) so that whoever reads a server's answer (`HttpPlane`, the object
+tier's streamed transfers in objects/plane.py) decodes it the same way without reaching into
+`HttpPlane`'s private methods. It imports only msgpack and the SDK's errors and types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
+
+import msgpack
+
+from ..errors import (
+    ERRORS_BY_CODE,
+    DispatchError,
+    InvalidArgument,
+    QueueFullError,
+    ServerBusy,
+    Unavailable,
+)
+from ..types import SubmitRequest, unsendable
+
+R = TypeVar("R")
+
+
+def record(cls: type[R], data: dict[str, Any]) -> R:
+    """A record from a response map; fields a newer server adds are ignored."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # once per class: every claim and every row read passes through here
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+
+def pack_body(body: dict[str, Any]) -> bytes:
+    """The request body as msgpack; a value msgpack cannot carry is refused, naming its field."""
+    try:
+        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+    except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
+        where, why = unsendable(body, "") or ("the request body", f"{type(exc).__name__}: {exc}")
+        raise InvalidArgument(f"{where} {why}") from None
+
+
+def decode_answer(status: int, content_type: str, raw: bytes) -> Any:
+    try:
+        if "json" in content_type:
+            return json.loads(raw)
+        return msgpack.unpackb(raw, raw=False)
+    except Exception:
+        if status >= 400:
+            return None
+        raise DispatchError(
+            f"undecodable response from the control plane (HTTP {status})"
+        ) from None
+
+
+def error_of(status: int, data: Any) -> DispatchError:
+    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(err, dict):  # a proxy's error page: a 502/503 is an outage
+        cls = Unavailable if status >= 500 else ServerBusy if status == 429 else DispatchError
+        return cls(f"control plane answered HTTP {status}")
+    message = str(err.get("message", f"HTTP {status}"))
+    cls = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError)
+    if cls is DispatchError:  # a code this client does not know: keep the HTTP status,
+        unknown = DispatchError(message)  # so a 5xx still reads as transient
+        unknown.status = status
+        return unknown
+    retry = err.get("retry_after_s")
+    retry_after_s = float(retry) if isinstance(retry, (int, float)) else None
+    if cls is QueueFullError:
+        return QueueFullError(message, retry_after_s=retry_after_s, block=bool(err.get("block")))
+    if cls is ServerBusy:
+        return ServerBusy(message, retry_after_s=retry_after_s)
+    return cls(message)
+
+
+def item_error(err: dict[str, Any]) -> DispatchError:
+    """One refusal inside a batch answer, as the error a single call would have raised."""
+    status = ERRORS_BY_CODE.get(str(err.get("code")), DispatchError).status
+    return error_of(status, {"error": err})
+
+
+def submit_item(r: SubmitRequest) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "payload": r.payload,
+        "key": r.key,
+        "priority": r.priority,
+        "max_attempts": r.max_attempts,
+        "timeout_s": r.timeout_s,
+    }
+    if r.host is not None:  # only when there is one: a server before locality refuses it
+        item["host"] = r.host
+    if r.id is not None:
+        item["id"] = r.id
+    if r.resources is not None:  # likewise
+        item["resources"] = r.resources
+    if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
+        item["max_preemptions"] = r.max_preemptions
+    if r.objects:  # likewise: a server before objects refuses the field
+        item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
+    if r.map_id is not None:
+        item["map_id"] = r.map_id
+    if r.delay_s is not None:
+        item["delay_s"] = r.delay_s
+    if r.at is not None:
+        item["at"] = r.at
+    if r.after:  # only when there are some: a server before dependencies refuses the fields
+        item["after"] = list(r.after)
+    if r.after_failure != "cancel":
+        item["after_failure"] = r.after_failure
+    if r.inputs:
+        item["inputs"] = list(r.inputs)
+    return item
+
+
+def claim_body(
+    queues: Sequence[str],
+    worker: str,
+    limit: int,
+    lease_s: float,
+    wait: float,
+    host: str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "queues": list(queues),
+        "worker": worker,
+        "limit": limit,
+        "lease_s": lease_s,
+        "wait": wait,
+    }
+    if host is not None:  # only when there is one: a server before locality takes it
+        body["host"] = host
+    return body
