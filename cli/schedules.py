@@ -92,7 +92,7 @@ def add(
     if as_json:
         emit_json(info)
     else:
-        click.echo(f"schedule {info.name}: next {_local(info.next_fire_at, info.tz)}")
+        click.echo(f"schedule {info.name}: next {zoned(info.next_fire_at, info.tz)}")
 
 
 @schedules.command("ls")
@@ -115,9 +115,9 @@ def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None)
                 r.tz,
                 r.queue,
                 r.state,
-                _local(r.next_fire_at, r.tz) if r.state == "active" else "-",
+                zoned(r.next_fire_at, r.tz) if r.state == "active" else "-",
                 age(r.next_fire_at - now) if r.next_fire_at and r.state == "active" else "-",
-                _local(r.last_fired_at, r.tz),
+                zoned(r.last_fired_at, r.tz),
                 r.fired,
                 r.missed,
             )
@@ -158,7 +158,7 @@ def _state_command(action: str, summary: str) -> None:
         if as_json:
             emit_json(info)
         else:
-            nxt = _local(info.next_fire_at, info.tz) if info.state == "active" else "-"
+            nxt = zoned(info.next_fire_at, info.tz) if info.state == "active" else "-"
             click.echo(f"schedule {info.name} {info.state}; next {nxt}")
 
 
@@ -179,7 +179,7 @@ def rm(name: str, url: str | None, token: str | None, namespace: str | None) -> 
     click.echo(f"removed schedule {name}")
 
 
-def _local(ts: float | None, tz: str) -> str:
+def zoned(ts: float | None, tz: str) -> str:
     """An instant in the schedule's zone, with the zone's abbreviation (CET, EDT, ...)."""
     if ts is None:
         return "-"
@@ -198,9 +198,9 @@ def _print(info: ScheduleInfo) -> None:
         ("state", info.state),
         ("catchup", info.catchup),
         ("overlap", info.overlap),
-        ("next fire", _local(info.next_fire_at, info.tz) if info.state == "active" else "-"),
-        ("last fired", _local(info.last_fired_at, info.tz)),
-        ("last slot", _local(info.last_slot, info.tz)),
+        ("next fire", zoned(info.next_fire_at, info.tz) if info.state == "active" else "-"),
+        ("last fired", zoned(info.last_fired_at, info.tz)),
+        ("last slot", zoned(info.last_slot, info.tz)),
         ("last job", info.last_job or "-"),
         ("fired", info.fired),
         ("missed", info.missed),

@@ -501,6 +501,7 @@ SCHEMAS.update(
                 "workers": {"type": "array", "items": OBJ},
                 "recent": {"type": "array", "items": OBJ},
                 "events": {"type": "array", "items": OBJ},
+                "schedules": {"type": "array", "items": OBJ},
                 "sampled": BOOL,
             }
         ),
