@@ -1,4 +1,4 @@
-"""`lakeshore schedules add | ls | show | pause | resume | rm`: cron schedules (issue 36).
+"""`lakeshore schedules add | ls | show | pause | resume | run-now | rm`: cron schedules (issue 36).
 
     lakeshore schedules add nightly-eval --cron '0 3 * * *' --tz Europe/Berlin \\
         --queue eval --payload-json '{"suite": "full"}'
@@ -167,6 +167,22 @@ _state_command(
     "resume",
     "Fire NAME again from its next slot (with --catchup all: first the slots the pause held).",
 )
+
+
+@schedules.command("run-now")
+@click.argument("name")
+@json_option
+@plane_options
+def run_now(
+    name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """Submit NAME's job now, outside its cron; prints the job's id. The next slot stays."""
+    with plane_session(url, token, namespace) as plane:
+        job = plane.run_schedule(name)
+    if as_json:
+        emit_json({"schedule": name, "id": job})
+    else:
+        click.echo(job)
 
 
 @schedules.command("rm")

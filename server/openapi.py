@@ -587,6 +587,10 @@ SCHEMAS.update(
             ("namespace", "name", "queue", "cron", "tz", "state"),
         ),
         "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
+        "ScheduleRun": _obj(
+            {"run_id": {"type": "string", "description": "a ULID: the same one, the same job"}}
+        ),
+        "ScheduleRunId": _obj({"id": STR}, ("id",)),
         "SchedulePut": _obj(
             {
                 "cron": STR,
