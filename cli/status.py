@@ -331,7 +331,7 @@ def _schedules_table(snap: dict[str, Any]) -> Table | None:
     table.add_column("schedule", no_wrap=True)  # whole: `lakeshore schedules show` takes it
     table.add_column("queue")
     table.add_column("next fire", no_wrap=True)
-    table.add_column("last fired")
+    table.add_column("last fired", no_wrap=True)
     table.add_column("missed")
     table.add_column("paused")
     for s in rows:

@@ -175,8 +175,9 @@ def test_status_shows_the_progress_of_a_map_in_flight(home):
     assert map_id in shown.output and "1/4" in shown.output
 
 
-def test_status_lists_the_schedules_when_there_are_any(home):
+def test_status_lists_the_schedules_when_there_are_any(home, monkeypatch):
     """Issue 36 item 6: each schedule's next and last firing, missed slots, paused or not."""
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width off a terminal: no cell wraps
     from dreamlake.lakeshore.scheduling import schedule
 
     before = CliRunner().invoke(cli, ["status", "--json"], catch_exceptions=False)
