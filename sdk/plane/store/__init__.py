@@ -12,6 +12,7 @@ and results stay opaque bytes: the store never decodes them.
     records.py      validation of what callers send; rows turned into records
     namespaces.py   namespaces and orgs
     auth.py         tokens (stored hashed) and what a token may touch
+    leader.py       leadership leases (the controller's election over HTTP)
     providers.py    named provider configs
     workers.py      worker rows
     queues.py       queue rows, events, stats (which count members: QueueStore is a WorkerStore)
@@ -40,6 +41,7 @@ from .base import (
 )
 from .frames import FrameStore
 from .invocations import InvocationStore
+from .leader import LeaderStore
 from .placement import PlacementStore
 from .providers import ProviderStore
 from .records import boltzmann_level, check_admission, check_elasticity
@@ -68,6 +70,7 @@ class SqlStore(
     InvocationStore,
     FrameStore,
     AuthStore,
+    LeaderStore,
     ProviderStore,
     ViewStore,
     RetentionStore,
