@@ -102,7 +102,7 @@ def jobs() -> list[Job]:
     out.append(("map", "ray, ray.get of remote calls", peer.ray_map))
     from . import lateness
 
-    out.append(("lateness", "lakeshore sqlite, delayed jobs at 100k scheduled", lateness.measure))
+    out.append(("lateness", "lakeshore embedded sqlite, 100k scheduled", lateness.measure))
     out.append(("embedded", "sqlite plane vs huey vs raw sqlite", embedded.measure))
     out.append(("postgres", "postgres plane vs pgqueuer/procrastinate", embedded.measure_postgres))
     from . import depth

@@ -1,140 +1,126 @@
-"""Suite `lateness` (issue 36): how late a delayed job starts, with 100,000 others scheduled.
+"""Delay and schedule lateness (issue 36): how late a job is claimed after its due time, with
+100,000 other jobs scheduled on the same plane (an hour out, so they only weigh on the store).
 
-One SQLite plane (a file, synchronous=FULL, as the embedded default) holds N jobs scheduled an
-hour ahead (100,000; 2,000 under --quick), submitted a batch of 1,000 at a time with `at=`. Then
-PROBES jobs are submitted at once, due one every SPACING_S from two seconds on, and one worker
-thread waits in a claim (`claim_many(..., wait_s=)`, as an idle daemon's claim waits) and acks
-each job it gets. A probe's lateness is the moment its claim returned minus its due time; the
-suite reports p50 and p99 (target: p99 under 50 ms), beside the floor measured in the same run:
-how late a bare `threading.Event().wait(timeout)` wakes on this box (the timer under everything).
+One embedded SQLite plane (a file, synchronous=FULL). A claimer in another thread waits on the
+queue with a long-poll claim and acks at once; a job's lateness is its row's `started_at` (the
+claim's commit) minus the time it was due:
 
-Run alone: .venv/bin/python -m bench --only lateness
-       or: .venv/bin/python -m bench.lateness [--scheduled N] [--quick]
+- delays: probe jobs submitted with `at` spread over the next two seconds;
+- schedules: cron schedules `* * * * *` that all fire at the next minute's slot (the suite waits
+  for it: up to a minute), each a firing transaction of its own, the waiting claim's wake-up
+  set for the slot (store/schedules.py).
+
+Beside them, the floor measured in the same run: how late a bare `threading.Event().wait(50 ms)`
+wakes on this box (the timer under any delay).
+
+Run: .venv/bin/python -m bench --only lateness [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from dreamlake.lakeshore import codec
-from dreamlake.lakeshore.plane.dispatch import Dispatch
-from dreamlake.lakeshore.types import Ack, SubmitRequest
+import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.plane.dispatch import LocalPlane
+from dreamlake.lakeshore.types import SubmitRequest
 
 from .common import Measurement, Settings, pct, say
 
-QUEUE = "later"
+QUEUE = "due"
+BACKLOG = 100_000
 BATCH = 1000
-PROBES = 200
-QUICK_PROBES = 50
-SPACING_S = 0.05
-#: The probes' first due time, after their submit: room for the submit itself.
-LEAD_S = 2.0
-SYSTEM = "lakeshore sqlite, delayed jobs"
-
-
-def scheduled_rows(s: Settings) -> int:
-    return 2000 if s.quick else int(os.environ.get("BENCH_LATENESS_ROWS", "100000"))
-
-
-def seed(plane: Dispatch, rows: int) -> None:
-    """`rows` jobs due an hour from now: what a plane holds while the probes fall due."""
-    at = time.time() + 3600.0
-    payload = codec.encode(0)
-    for done in range(0, rows, BATCH):
-        n = min(BATCH, rows - done)
-        plane.submit(QUEUE, [SubmitRequest(payload=payload, at=at)] * n)
-
-
-def probe(plane: Dispatch, probes: int) -> list[float]:
-    """Lateness of each probe, in ms (claim returned minus due)."""
-    start = time.time() + LEAD_S
-    due = [start + i * SPACING_S for i in range(probes)]
-    ids = plane.submit(
-        QUEUE, [SubmitRequest(payload=codec.encode(i), at=t) for i, t in enumerate(due)]
-    )
-    due_of = dict(zip(ids, due, strict=True))
-    late: list[float] = []
-    deadline = due[-1] + 30.0
-    while len(late) < probes and time.time() < deadline:
-        got = plane.claim_many([QUEUE], worker="bench-late", limit=1, wait_s=5.0)
-        now = time.time()
-        for job in got:
-            late.append((now - due_of[job.id]) * 1000)
-            plane.ack_many([Ack(job.id, job.lease, None)])
-    if len(late) < probes:
-        raise RuntimeError(f"only {len(late)} of {probes} delayed jobs were claimed in time")
-    return late
-
-
-def timer_floor(probes: int) -> list[float]:
-    """How late a bare timed wait wakes here, in ms: the floor under any delay."""
-    event = threading.Event()
-    out = []
-    for _ in range(probes):
-        target = time.time() + SPACING_S
-        event.wait(SPACING_S)
-        out.append((time.time() - target) * 1000)
-    return out
 
 
 def measure(s: Settings) -> list[Measurement]:
-    rows = scheduled_rows(s)
-    probes = QUICK_PROBES if s.quick else PROBES
+    backlog = 10_000 if s.quick else BACKLOG
+    probes = 50 if s.quick else 200
+    schedules = 20 if s.quick else 100
     with tempfile.TemporaryDirectory(prefix="bench-lateness-") as tmp:
-        plane = Dispatch(str(Path(tmp) / "lakeshore.db"))
-        try:
-            plane.create_queue(QUEUE)
-            t0 = time.perf_counter()
-            seed(plane, rows)
-            say(f"[lateness] {rows:,} scheduled in {time.perf_counter() - t0:.1f} s")
-            late = [probe(plane, probes) for _ in range(s.reps)]
-        finally:
-            plane.close()
-    floor = [timer_floor(probes) for _ in range(s.reps)]
-    note = f"{rows:,} other jobs scheduled; one worker waiting in its claim"
+        path = Path(tmp) / "plane.db"
+        with LocalPlane(path) as plane, LocalPlane(path) as worker_plane:
+            _backlog(plane, backlog)
+            say(f"lateness: {backlog} jobs scheduled an hour out")
+            delays, crons = [], []
+            for _ in range(s.reps):
+                delays.append(_delays(plane, worker_plane, probes))
+            crons.append(_schedules(plane, worker_plane, schedules))
+    note = f"{backlog:,} jobs scheduled an hour out; a long-polling claimer; started_at - due"
+    label = "lakeshore embedded sqlite"
+    dur = "synchronous=FULL"
     out = []
-    for metric, q in (("p50", 50), ("p99", 99)):
+    for name, runs, n in (("delay", delays, probes), ("schedule", crons, schedules)):
+        for p in (50, 99):
+            values = [pct(r, p) * 1000 for r in runs]
+            out.append(Measurement("lateness", f"{name} p{p}", label, values, "ms", dur, note, n))
+    floor = [_timer_floor(probes) for _ in range(s.reps)]
+    for p in (50, 99):
+        values = [pct(r, p) * 1000 for r in floor]
+        note = "threading.Event().wait(50 ms), its overshoot"
         out.append(
             Measurement(
-                "lateness",
-                f"lateness {metric}",
-                SYSTEM,
-                [pct(r, q) for r in late],
-                "ms",
-                "synchronous=FULL",
-                note + ("; target p99 < 50 ms" if metric == "p99" else ""),
-                probes,
-            )
-        )
-        out.append(
-            Measurement(
-                "lateness",
-                f"lateness {metric}",
-                "floor: a timed Event.wait",
-                [pct(r, q) for r in floor],
-                "ms",
-                note="threading.Event().wait(50 ms) overshoot",
-                n=probes,
+                "lateness", f"delay p{p}", "floor: a timed wait", values, "ms", "", note, probes
             )
         )
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--scheduled", type=int, default=None, help="jobs scheduled (100,000)")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    if args.scheduled is not None:
-        os.environ["BENCH_LATENESS_ROWS"] = str(args.scheduled)
-    for m in measure(Settings.make(args.quick)):
-        print(f"{m.system:32} {m.metric:14} {m.median:8.2f} ms  {m.note}")
+def _timer_floor(n: int, wait_s: float = 0.05) -> list[float]:
+    """How late a bare timed wait wakes here, in seconds: the floor under any delay."""
+    event = threading.Event()
+    out = []
+    for _ in range(n):
+        target = time.time() + wait_s
+        event.wait(wait_s)
+        out.append(time.time() - target)
+    return out
 
 
-if __name__ == "__main__":
-    main()
+def _backlog(plane: LocalPlane, n: int) -> None:
+    payload = dls.encode(None)
+    for start in range(0, n, BATCH):
+        size = min(BATCH, n - start)
+        plane.submit(QUEUE, [SubmitRequest(payload, delay_s=3600.0) for _ in range(size)])
+
+
+def _claimer(plane: LocalPlane, n: int, done: threading.Event) -> threading.Thread:
+    def run() -> None:
+        taken = 0
+        while taken < n:
+            for job in plane.claim_many([QUEUE], worker="bench", limit=100, wait_s=5.0):
+                plane.ack(job.id, job.lease, None)
+                taken += 1
+        done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _late(plane: LocalPlane, due: dict[str, float]) -> list[float]:
+    return [plane.invocation(i).started_at - at for i, at in due.items()]  # type: ignore[operator]
+
+
+def _delays(plane: LocalPlane, worker: LocalPlane, n: int) -> list[float]:
+    done = threading.Event()
+    start = time.time() + 1.0
+    ats = [start + 2.0 * i / n for i in range(n)]
+    ids = plane.submit(QUEUE, [SubmitRequest(dls.encode(i), at=at) for i, at in enumerate(ats)])
+    _claimer(worker, n, done).join(timeout=60)
+    return _late(plane, dict(zip(ids, ats, strict=True)))
+
+
+def _schedules(plane: LocalPlane, worker: LocalPlane, n: int) -> list[float]:
+    q = dls.SyncQueue(QUEUE, dispatch=plane)
+    slot = 0.0
+    for i in range(n):
+        slot = dls.schedule(f"tick-{i}", "* * * * *", queue=q, payload=i).next_fire_at or 0.0
+    say(f"lateness: waiting {slot - time.time():.0f} s for the next minute's slot")
+    done = threading.Event()
+    _claimer(worker, n, done).join(timeout=120)
+    rows = {s.last_job: s.last_slot or 0.0 for s in plane.schedules() if s.last_job}
+    for s in plane.schedules():
+        plane.delete_schedule(s.name)
+    return _late(plane, rows)

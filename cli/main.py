@@ -81,6 +81,12 @@ COMMANDS = [
         "Named provider configs: where daemons are launched (local processes, EC2, ...).",
     ),
     Verb(
+        "schedules",
+        "schedules",
+        "schedules",
+        "Cron schedules: a job submitted at every slot, once, however many servers run.",
+    ),
+    Verb(
         "controller",
         "controller",
         "controller",

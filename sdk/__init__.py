@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .plane.dispatch import Dispatch, LocalPlane
     from .plane.http import HttpDispatch, HttpPlane
     from .run import scope
+    from .scheduling import schedule
     from .worker import run_worker
     from .workflow import output
 
@@ -67,6 +68,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "run_worker": (".worker", "run_worker"),
     "output": (".workflow", "output"),
     "new_id": (".ids", "new_id"),
+    "schedule": (".scheduling", "schedule"),
 }
 
 
@@ -122,6 +124,7 @@ __all__ = [
     "put",
     "run",
     "run_worker",
+    "schedule",
     "scope",
     "spill",
     "storage",

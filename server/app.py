@@ -39,6 +39,7 @@ from . import (
     routes_providers,
     routes_queues,
     routes_retention,
+    routes_schedules,
     routes_workers,
 )
 from .auth import Grants
@@ -106,6 +107,7 @@ def all_apis() -> list[Api]:
         *routes_jobs.ROUTES,
         *routes_dashboard.ROUTES,
         *routes_providers.ROUTES,
+        *routes_schedules.ROUTES,
         *routes_retention.ROUTES,
         *routes_fleet.ROUTES,
         *routes_admin.ROUTES,

@@ -550,3 +550,58 @@ SCHEMAS.update(
         "FleetLeading": _obj({"leading": BOOL}),
     }
 )
+
+
+# -- cron schedules (routes_schedules.py, issue 36) --------------------------------------------
+
+_TIME = _nullable(NUM)
+SCHEDULES = {"enum": ["none", "latest", "all"]}
+SCHEMAS.update(
+    {
+        "ScheduleInfo": _obj(
+            {
+                "namespace": STR,
+                "name": STR,
+                "queue": STR,
+                "cron": STR,
+                "tz": STR,
+                "catchup": SCHEDULES,
+                "overlap": {"enum": ["allow", "skip"]},
+                "state": {"enum": ["active", "paused"]},
+                "next_fire_at": _TIME,
+                "last_fired_at": _TIME,
+                "last_slot": _TIME,
+                "last_job": _nullable(STR),
+                "fired": INT,
+                "missed": INT,
+                "last_error": _nullable(STR),
+                "priority": NUM,
+                "max_attempts": INT,
+                "timeout_s": _TIME,
+                "resources": _nullable(_ref("Resources")),
+                "max_preemptions": _nullable(INT),
+                "created_at": NUM,
+                "updated_at": NUM,
+            },
+            ("namespace", "name", "queue", "cron", "tz", "state"),
+        ),
+        "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
+        "SchedulePut": _obj(
+            {
+                "cron": STR,
+                "tz": STR,
+                "queue": STR,
+                "catchup": SCHEDULES,
+                "overlap": {"enum": ["allow", "skip"]},
+                "payload": BYTES,
+                "json": {"description": "any JSON value, encoded by the server as the payload"},
+                "priority": NUM,
+                "max_attempts": INT,
+                "timeout_s": NUM,
+                "resources": _ref("Resources"),
+                "max_preemptions": INT,
+            },
+            ("cron", "queue"),
+        ),
+    }
+)

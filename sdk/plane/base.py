@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import DispatchError
 from ..types import Ack, Claim, Frame, Invocation, QueueInfo, SubmitRequest, WorkerInfo
 from .providers import ProviderInfo
+from .schedules import ScheduleInfo
 
 
 @runtime_checkable
@@ -170,5 +171,27 @@ class Plane(Protocol):
     def providers(self) -> list[ProviderInfo]: ...
     def provider(self, name: str) -> ProviderInfo: ...
     def delete_provider(self, name: str) -> None: ...
+
+    # cron schedules (`dls.schedule`, `lakeshore schedules`; sdk/plane/schedules.py)
+    def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        template: SubmitRequest,
+        tz: str = "UTC",
+        catchup: str = "latest",
+        overlap: str = "allow",
+    ) -> ScheduleInfo:
+        """Create or replace a schedule; a replaced one keeps its state, counts and (same
+        cron and zone) its next slot."""
+
+    def schedules(self) -> list[ScheduleInfo]: ...
+    def schedule(self, name: str) -> ScheduleInfo: ...
+    def set_schedule_state(self, name: str, action: str) -> ScheduleInfo:
+        """`pause` or `resume` (see sdk/plane/schedules.py for what a resume fires)."""
+
+    def delete_schedule(self, name: str) -> None: ...
 
     def close(self) -> None: ...

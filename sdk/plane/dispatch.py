@@ -34,6 +34,7 @@ from ..types import (
 from .default import box_plane_path, env_namespace, env_url, open_plane
 from .providers import ProviderInfo
 from .retention import Trimmed
+from .schedules import ScheduleInfo
 from .store import SqlStore, topic_channel
 from .waiting import Deadline, room_wait
 from .wakeup import reading, work_key
@@ -517,6 +518,47 @@ class LocalPlane:
 
     def delete_provider(self, name: str) -> None:
         self.store.delete_provider(self._reading(), name)
+
+    # -- cron schedules (sdk/plane/schedules.py) ----------------------------------------------
+
+    def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        template: SubmitRequest,
+        tz: str = "UTC",
+        catchup: str = "latest",
+        overlap: str = "allow",
+    ) -> ScheduleInfo:
+        # The store checks everything before it makes the namespace: bad input makes nothing.
+        info = self.store.put_schedule(
+            self.namespace,
+            name,
+            cron=cron,
+            queue=queue,
+            template=template,
+            tz=tz,
+            catchup=catchup,
+            overlap=overlap,
+        )
+        self._ns_exists = True
+        return info
+
+    def schedules(self) -> list[ScheduleInfo]:
+        self._swept()  # so the next fire times shown are not already past on an idle box
+        return self.store.schedules(self._reading())
+
+    def schedule(self, name: str) -> ScheduleInfo:
+        self._swept()
+        return self.store.schedule(self._reading(), name)
+
+    def set_schedule_state(self, name: str, action: str) -> ScheduleInfo:
+        return self.store.set_schedule_state(self._reading(), name, action)
+
+    def delete_schedule(self, name: str) -> None:
+        self.store.delete_schedule(self._reading(), name)
 
 
 class Dispatch(LocalPlane):

@@ -36,6 +36,7 @@ from ..types import (
 from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
+from .schedules import ScheduleInfo
 from .tls import Verify, tls_context
 from .transport import (
     BUSY_RETRY_S,
@@ -552,6 +553,42 @@ class HttpPlane(HttpTransport):
 
     def delete_provider(self, name: str) -> None:
         self._request("DELETE", f"/providers/{_segment(name)}")
+
+    # -- cron schedules (sdk/plane/schedules.py) ----------------------------------------------
+
+    def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        template: SubmitRequest,
+        tz: str = "UTC",
+        catchup: str = "latest",
+        overlap: str = "allow",
+    ) -> ScheduleInfo:
+        item = _submit_item(template)
+        if item.get("key") is None:  # a template has none: each firing keys its own job
+            item.pop("key", None)
+        body = {"cron": cron, "queue": queue, "tz": tz, "catchup": catchup, "overlap": overlap}
+        path = f"/schedules/{_segment(name)}"
+        return _record(ScheduleInfo, self._request("PUT", path, {**body, **item}))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        data = self._request("GET", "/schedules")
+        return [_record(ScheduleInfo, s) for s in data["schedules"]]
+
+    def schedule(self, name: str) -> ScheduleInfo:
+        return _record(ScheduleInfo, self._request("GET", f"/schedules/{_segment(name)}"))
+
+    def set_schedule_state(self, name: str, action: str) -> ScheduleInfo:
+        if action not in ("pause", "resume"):
+            raise InvalidArgument(f"action must be one of pause|resume, got {action!r}")
+        path = f"/schedules/{_segment(name)}/{action}"
+        return _record(ScheduleInfo, self._request("POST", path))
+
+    def delete_schedule(self, name: str) -> None:
+        self._request("DELETE", f"/schedules/{_segment(name)}")
 
 
 #: The seeds' name for `HttpPlane`, kept: the same class.

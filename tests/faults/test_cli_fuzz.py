@@ -106,6 +106,7 @@ BASELINE: dict[str, str] = {
     "provider_name": "fuzz-p",
     "kind": "local",
     "namespace": "fuzz-ns",
+    "cron": "0 3 * * *",
 }
 #: Flags that wait for a job to end get a short wait (no worker runs in this pass).
 FLAG_COMPANIONS = {

@@ -949,3 +949,71 @@ UPDATE invocations SET open_parents = :n WHERE id = :id AND state = 'waiting';
 -- goes there only: a join's other parents wake nobody).
 SELECT DISTINCT c.namespace, c.queue FROM dependencies d JOIN invocations c ON c.id = d.child
 WHERE d.parent IN (:ids) AND c.state = 'queued';
+-- name: schedule_insert
+-- Cron schedules (issue 36, migration 29, store/schedules.py). A name already used inserts
+-- nothing: the store then updates the row it reads (a put).
+INSERT INTO schedules (namespace, name, queue, cron, tz, catchup, overlap, state, payload,
+    priority, max_attempts, timeout_s, resources, max_preemptions, next_fire_at, created_at,
+    updated_at)
+VALUES (:ns, :name, :queue, :cron, :tz, :catchup, :overlap, 'active', :payload, :priority,
+    :max_attempts, :timeout_s, :resources, :max_preemptions, :next_fire_at, :now, :now)
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_update
+-- A put over an existing schedule: its template and timing; state, history and counts stay.
+UPDATE schedules SET queue = :queue, cron = :cron, tz = :tz, catchup = :catchup,
+    overlap = :overlap, payload = :payload, priority = :priority,
+    max_attempts = :max_attempts, timeout_s = :timeout_s, resources = :resources,
+    max_preemptions = :max_preemptions, next_fire_at = :next_fire_at, updated_at = :now
+WHERE namespace = :ns AND name = :name;
+
+-- name: schedule_get
+SELECT * FROM schedules WHERE namespace = :ns AND name = :name;
+
+-- name: schedule_list
+SELECT * FROM schedules WHERE namespace = :ns ORDER BY name;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE namespace = :ns AND name = :name RETURNING name;
+
+-- name: schedule_set_state
+-- Pause or resume; a resume also says from which slot firing starts again.
+UPDATE schedules SET state = :state, next_fire_at = :next_fire_at, updated_at = :now
+WHERE namespace = :ns AND name = :name
+RETURNING name;
+
+-- name: schedules_due
+-- The sweep's probe (index schedules_due): active schedules whose next slot has come.
+SELECT namespace, name, queue FROM schedules
+WHERE state = 'active' AND next_fire_at <= :now
+ORDER BY next_fire_at LIMIT :limit;
+
+-- name: schedule_for_fire
+-- The row one firing works on, locked for its transaction (Postgres; SQLite's writer holds the
+-- database already): another firer skips it instead of waiting to find it fired.
+SELECT * FROM schedules
+WHERE namespace = :ns AND name = :name AND state = 'active' AND next_fire_at <= :now
+{skip_locked};
+
+-- name: schedule_job_state
+SELECT state FROM invocations WHERE id = :id;
+
+-- name: schedule_fired
+-- The firing's compare-and-set: only from the slot it read (:due), so of two firers that read
+-- the same row, one moves it on and the other's whole transaction (its job too) rolls back.
+UPDATE schedules SET next_fire_at = :next_fire_at,
+    last_slot = COALESCE(:slot, last_slot),
+    last_fired_at = COALESCE(:fired_at, last_fired_at),
+    last_job = COALESCE(:job, last_job),
+    fired = fired + :fired, missed = missed + :missed,
+    last_error = COALESCE(:error, last_error)
+WHERE namespace = :ns AND name = :name AND state = 'active' AND next_fire_at = :due
+RETURNING name;
+
+-- name: schedules_next
+-- The earliest slot still to come (index schedules_due): a process that found nothing due sets
+-- its wake-up for then, so a claim waiting on that queue fires and takes the job on time.
+SELECT namespace, queue, next_fire_at FROM schedules
+WHERE state = 'active' AND next_fire_at > :now
+ORDER BY next_fire_at LIMIT 1;

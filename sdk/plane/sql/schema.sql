@@ -636,3 +636,38 @@ CREATE INDEX IF NOT EXISTS invocations_waiting ON invocations (id) WHERE state =
 {postgres_only} CREATE TRIGGER invocations_drop_dependencies AFTER DELETE ON invocations
 {postgres_only}     FOR EACH ROW WHEN (OLD.open_parents IS NOT NULL)
 {postgres_only}     EXECUTE FUNCTION lakeshore_drop_dependencies();
+-- migration: 29
+-- Cron schedules (issue 36, item 3; sdk/plane/schedules.py). A row is a cron expression in a
+-- time zone and the job it submits, stored as the submit would be (payload bytes, priority,
+-- attempts, timeout, resources, preemptions). Firing is one transaction per slot that moves
+-- next_fire_at on and submits the job keyed schedule:<name>:<slot> (store/schedules.py), so
+-- every server and embedded process may fire and a slot still fires once. last_job is what
+-- overlap 'skip' watches; fired and missed count slots. The index holds active rows only: the
+-- sweep's question "is anything due?" is one probe of it.
+CREATE TABLE IF NOT EXISTS schedules (
+    namespace       TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    queue           TEXT NOT NULL,
+    cron            TEXT NOT NULL,
+    tz              TEXT NOT NULL,
+    catchup         TEXT NOT NULL,
+    overlap         TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    payload         {blob} NOT NULL,
+    priority        {real} NOT NULL,
+    max_attempts    INTEGER NOT NULL,
+    timeout_s       {real},
+    resources       TEXT,
+    max_preemptions INTEGER,
+    next_fire_at    {real} NOT NULL,
+    last_slot       {real},
+    last_fired_at   {real},
+    last_job        TEXT,
+    fired           BIGINT NOT NULL DEFAULT 0,
+    missed          BIGINT NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    created_at      {real} NOT NULL,
+    updated_at      {real} NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire_at) WHERE state = 'active';

@@ -22,6 +22,7 @@ and results stay opaque bytes: the store never decodes them.
     views.py        read models: the dashboard's, the controller's, /metrics'
     retention.py    trimming ended invocations
     placement.py    resources: a job's request, a queue's default, where an attempt runs
+    schedules.py    cron schedules, and firing them (every sweep and claim fires what is due)
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from .base import (
     topic_channel,
 )
 from .frames import FrameStore
-from .invocations import InvocationStore
 from .leader import LeaderStore
 from .placement import PlacementStore
 from .providers import ProviderStore
 from .records import boltzmann_level, check_admission, check_elasticity
 from .retention import RetentionStore
+from .schedules import ScheduleStore
 from .views import ViewStore
 
 __all__ = [
@@ -67,7 +68,7 @@ __all__ = [
 
 
 class SqlStore(
-    InvocationStore,
+    ScheduleStore,
     FrameStore,
     AuthStore,
     LeaderStore,

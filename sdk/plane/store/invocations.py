@@ -113,52 +113,7 @@ class InvocationStore(ClaimStore):
             if taken and self._submitted_before(tx, ns, queue, requests, minted):
                 # The same submit again, its answer lost: the jobs it made.
                 return ids, [[] for _ in claimers]
-            info = self._queue_for_submit(tx, ns, queue, now, row)
-            admit(tx, info, requests, now)
-            # Parents before any insert: their row locks come before the counters' (a parent's
-            # settle takes them in that order too), and an unknown one refuses the whole batch.
-            planned = dependencies.plan(tx, ns, requests, now)
-            inserted: set[int] = set()
-            for i in order:
-                req = requests[i]
-                key = self.signing_key
-                # A delayed job's start deadline and locality window run from its due time.
-                due = due_time(req, now)
-                start = now if due is None else due
-                waiting = planned.get(i)
-                row = tx.one(
-                    "insert_invocation_signed",
-                    id=ids[i],
-                    ns=ns,
-                    queue=queue,
-                    state=(waiting and waiting.state) or ("queued" if due is None else "scheduled"),
-                    not_before=start if due is not None else 0,
-                    priority=float(req.priority),
-                    key=req.key,
-                    payload=req.payload,
-                    max_attempts=req.max_attempts,
-                    timeout_s=req.timeout_s,
-                    now=now,
-                    deadline_at=deadline_for(info, start),
-                    signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload))
-                    if key
-                    else None,
-                    locality_host=req.host,
-                    locality_until=locality.window_end(info, req.host, start),
-                    objects=owned_objects(req.objects),
-                    map_id=req.map_id,
-                    **dependencies.row_fields(req, waiting, now),
-                )
-                if row is None:  # the key exists: idempotent resubmit
-                    row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
-                    assert row is not None  # the conflict that suppressed the insert
-                else:
-                    inserted.add(i)
-                    set_preemption_limit(tx, row["id"], req, info)
-                    if (wanted := asked(req.resources, info)) is not None:
-                        write_request(tx, row["id"], wanted)
-                ids[i] = row["id"]
-            dependencies.link(tx, ns, planned, requests, ids, inserted, now)
+            info = self._insert(tx, ns, queue, requests, ids, order, now, row)
             for params, c in claiming:
                 claimed = self._claim_in(tx, params, c.kind, c.temperature, c.limit, info, queue)
                 handed.append(claimed)
@@ -173,6 +128,66 @@ class InvocationStore(ClaimStore):
             )
         )
         return ids, [[claim_of(row) for row in h.rows] for h in handed]
+
+    def _insert(
+        self,
+        tx: Transaction,
+        ns: str,
+        queue: str,
+        requests: Sequence[SubmitRequest],
+        ids: list[str],
+        order: Sequence[int],
+        now: float,
+        row: Row | None,
+    ) -> QueueInfo:
+        """Admit and insert `requests` into `queue` (its row as read: None makes it), in
+        `order`; `ids` becomes each one's id (an existing job's where its key was used). A
+        schedule's firing submits through here too, inside its own transaction."""
+        info = self._queue_for_submit(tx, ns, queue, now, row)
+        admit(tx, info, requests, now)
+        # Parents before any insert: their row locks come before the counters' (a parent's
+        # settle takes them in that order too), and an unknown one refuses the whole batch.
+        planned = dependencies.plan(tx, ns, requests, now)
+        inserted: set[int] = set()
+        for i in order:
+            req = requests[i]
+            key = self.signing_key
+            # A delayed job's start deadline and locality window run from its due time.
+            due = due_time(req, now)
+            start = now if due is None else due
+            waiting = planned.get(i)
+            row = tx.one(
+                "insert_invocation_signed",
+                id=ids[i],
+                ns=ns,
+                queue=queue,
+                state=(waiting and waiting.state) or ("queued" if due is None else "scheduled"),
+                not_before=start if due is not None else 0,
+                priority=float(req.priority),
+                key=req.key,
+                payload=req.payload,
+                max_attempts=req.max_attempts,
+                timeout_s=req.timeout_s,
+                now=now,
+                deadline_at=deadline_for(info, start),
+                signature=signing.sign(key, ns, queue, ids[i], bytes(req.payload)) if key else None,
+                locality_host=req.host,
+                locality_until=locality.window_end(info, req.host, start),
+                objects=owned_objects(req.objects),
+                map_id=req.map_id,
+                **dependencies.row_fields(req, waiting, now),
+            )
+            if row is None:  # the key exists: idempotent resubmit
+                row = tx.one("id_by_key", ns=ns, queue=queue, key=req.key)
+                assert row is not None  # the conflict that suppressed the insert
+            else:
+                inserted.add(i)
+                set_preemption_limit(tx, row["id"], req, info)
+                if (wanted := asked(req.resources, info)) is not None:
+                    write_request(tx, row["id"], wanted)
+            ids[i] = row["id"]
+        dependencies.link(tx, ns, planned, requests, ids, inserted, now)
+        return info
 
     def _submitted_before(
         self,
