@@ -66,6 +66,12 @@ def _slots(row: WorkerInfo) -> tuple[int, int]:
     return int(row.load.get("busy", 0)), total
 
 
+def _failed_gpus(row: WorkerInfo) -> str:
+    """The GPUs the daemon took out of its offer (NVML said they failed), and why; '-': none."""
+    failed = row.load.get("gpus_failed") or []
+    return ", ".join(f"{g['index']} ({g['reason']})" for g in failed) or "-"
+
+
 def worker_json(row: WorkerInfo) -> dict[str, Any]:
     busy, total = _slots(row)
     return {
@@ -79,6 +85,7 @@ def worker_json(row: WorkerInfo) -> dict[str, Any]:
         "slots": total,
         "busy": busy,
         "gpus": row.info.get("gpus", []),
+        "gpus_failed": row.load.get("gpus_failed", []),
         "labels": row.info.get("labels", {}),
         "version": row.info.get("version"),
         "heartbeat_at": row.heartbeat_at,
@@ -103,7 +110,7 @@ def ls(url: str | None, token: str | None, namespace: str | None, as_json: bool)
         return
     # Plain aligned columns, without rich's ~50 ms import (issue 17, item 5): see `plain_table`.
     plain_table(
-        ("name", "state", "queues", "host", "slots", "gpus", "heartbeat"),
+        ("name", "state", "queues", "host", "slots", "gpus", "failed-gpus", "heartbeat"),
         (
             (
                 r.name,
@@ -112,6 +119,7 @@ def ls(url: str | None, token: str | None, namespace: str | None, as_json: bool)
                 f"{r.host or '?'}:{r.pid or '?'}",
                 "{}/{}".format(*_slots(r)),
                 str(len(r.info.get("gpus", []))),
+                _failed_gpus(r),
                 _age(r.heartbeat_at),
             )
             for r in rows
@@ -155,8 +163,12 @@ def show(
         lines.append("labels:     " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
     gpus = row.info.get("gpus") or []
     lines.append(f"gpus:       {len(gpus) or 'none'}")
+    failed = {g["index"]: g["reason"] for g in load.get("gpus_failed") or []}
     for gpu in gpus:
-        lines.append(f"  [{gpu['index']}] {gpu['name']}  {gpu['memory_mb']} MiB  {gpu['uuid']}")
+        why = f"  FAILED: {failed[gpu['index']]}" if gpu["index"] in failed else ""
+        lines.append(
+            f"  [{gpu['index']}] {gpu['name']}  {gpu['memory_mb']} MiB  {gpu['uuid']}{why}"
+        )
     click.echo("\n".join(lines))
     slots = load.get("slots") or []
     if slots:

@@ -119,6 +119,12 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     help="Memory that jobs' memory_gb requests are counted against [default: not counted].",
 )
 @click.option(
+    "--enforce-gpu-memory",
+    is_flag=True,
+    help="End a job that uses more GPU memory than its share (gpus x the GPU's memory), read "
+    "from NVML each second; its neighbours keep running.",
+)
+@click.option(
     "--handler",
     default=None,
     metavar="MODULE:FN",
@@ -227,6 +233,7 @@ def daemon_command(
     gpu_memory_gb: float | None,
     cpus: float | None,
     memory_gb: float | None,
+    enforce_gpu_memory: bool,
     handler: str | None,
     burst: bool,
     give_up_unreachable_s: float | None,
@@ -276,6 +283,7 @@ def daemon_command(
         auto_concurrency=concurrency is None,
         preempt_grace_s=preempt_grace_s,
         spot_notice=None if spot_notice == "none" else spot_notice,
+        enforce_gpu_memory=enforce_gpu_memory,
     )
     try:
         plane = open_plane(url, token, namespace)

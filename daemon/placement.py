@@ -70,6 +70,18 @@ class Placer:
     _used: dict[int, int] = field(default_factory=dict)  # GPU index -> units held
     _held: dict[str, Placed] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: GPUs taken out of the offer for good (gpuwatch.py: NVML says they failed).
+    _failed: set[int] = field(default_factory=set)
+
+    def fail(self, index: int) -> None:
+        """Offer GPU `index` no more: no claim is sent with it free, no job is placed on it.
+        What runs on it is the watcher's to release; its share is given back as usual."""
+        with self._lock:
+            self._failed.add(index)
+
+    @property
+    def healthy(self) -> list[Gpu]:
+        return [g for g in self.gpus if g.index not in self._failed]
 
     def wanted(self, request: Mapping[str, Any]) -> float:
         gpus = request.get("gpus")
@@ -78,10 +90,11 @@ class Placer:
     def free(self) -> dict[str, Any]:
         """What is free now, as a claim sends it (`resources.check_free`)."""
         with self._lock:
-            room = {g.index: _UNITS - self._used.get(g.index, 0) for g in self.gpus}
-            roomy = [g for g in self.gpus if room[g.index] > 0]
+            healthy = self.healthy
+            room = {g.index: _UNITS - self._used.get(g.index, 0) for g in healthy}
+            roomy = [g for g in healthy if room[g.index] > 0]
             out: dict[str, Any] = {
-                "gpus_whole": sum(1 for g in self.gpus if room[g.index] == _UNITS),
+                "gpus_whole": sum(1 for g in healthy if room[g.index] == _UNITS),
                 "gpu_share": max((room[g.index] for g in roomy), default=0) / _UNITS,
                 "gpu_names": sorted({g.name for g in roomy}),
                 "gpu_memory_gb": max((g.memory_mb / 1024 for g in roomy), default=0.0),
@@ -93,17 +106,17 @@ class Placer:
             out["cpus"] = max(0.0, self.cpus - sum(p.cpus for p in held))
         if self.memory_gb is not None:
             out["memory_gb"] = max(0.0, self.memory_gb - sum(p.memory_gb for p in held))
-        if self.gpus:  # what a reservation for the head of the queue needs (no starvation)
-            out["box"] = self._box(held, used)
+        if healthy:  # what a reservation for the head of the queue needs (no starvation)
+            out["box"] = self._box(healthy, held, used)
         return out
 
-    def _box(self, held: list[Placed], used: dict[int, int]) -> dict[str, Any]:
+    def _box(self, healthy: list[Gpu], held: list[Placed], used: dict[int, int]) -> dict[str, Any]:
         """What the box has in all, and when its running jobs surely free whole GPUs."""
         box: dict[str, Any] = {
-            "gpus_whole": len(self.gpus),
+            "gpus_whole": len(healthy),
             "gpu_share": 1.0,
-            "gpu_names": sorted({g.name for g in self.gpus}),
-            "gpu_memory_gb": max(g.memory_mb / 1024 for g in self.gpus),
+            "gpu_names": sorted({g.name for g in healthy}),
+            "gpu_memory_gb": max(g.memory_mb / 1024 for g in healthy),
             "default_gpus": self.default_gpus,
         }
         if self.cpus is not None:
@@ -115,7 +128,7 @@ class Placer:
         for placed in sorted((p for p in held if p.deadline is not None), key=_deadline):
             for gpu, share in placed.gpus:
                 left[gpu.index] = left.get(gpu.index, 0) - round(share * _UNITS)
-            whole = sum(1 for g in self.gpus if left.get(g.index, 0) <= 0)
+            whole = sum(1 for g in healthy if left.get(g.index, 0) <= 0)
             steps.append([float(placed.deadline or 0), float(whole)])
         box["whole_free_at"] = steps
         return box
@@ -174,6 +187,19 @@ class Placer:
         with self._lock:
             return dict(self._held)
 
+    def in_use(self) -> dict[str, Any]:
+        """GPUs in use and free now, for the heartbeat (the dashboard shows them): `used` sums
+        the shares held, `free` is what healthy GPUs have left, `failed` is out of the offer."""
+        with self._lock:
+            healthy = self.healthy
+            held = sum(self._used.get(g.index, 0) for g in healthy) / _UNITS
+            return {
+                "total": len(self.gpus),
+                "used": round(held, 6),
+                "free": round(len(healthy) - held, 6),
+                "failed": len(self.gpus) - len(healthy),
+            }
+
     def _pick(
         self, request: Mapping[str, Any], used: Mapping[int, int]
     ) -> tuple[tuple[tuple[Gpu, float], ...], str | None] | None:
@@ -184,7 +210,7 @@ class Placer:
         memory_gb = float(request.get("gpu_memory_gb") or 0)
         candidates = [
             g
-            for g in self.gpus
+            for g in self.healthy
             if type_matches(request, g.name) and g.memory_mb / 1024 >= memory_gb
         ]
         if gpu_types(request):  # the first acceptable type the box has, only that one

@@ -15,7 +15,7 @@ parent holds. The child only decodes, runs `run_body`, and writes messages on a 
                       | None (exit)
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
-                                           | ("error", id, (traceback, one-line summary))
+                                           | ("error", id, (traceback, summary, cause))
                                            | ("preempted", id, (message, cause))
 
 Issue 35 adds, while a job runs (childlink.py):
@@ -64,12 +64,12 @@ from ..work.slot import (
     SlotBase,
     abort_outcome,
     crash_outcome,
-    format_failure,
-    summarise_failure,
+    error_outcome,
 )
 from .credentials import job_credentials
 from .inventory import Gpu
 from .log import get_logger
+from .oom import OomCounters, death
 
 #: How long a fresh child may take to import and report ready (cold NFS homes are slow).
 CHILD_START_TIMEOUT_S = 120.0
@@ -151,7 +151,8 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             except Preempted as exc:
                 reply = ("preempted", inv_id, (str(exc), exc.cause))
             except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
-                reply = ("error", inv_id, (format_failure(exc), summarise_failure(exc)))
+                failed = error_outcome(exc)  # a MemoryError: out of host memory, `oom`
+                reply = ("error", inv_id, (failed.error, failed.summary, failed.cause))
         try:
             pipe.send(reply)
         except OSError:
@@ -316,11 +317,14 @@ class ProcessSlot(SlotBase):
         kill_grace_s: float = 10.0,
         on_end: Callable[[Claim, Outcome, float], None] | None = None,
         gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
+        oom: OomCounters | None = None,
     ) -> None:
         """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics,
         and its placer, which frees the job's GPUs there). `gpus_for(claim)`: the GPUs a job
         was placed on (issue 34); a child that sees others is replaced before the job runs,
-        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job."""
+        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job.
+        `oom`: the box's OOM-kill counters, to tell a job the kernel killed for memory from
+        one that died otherwise (oom.py); None: every death is `died`."""
         super().__init__(index, kill_grace_s=kill_grace_s)
         self._on_end = on_end
         self._gpus_for = gpus_for
@@ -343,6 +347,9 @@ class ProcessSlot(SlotBase):
         self._handed: tuple[str, Child, float] | None = None
         #: When the slot's current attempt reached its child (`_run`).
         self._began = 0.0
+        self._oom = oom
+        #: The OOM-kill counters as the current attempt was assigned (oom.py; `_assigned`).
+        self._oom_before: dict[str, int] = {}
         self._log = get_logger(slot=index)
 
     def snapshot(self) -> dict[str, Any]:
@@ -368,6 +375,9 @@ class ProcessSlot(SlotBase):
         return self.gpus if self._gpus_for is None else list(self._gpus_for(claim))
 
     def _assigned(self, claim: Claim) -> None:
+        # The OOM-kill counters as the job starts, before any child can have it: a job that
+        # dies at once must find its own kill counted after this reading, never in it.
+        self._oom_before = self._oom.baseline() if self._oom is not None else {}
         # Between jobs the slot thread leaves the child alone: a child it replaces is None here
         # until the new one is up, and then it is the one the slot thread runs the job on.
         child = self._child
@@ -485,7 +495,7 @@ class ProcessSlot(SlotBase):
                     self._sink.note_cause(claim, ABORT_CAUSES[reason])
                 child.terminate(grace)
                 self._child = None
-                return abort_outcome(reason)
+                return abort_outcome(reason, self._abort_detail)
             if deadline is not None and time.monotonic() >= deadline:
                 self._sink.note_cause(claim, "timeout")
                 child.terminate(self.kill_grace_s)
@@ -553,12 +563,8 @@ class ProcessSlot(SlotBase):
             return outcome
         if dead or (not child.alive() and child.conn.fileno() not in self._ready(child)):
             child.process.join(1.0)
-            return self._retire(
-                Outcome(
-                    "died",
-                    error=f"the job's process died: {describe_exit(child.process.exitcode)}",
-                )
-            )
+            exitcode = child.process.exitcode
+            return self._retire(death(exitcode, self._oom, self._oom_before, describe_exit))
         return None
 
     def _flush(self, claim: Claim, child: Child, frames: list[bytes]) -> Outcome | None:
@@ -632,8 +638,8 @@ def _ended(kind: str, value: Any) -> Outcome:
     if kind == "preempted":
         message, cause = value
         return Outcome("preempted", error=str(message), cause=str(cause))
-    text, summary = value
-    return Outcome("error", error=str(text), summary=str(summary))
+    text, summary, cause = value
+    return Outcome("error", error=str(text), summary=str(summary), cause=str(cause))
 
 
 def _run_message(

@@ -30,6 +30,7 @@ from ..work.core import (
 )
 from ..work.retry import Retrier, is_transient
 from ..work.slot import JobSink, Outcome, Slot, SlotFactory
+from .gpuwatch import GpuWatch, open_reader
 from .inventory import (
     Gpu,
     LoadMeter,
@@ -40,6 +41,7 @@ from .inventory import (
     visible_gpus,
 )
 from .log import get_logger
+from .oom import OomCounters
 from .placement import Placer, declared_gpus
 from .slots import ChildFailed, ProcessSlot, spawn_context
 from .systemd import Notifier
@@ -76,6 +78,8 @@ class DaemonConfig(WorkerConfig):
     #: Where spot interruption notices come from (issue 35): None, "ec2" (daemon/spot.py), or
     #: "auto": "ec2" when local files say the box is an EC2 instance (daemon/ec2host.py).
     spot_notice: str | None = None
+    #: End a job that uses more GPU memory than its share (gpuwatch.py; issue 34 item 6).
+    enforce_gpu_memory: bool = False
 
 
 class Daemon(WorkerCore):
@@ -97,6 +101,7 @@ class Daemon(WorkerCore):
         )
         self._gpus = None if gpus is None else list(gpus)
         self._placer: Placer | None = None
+        self._gpuwatch: GpuWatch | None = None
         self._meter: LoadMeter | None = None
         self._metrics = metrics
         if metrics is not None:
@@ -143,6 +148,7 @@ class Daemon(WorkerCore):
         ctx = spawn_context()
         env = {"LAKESHORE_STORAGE": config.storage} if config.storage else {}
         env |= child_environment(self.plane)  # its jobs' objects go through this plane
+        oom = OomCounters()  # found once: which OOM-kill counters this box offers
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(
@@ -155,6 +161,7 @@ class Daemon(WorkerCore):
                 kill_grace_s=config.kill_grace_s,
                 on_end=self._job_ended,
                 gpus_for=self._gpus_for,
+                oom=oom,
             )
 
         return slot
@@ -230,18 +237,46 @@ class Daemon(WorkerCore):
     def _load(self) -> dict[str, Any]:
         if self._meter is None:
             self._meter = LoadMeter()
-        return self._meter.measure([s.snapshot() for s in self.slots])
+        load = self._meter.measure([s.snapshot() for s in self.slots])
+        if self._placer is not None and self._placer.gpus:
+            load["gpu_use"] = self._placer.in_use()
+        if self._gpuwatch is not None and self._gpuwatch.failed:
+            load["gpus_failed"] = self._gpuwatch.failed_gpus()
+        return load
 
     def _ready_fields(self) -> dict[str, Any]:
         return {"gpus": [g.index for g in self._gpus or []]}
 
     def _on_ready(self) -> None:
         super()._on_ready()
+        self._watch_gpus()
         if self._watches_spot(self.config.spot_notice):
             from .spot import SpotWatcher
 
             watcher = SpotWatcher(self, self._halt)
             self._spawn_thread("lakeshore-spot", watcher.run)
+
+    def _watch_gpus(self) -> None:
+        """Read the GPUs while jobs run: failed ones out of the offer, and with
+        --enforce-gpu-memory each job's memory against its share (gpuwatch.py)."""
+        placer = self._placer
+        if placer is None or not placer.gpus:
+            return
+        reader = open_reader()
+        if reader is None:
+            if self.config.enforce_gpu_memory:
+                self._log.warning(
+                    "gpu.unwatched", reason="NVML is not available: --enforce-gpu-memory is off"
+                )
+            return
+        watch = self._gpuwatch = GpuWatch(
+            reader,
+            placer,
+            lambda: self.slots,
+            enforce_memory=self.config.enforce_gpu_memory,
+            log=self._log,
+        )
+        self._spawn_thread("lakeshore-gpus", lambda: watch.run(self._halt))
 
     def _watches_spot(self, mode: str | None) -> bool:
         """`auto` polls the metadata service only where sysfs says this is EC2: elsewhere

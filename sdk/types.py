@@ -53,8 +53,28 @@ DEFAULT_MAX_PREEMPTIONS = 20
 MAX_PREEMPTIONS_LIMIT = 1000
 #: Why an attempt ended, as the worker decided it before it signalled the job (`ended_by`):
 #: a notice that the box is going away, a kill asked by cancel, the run's timeout, the job's
-#: process dying, the job's own error, its worker lost with the lease, a command exiting 75.
-END_CAUSES = ("notice", "cancel", "timeout", "died", "error", "daemon_lost", "exit75")
+#: process dying, the job's own error, its worker lost with the lease, a command exiting 75;
+#: and, on a daemon: the job's process out of host memory (`oom`), a job over its share of GPU
+#: memory under `--enforce-gpu-memory` (`gpu_memory`), a GPU of the job's that failed
+#: (`gpu_failed`: released as a preemption, not charged).
+END_CAUSES = (
+    "notice",
+    "cancel",
+    "timeout",
+    "died",
+    "error",
+    "daemon_lost",
+    "exit75",
+    "oom",
+    "gpu_memory",
+    "gpu_failed",
+)
+#: The causes `end` accepts for each state it sets (the first is the default).
+END_STATE_CAUSES = {
+    "killed": ("cancel",),
+    "timeout": ("timeout",),
+    "failed": ("died", "oom", "gpu_memory"),
+}
 
 DEFAULT_QUEUE = "default"
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."

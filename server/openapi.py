@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
-from ..types import END_CAUSES
+from ..types import END_CAUSES, END_STATE_CAUSES
 from .endpoint import Api
 
 BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
@@ -311,7 +311,12 @@ SCHEMAS: dict[str, Any] = {
     "Nack": _obj({"lease": STR, "error": STR, "retry": BOOL}, ("lease",)),
     "NackResult": _obj({"state": STR}),
     "End": _obj(
-        {"lease": STR, "state": {"enum": ["killed", "timeout", "failed"]}, "error": STR},
+        {
+            "lease": STR,
+            "state": {"enum": ["killed", "timeout", "failed"]},
+            "error": STR,
+            "cause": {"enum": sorted({c for cs in END_STATE_CAUSES.values() for c in cs})},
+        },
         ("lease", "state"),
     ),
     "Release": _obj(

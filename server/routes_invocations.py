@@ -41,6 +41,7 @@ from .longpoll import (
 )
 from .metrics import count_acks
 from .payload_kinds import code_in
+from .routes_objects import drop_superseded
 from .wire import Fields
 
 ITEM_FIELDS = (
@@ -420,12 +421,13 @@ async def nack(call: Call) -> dict[str, str]:
 
 async def end(call: Call) -> None:
     b = call.body
-    b.only("lease", "state", "error")
+    b.only("lease", "state", "error", "cause")
     lease, state, error = b.req_text("lease"), b.req_text("state"), b.text("error") or ""
+    cause = b.text("cause")
 
     def run() -> None:
         _owned(call.store, call.ns, call.param("id"))
-        call.store.end(call.param("id"), lease, state=state, error=error)
+        call.store.end(call.param("id"), lease, state=state, error=error, cause=cause)
 
     await call.run(run)
 
@@ -479,6 +481,9 @@ async def checkpoint(call: Call) -> dict[str, bytes | None]:
     previous = await call.run(
         lambda: call.store.checkpoint(call.param("id"), lease, data, ns=call.ns)
     )
+    if previous is not None and previous != data:  # the old one's plane-tier copy: gone
+        tier = call.request.app.state.lakeshore_objects
+        await call.run(drop_superseded, tier, call.ns, previous)
     return {"previous": previous}
 
 

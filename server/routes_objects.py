@@ -23,6 +23,7 @@ byte is read. Keys are namespaced, so an id from another namespace is a 404 like
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import AsyncIterator
@@ -38,7 +39,7 @@ from ..errors import Conflict, InvalidArgument, NotFound, PayloadTooLarge
 from ..objects.layout import ALIGN, MAGIC, PREFIX, ObjectCorrupt
 from ..objects.plane import is_plane_url, split
 from ..plane.auth import JOB, READ, SUBMIT_DATA, WORK
-from ..storage import OBJECTS_PREFIX, Storage, StorageRef
+from ..storage import OBJECTS_PREFIX, Storage, StorageRef, sniff_ref
 from .blocking import run_blocking
 from .body_budget import ClientGone
 from .endpoint import Api, Call
@@ -54,6 +55,8 @@ MAX_PREFIX: Final = 64 * 1024
 DIGEST_HEADER: Final = "x-lakeshore-digest"
 SIZE_HEADER: Final = "x-lakeshore-size"
 LIMIT_OPTION: Final = "`lakeshore server --max-object-mb` (LAKESHORE_MAX_OBJECT_MB)"
+
+log = logging.getLogger("lakeshore.server")
 
 _ID = re.compile(r"[0-9a-z]{26}")
 _DIGEST = re.compile(r"[0-9a-f]{32}")
@@ -140,6 +143,23 @@ def delete_owned(
         except Exception as exc:
             problems.append(f"{ref.url}/{ref.key}: {exc}")
     return left, deleted, problems
+
+
+def drop_superseded(tier: ObjectTier, ns: str, previous: bytes) -> None:
+    """Delete the plane-tier copy of a checkpoint a newer one of the same invocation replaced
+    (issue 35), once the new one is on the row. Here, not by the worker: a worker holds no
+    power to delete plane-tier objects, and gains none. The rules are retention's
+    (`delete_owned`): a spilled object of this namespace only; a checkpoint in another tier is
+    the worker's to delete (sdk/work/checkpoints.py), and any trouble is logged, never the
+    checkpoint's refusal (it is stored already)."""
+    from ..spill import is_spilled  # the object store's names: imported at the first one
+
+    ref = sniff_ref(previous)
+    if ref is None or not is_plane_url(ref.url) or not is_spilled(ref):
+        return
+    _, _, problems = delete_owned(tier, ns, [ref])
+    for line in problems:
+        log.warning("a superseded checkpoint was not deleted: %s", line)
 
 
 # -- PUT ------------------------------------------------------------------------------------------

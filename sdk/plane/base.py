@@ -108,7 +108,12 @@ class Plane(Protocol):
         """Settle many as succeeded in one durable write; per ack, the refusal or None."""
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str: ...
-    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None: ...
+    def end(
+        self, inv_id: str, lease: str, *, state: str, error: str, cause: str | None = None
+    ) -> None:
+        """End an attempt the worker ended (killed, timeout) or whose process died (failed);
+        `cause` tells an out-of-memory or over-GPU-memory end from a plain death."""
+
     def release(
         self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
     ) -> bool:

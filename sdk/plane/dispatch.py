@@ -387,8 +387,10 @@ class LocalPlane:
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         return self.store.nack(inv_id, lease, error=error, retry=retry)
 
-    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
-        self.store.end(inv_id, lease, state=state, error=error)
+    def end(
+        self, inv_id: str, lease: str, *, state: str, error: str, cause: str | None = None
+    ) -> None:
+        self.store.end(inv_id, lease, state=state, error=error, cause=cause)
 
     def release(
         self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"

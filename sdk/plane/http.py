@@ -378,12 +378,13 @@ class HttpPlane(HttpTransport):
         )
         return str(data["state"])
 
-    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
-        self._request(
-            "POST",
-            f"/invocations/{_segment(inv_id)}/end",
-            {"lease": lease, "state": state, "error": storable_text(error)},
-        )
+    def end(
+        self, inv_id: str, lease: str, *, state: str, error: str, cause: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"lease": lease, "state": state, "error": storable_text(error)}
+        if cause is not None:  # only then: a server before it refuses the field
+            body["cause"] = cause
+        self._request("POST", f"/invocations/{_segment(inv_id)}/end", body)
 
     def release(
         self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"

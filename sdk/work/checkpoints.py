@@ -4,8 +4,9 @@ The body encodes its state (`dls.run.checkpoint`); the worker writes it to durab
 spilled object, then its Ref to the row under the attempt's lease (`Plane.checkpoint`), and
 only then tells the body it is safe. The row never holds the state, so a checkpoint of 256 MiB
 costs the row what one of 1 KiB does. The checkpoint it replaced is deleted once the new one is
-on the row, where this worker can reach it (a file:// or s3:// storage); a plane-tier copy,
-which a worker cannot delete, stays until retention trims its namespace.
+on the row: by this worker where it can reach it (a file:// or s3:// storage), by the server for
+a plane-tier copy (a worker has no power to delete those: server/routes_objects.py,
+`drop_superseded`). The last one goes with its row, when retention trims it.
 
 Where the object goes: the worker's `--storage` when it has one, else its plane's storage when
 that plane is over HTTP (the plane tier: every box that reaches the server reads it back), else

@@ -32,8 +32,7 @@ from .slot import (
     SlotBase,
     abort_outcome,
     crash_outcome,
-    format_failure,
-    summarise_failure,
+    error_outcome,
 )
 
 
@@ -216,9 +215,7 @@ class _Body:
         except Preempted as exc:
             outcome = self._refused or Outcome("preempted", error=str(exc), cause=exc.cause)
         except BaseException as exc:  # SystemExit from a job is a failed job, not our exit
-            outcome = self._refused or Outcome(
-                "error", error=format_failure(exc), summary=summarise_failure(exc)
-            )
+            outcome = self._refused or error_outcome(exc)
         with self._changed:
             self.outcome = outcome
             self._changed.notify_all()

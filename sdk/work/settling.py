@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import DispatchError, LeaseLost
 from ..plane.base import Plane
-from ..types import Ack, Claim
+from ..types import END_STATE_CAUSES, Ack, Claim
 from .acks import AckQueue
 from .retry import GaveUp, Retrier
 from .slot import Outcome
@@ -58,6 +58,8 @@ class Settling:
         log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
         if outcome.kind == "ok":
             self._acks.put(claim, outcome.result)  # logged once its batch commits
+        elif outcome.kind == "error" and outcome.cause == "oom":
+            self._end_failed(claim, outcome, log)  # out of host memory: said so, not retried
         elif outcome.kind == "error":
             if self._settle_call(
                 claim,
@@ -72,14 +74,31 @@ class Settling:
             self._settle_preempted(claim, outcome, log)
         elif outcome.kind == "lost":
             log.warning("job.abandoned", reason=outcome.error)
-        else:  # died, killed, timeout: the worker ended the attempt
-            state = "failed" if outcome.kind == "died" else outcome.kind
+        elif outcome.kind == "died":
+            self._end_failed(claim, outcome, log)
+        else:  # killed, timeout: the worker ended the attempt
+            state = outcome.kind
             if self._settle_call(
                 claim,
                 "end",
                 lambda: plane.end(claim.id, claim.lease, state=state, error=outcome.error),
             ):
                 log.info(f"job.{outcome.kind}", error=outcome.error)
+
+    def _end_failed(self, claim: Claim, outcome: Outcome, log: Any) -> None:
+        """End an attempt `failed` for its cause as the slot found it: its process died, ran
+        out of host memory (`oom`), or used more than its GPU memory share (`gpu_memory`)."""
+        cause = outcome.cause if outcome.cause in END_STATE_CAUSES["failed"] else "died"
+        end = partial(
+            self.plane.end,
+            claim.id,
+            claim.lease,
+            state="failed",
+            error=outcome.error,
+            cause=None if cause == "died" else cause,  # a server before issue 35 knows none
+        )
+        if self._settle_call(claim, "end", end):
+            log.info("job.died" if cause == "died" else f"job.{cause}", error=outcome.error)
 
     def _settle_preempted(self, claim: Claim, outcome: Outcome, log: Any) -> None:
         """Give a preempted attempt back (issue 35): requeued at once, not charged."""

@@ -19,7 +19,9 @@ from typing import Any, Literal, Protocol, cast
 from ..types import Claim
 
 OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost", "preempted"]
-AbortReason = Literal["killed", "release", "lost"]
+#: Why another thread ends a running job: a kill asked, its worker stopping, its lease gone;
+#: on a daemon also its GPU memory over its share, or a GPU of its failing (gpuwatch.py).
+AbortReason = Literal["killed", "release", "lost", "gpu_memory", "gpu_failed"]
 
 #: A wait on a job's deadline is cut into pieces no longer than this: select() and friends
 #: refuse timeouts past ~24.8 days (a C int of milliseconds), and a 30-day training run is a
@@ -36,7 +38,9 @@ class Outcome:
     error: str = ""
     #: One line for the log (the exception type and message); `error` is what the row keeps.
     summary: str = ""
-    #: A preempted attempt's cause (types.END_CAUSES): a notice, or a command exiting 75.
+    #: A preempted attempt's cause (types.END_CAUSES): a notice, a command exiting 75, a GPU
+    #: that failed. A failed one's when it is not the usual (`died` / `error`): `oom` (out of
+    #: host memory), `gpu_memory` (over its share under --enforce-gpu-memory).
     cause: str = "notice"
 
 
@@ -74,8 +78,11 @@ class Slot(Protocol):
 
     def assign(self, claim: Claim) -> None: ...
 
-    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
-        """Ask the slot to end `inv_id` now; False if it is no longer the slot's job."""
+    def abort(
+        self, inv_id: str, reason: AbortReason, grace_s: float | None = None, detail: str = ""
+    ) -> bool:
+        """Ask the slot to end `inv_id` now; False if it is no longer the slot's job. `detail`:
+        the error the job ends with, where the reason's own words say too little."""
 
     def notice(self, deadline: float | None) -> None:
         """Tell the running job its box is going away by `deadline` (`dls.run.preempting`)."""
@@ -114,6 +121,8 @@ class SlotBase(abc.ABC):
         self._since = 0.0
         #: (invocation id, why, grace): what other threads asked of the running job.
         self._abort: tuple[str, AbortReason, float] | None = None
+        #: The error an abort asked the job to end with ("": the reason's own words).
+        self._abort_detail = ""
         self._thread: threading.Thread | None = None
         self._noticed: tuple[float | None] | None = None
 
@@ -136,12 +145,15 @@ class SlotBase(abc.ABC):
         start the job from there, while its own thread wakes. Nothing, by default."""
         return None
 
-    def abort(self, inv_id: str, reason: AbortReason, grace_s: float | None = None) -> bool:
+    def abort(
+        self, inv_id: str, reason: AbortReason, grace_s: float | None = None, detail: str = ""
+    ) -> bool:
         """Ask the slot to end `inv_id` now; ignored if it is no longer the slot's job."""
         with self._lock:
             if self._claim is None or self._claim.id != inv_id or self._abort is not None:
                 return False
             self._abort = (inv_id, reason, self.kill_grace_s if grace_s is None else grace_s)
+            self._abort_detail = detail
             self._aborted()
         return True
 
@@ -255,21 +267,50 @@ def abort_error(reason: AbortReason) -> str:
         "killed": "killed on request (cancel with kill=True)",
         "release": "released unfinished: the worker stopped before the job did",
         "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
+        "gpu_memory": "ended for using more GPU memory than its share (--enforce-gpu-memory)",
+        "gpu_failed": "released: a GPU it ran on failed",
     }[reason]
 
 
 #: The cause a slot records before it ends an attempt on request (a lost lease: none, the row
 #: is no longer the slot's to write).
-ABORT_CAUSES: dict[AbortReason, str] = {"killed": "cancel", "release": "notice"}
+ABORT_CAUSES: dict[AbortReason, str] = {
+    "killed": "cancel",
+    "release": "notice",
+    "gpu_memory": "gpu_memory",
+    "gpu_failed": "gpu_failed",
+}
 
 
-def abort_outcome(reason: AbortReason) -> Outcome:
+def abort_outcome(reason: AbortReason, detail: str = "") -> Outcome:
     """The outcome of an attempt ended on request. A job still running when its worker stops
     (a preemption notice's grace ran out, a second signal) is preempted (issue 35): it goes
-    back to the queue at once, not charged to its attempts."""
+    back to the queue at once, not charged to its attempts; so is one whose GPU failed (the
+    box's fault, not the job's). One over its GPU memory share fails (`gpu_memory`)."""
+    error = detail or abort_error(reason)
     if reason == "release":
-        return Outcome("preempted", error=abort_error(reason), cause="notice")
-    return Outcome(reason, error=abort_error(reason))
+        return Outcome("preempted", error=error, cause="notice")
+    if reason == "gpu_failed":
+        return Outcome("preempted", error=error, cause="gpu_failed")
+    if reason == "gpu_memory":
+        return Outcome("died", error=error, cause="gpu_memory")
+    return Outcome(reason, error=error)
+
+
+#: What a job's out-of-host-memory end says first, whichever way it was found: the kernel's OOM
+#: killer (daemon/oom.py) or a MemoryError the body raised (an RLIMIT_AS, a failed allocation).
+OOM_ERROR = "ran out of host memory"
+
+
+def error_outcome(exc: BaseException) -> Outcome:
+    """The outcome of a body that raised `exc`. A MemoryError is the job out of host memory:
+    recorded as `oom`, its error says so before the traceback."""
+    text, summary = format_failure(exc), summarise_failure(exc)
+    if isinstance(exc, MemoryError):
+        return Outcome(
+            "error", error=f"{OOM_ERROR} (MemoryError):\n{text}", summary=summary, cause="oom"
+        )
+    return Outcome("error", error=text, summary=summary, cause="error")
 
 
 def crash_outcome(exc: BaseException) -> Outcome:

@@ -177,7 +177,13 @@
       total += share;
       return "gpu" + g.index + " " + (g.name || "") + ": " + Math.round(share * 100) + "% in use";
     });
-    const figure = (Math.round(total * 100) / 100) + " / " + gpus.length + " × " + (gpus[0].name || "GPU");
+    let figure = (Math.round(total * 100) / 100) + " / " + gpus.length + " × " + (gpus[0].name || "GPU");
+    // GPUs the daemon took out of its offer (NVML said they failed), from its heartbeat.
+    const failed = (w.load || {}).gpus_failed || [];
+    if (failed.length) {
+      figure += " · " + failed.length + " failed";
+      each.push(...failed.map((g) => "gpu" + g.index + " failed: " + g.reason));
+    }
     return el("td", { class: "gpus", title: each.join("\n") }, figure);
   }
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from planes import PlaneEnv, eventually
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.objects.plane import is_plane_url, tier_for
+from dreamlake.lakeshore.storage import sniff_ref
+from dreamlake.lakeshore.work.checkpoints import store_checkpoint
 
 
 def test_a_preempted_job_is_requeued_at_once_without_spending_an_attempt(
@@ -156,6 +161,67 @@ def test_ends_record_their_cause_and_listings_show_preemptions(plane: PlaneEnv) 
     assert rows[timed].ended_by == "timeout"
 
 
+def test_a_failed_end_records_out_of_memory_apart_from_a_death(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    oom, died, gpu = q.submit(1), q.submit(2), q.submit(3)
+    for inv, cause in ((oom, "oom"), (died, None), (gpu, "gpu_memory")):
+        job = plane.peer.claim("gpu")
+        assert job is not None and job.id == inv
+        plane.dispatch.end(job.id, job.lease, state="failed", error=f"ended: {cause}", cause=cause)
+
+    assert [(q.status(i).state, q.status(i).ended_by) for i in (oom, died, gpu)] == [
+        ("failed", "oom"),
+        ("failed", "died"),
+        ("failed", "gpu_memory"),
+    ]
+    assert q.status(oom).error == "ended: oom"
+
+
+def test_an_end_with_a_cause_its_state_cannot_have_is_refused(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    job = plane.peer.claim("gpu")
+    assert job is not None
+    for state, cause in (("timeout", "oom"), ("failed", "notice"), ("failed", "whim")):
+        with pytest.raises(InvalidArgument, match=f"cannot end an attempt as '{state}' with"):
+            plane.dispatch.end(job.id, job.lease, state=state, error="x", cause=cause)
+    assert (q.status(inv).state, q.status(inv).ended_by) == ("running", None)
+
+
+def _stored(plane: PlaneEnv, blob: bytes) -> bool:
+    """Whether the object a checkpoint's Ref names is still in its storage (read there, never
+    from this box's cache of it)."""
+    ref = sniff_ref(blob)
+    assert ref is not None
+    try:
+        if is_plane_url(ref.url):
+            tier_for(ref.url, via=plane.dispatch).open(ref.key.rpartition("/")[2]).close()
+        else:
+            ref.read()
+    except (NotFound, FileNotFoundError):
+        return False
+    return True
+
+
+def test_a_checkpoint_replaced_by_a_newer_one_is_deleted_from_storage(plane: PlaneEnv) -> None:
+    q = plane.queue("gpu")
+    inv = q.submit(1)
+    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+
+    # The worker's own path: the object to storage (the plane tier over HTTP, the box's
+    # storage on an embedded plane), then its Ref to the row, then the old one deleted.
+    first = store_checkpoint(plane.dispatch, None, job, dls.encode({"step": 10}))
+    assert _stored(plane, first)
+    second = store_checkpoint(plane.dispatch, None, job, dls.encode({"step": 20}))
+
+    assert q.status(inv).checkpoint == second
+    assert not _stored(plane, first)
+    assert _stored(plane, second)
+    sniffed = sniff_ref(second)
+    assert sniffed is not None
+    assert is_plane_url(sniffed.url) == isinstance(plane.dispatch, dls.HttpDispatch)
+
+
 def _checkpoint_blob(n: int) -> bytes:
     """An encoded spilled Ref, as a worker writes one to the row (the object is not read)."""
     ref = dls.Ref(id=f"{n:026d}", size=10, digest="0" * 32, storage="file:///nowhere", spilled=True)
@@ -225,3 +291,55 @@ def test_the_cause_is_noted_under_the_lease_before_the_end(plane: PlaneEnv) -> N
     plane.dispatch.end(job.id, job.lease, state="timeout", error="too slow")
     assert plane.dispatch.note_cause(job.id, job.lease, "notice") is False  # not running
     assert q.status(inv).ended_by == "timeout"
+
+
+def test_a_jobs_last_checkpoint_goes_with_its_row_at_retention(plane: PlaneEnv) -> None:
+    from dreamlake.lakeshore import retention
+
+    q = plane.queue("gpu")
+    q.submit(1)
+    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    last = store_checkpoint(plane.dispatch, None, job, dls.encode({"step": 30}))
+    plane.dispatch.ack(job.id, job.lease, dls.encode("done"))
+    assert _stored(plane, last)  # a finished job keeps it until retention
+
+    trimmed = retention.trim(plane.dispatch, invocations_older_than_s=0)
+
+    assert trimmed.problems == [] and trimmed.invocations >= 1
+    assert not _stored(plane, last)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "filo", "boltzmann"])
+def test_a_preempted_job_is_taken_next_among_its_priority_on_every_kind(
+    plane: PlaneEnv, kind: str
+) -> None:
+    q = plane.queue("order", kind=kind)
+    order: dict[str, Any] = {"kind": kind}
+    if kind == "boltzmann":
+        order["temperature"] = 0.0  # strict priority: the urgent job is drawn first
+    first = q.submit("first")
+    job = plane.peer.claim("order", **order)
+    assert job is not None and job.id == first
+    later = [q.submit(tag) for tag in ("second", "third")]  # filo alone would take these first
+    urgent = q.submit("urgent", priority=5)
+
+    plane.peer.call("release", id=job.id, lease=job.lease, outcome="preempted")
+
+    taken = []
+    while (claimed := plane.peer.claim("order", **order)) is not None:
+        taken.append(claimed.id)
+    # Priority still rules: only the urgent job outranks it; then it, before all of its level.
+    assert taken[:2] == [urgent, first]
+    assert sorted(taken[2:]) == sorted(later)
+
+
+def test_a_batch_claim_takes_the_preempted_job_first(plane: PlaneEnv) -> None:
+    q = plane.queue("order")
+    first = q.submit("first")
+    (job,) = plane.dispatch.claim_many(["order"], worker="w", limit=1)
+    q.submit_many(["a", "b", "c"])
+    plane.dispatch.release(job.id, job.lease, outcome="preempted")
+    batch = plane.dispatch.claim_many(["order"], worker="w2", limit=3)
+
+    assert batch[0].id == first and len(batch) == 3
+    assert batch[0].attempt == 2 and batch[0].preemptions == 1

@@ -242,6 +242,20 @@ def test_a_job_no_live_daemon_could_run_is_named_until_one_could(plane: PlaneEnv
     assert q.status(h200).pending_reason is None  # big-box could run it
 
 
+def test_gpus_a_daemon_reported_failed_are_not_counted_as_what_it_has(plane: PlaneEnv) -> None:
+    queue = "res-failed"
+    q = plane.queue(queue)
+    box = plane.dispatch.register_worker("two-box", **h200_box(queue, "two-box", gpus=2))
+    failed = [{"index": 1, "uuid": "u1", "name": "NVIDIA H200", "reason": "Xid 79"}]
+    plane.dispatch.heartbeat(box.id, {"busy": 0, "gpus_failed": failed})
+    two = q.submit("x", resources={"gpus": 2})
+
+    row = eventually(lambda: (r := q.status(two)).pending_reason == "unschedulable" and r)
+    assert row.unschedulable_reason == (
+        "needs 2 GPUs; the daemons on queue res-failed have at most 1 x NVIDIA H200 (140 GB)"
+    )
+
+
 def test_a_job_a_provider_shape_could_run_waits_for_that_launch(plane: PlaneEnv) -> None:
     """Issue 34, items 5 and 7: with no daemon up, a request the queue's provider shape could
     run is `waiting_for_capacity` naming the shape; one it could not is `unschedulable`."""

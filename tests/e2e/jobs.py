@@ -204,3 +204,57 @@ def placed(directory: str | None = None, peers: int = 1) -> dict[str, Any]:
         "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "gpus": dls.run.gpus,
     }
+
+
+def allocate_past_rlimit(headroom_mb: int = 256) -> int:
+    """Lower this process's RLIMIT_AS to what it maps now plus `headroom_mb`, then allocate
+    past it: a MemoryError, as a job out of host memory under a limit meets it. The limit is
+    put back before the error leaves (the daemon's child stays warm for the next job)."""
+    import resource
+
+    mapped_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmSize:")
+    )
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, ((mapped_kb * 1024) + (headroom_mb << 20), old[1]))
+    try:
+        return len(bytearray(4 * headroom_mb << 20))
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def sigkill_self(counter: str | None = None) -> None:
+    """Die by SIGKILL, as the OOM killer ends a process; with `counter` (a file the daemon
+    reads as an OOM-kill counter: daemon/oom.py's seam), move it first, as the kernel does."""
+    if counter is not None:
+        path = Path(counter)
+        path.write_text(str(int(path.read_text()) + 1))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hold_gpu(directory: str, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Start a grandchild (as a DataLoader worker would be), write both pids to
+    `directory/name.json`, then hold until `directory/release` exists; on a later attempt
+    return at once. Returns what the job's process saw."""
+    import json
+    import subprocess
+    import sys
+
+    import dreamlake.lakeshore as dls
+
+    seen = {"attempt": dls.run.attempt, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if dls.run.attempt > 1:
+        return seen
+    folder = Path(directory)
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (folder / f"{name}.json").write_text(json.dumps({"pid": os.getpid(), "child": helper.pid}))
+        deadline = time.monotonic() + timeout_s
+        while not (folder / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        helper.kill()
+        helper.wait()
+    return seen

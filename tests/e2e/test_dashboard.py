@@ -122,7 +122,8 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
         host="gpu-box-1",
         info={"concurrency": 2, "gpus": gpus},
     )
-    plane.heartbeat(worker.id, {"busy": 0, "idle": 2})
+    failed = [{"index": 1, "uuid": "u1", "name": "NVIDIA H100 80GB HBM3", "reason": "Xid 79"}]
+    plane.heartbeat(worker.id, {"busy": 0, "idle": 2, "gpus_failed": failed})
     store = open_store(server.store_path)
     try:  # what the controller records when it scales: the page lists it with its reason
         detail = {"from": 0, "to": 1, "reason": "backlog 1 > 0 workers"}
@@ -186,6 +187,7 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             assert "succeeded" in page.locator("#detail-fields").inner_text()
             workers = page.locator('#workers tr[data-worker="browser-worker"]').inner_text()
             assert "gpu-box-1" in workers and "NVIDIA H100" in workers
+            assert "1 failed" in workers  # a GPU the daemon took out of its offer
             assert (
                 "reason=backlog 1" in page.locator('#events tr[data-kind="scaled_up"]').inner_text()
             )

@@ -167,3 +167,20 @@ def test_a_rebalance_only_stops_claiming(plane: Dispatch) -> None:
     finally:
         core.drain("test over")
         runner.join(30)
+
+
+def out_of_memory() -> None:
+    raise MemoryError()
+
+
+def test_a_memory_error_ends_the_job_as_out_of_host_memory_in_run_worker(
+    plane: Dispatch,
+) -> None:
+    q = dls.SyncQueue("ck", dispatch=plane)
+    inv = q.submit(dls.thunk(out_of_memory), max_attempts=3)
+
+    assert dls.run_worker(q, burst=True) == 1
+
+    row = q.status(inv)
+    assert (row.state, row.ended_by, row.attempt) == ("failed", "oom", 1)
+    assert row.error is not None and row.error.startswith("ran out of host memory (MemoryError)")

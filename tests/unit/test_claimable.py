@@ -33,9 +33,12 @@ CLAIMING: dict[str, dict[str, Any]] = {
     # issue 34's reservation: the head a worker reserves for, and what may backfill meanwhile
     "queued_head": {},
     "claim_backfill": {"start_bound": 1e12},
+    # issue 35: a preempted job is claimed next among its priority (its id, by claim_by_id)
+    "resumed_head": {"priority": 0.0},
+    "claimable_above": {"priority": -1.0},
 }
 #: The statements of CLAIMING that only read (the others claim what they pick).
-READING = ("priority_levels", "queued_head")
+READING = ("priority_levels", "queued_head", "resumed_head", "claimable_above")
 
 
 def _raw_statements() -> dict[str, str]:
@@ -90,6 +93,9 @@ def test_every_claim_statement_passes_by_a_job_past_its_deadline(
     store: SqlStore, name: str
 ) -> None:
     inv_id, deadline = _late_job(store)
+    if name == "resumed_head":  # it finds only a job a preemption requeued
+        (claim,) = store.claim_many("default", ["q"], worker="w0", limit=1, lease_s=60)
+        assert store.release(claim.id, claim.lease, outcome="preempted")
     params = {"ns": "default", "queues": ["q"], "host": None, **CLAIMING[name]}
     if name not in READING:
         params |= {"lease": secrets.token_hex(16), "expires": deadline + 120, "worker": "w1"}

@@ -113,7 +113,10 @@ def test_an_unknown_verb_is_still_a_usage_error() -> None:
     ("args", "header"),
     [
         (["jobs", "ls"], ["id", "queue", "state", "attempt", "worker", "submitted", "took"]),
-        (["daemon", "ls"], ["name", "state", "queues", "host", "slots", "gpus", "heartbeat"]),
+        (
+            ["daemon", "ls"],
+            ["name", "state", "queues", "host", "slots", "gpus", "failed-gpus", "heartbeat"],
+        ),
         (["namespaces", "ls"], ["name", "org", "created"]),
         (["namespaces", "orgs"], ["org", "namespaces"]),
     ],

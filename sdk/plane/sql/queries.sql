@@ -129,6 +129,32 @@ WHERE id = (
 RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature, resources, preemptions, checkpoint, inputs;
 
+-- name: resumed_head
+-- Issue 35, a filo claim: the claimable job a preemption requeued that comes first among the
+-- highest priority (index invocations_resumed, migration 34: the `ended_by` term is its
+-- condition word for word); taken only when nothing claimable is higher (claimable_above).
+SELECT id, priority FROM invocations
+WHERE queue IN (:queues) AND {claimable}
+  AND ended_by IN ('notice', 'daemon_lost', 'exit75', 'gpu_failed') AND priority >= :priority
+  {fits}
+ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked};
+
+-- name: claimable_above
+-- Whether anything claimable outranks a resumed job (index invocations_claim, by priority).
+SELECT id FROM invocations
+WHERE queue IN (:queues) AND {claimable} AND priority > :priority
+  {fits}
+ORDER BY priority DESC LIMIT 1;
+
+-- name: claim_by_id
+-- Claim the one queued job `resumed_head` found (its row is this transaction's on Postgres).
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint;
+
 -- name: claim_level
 UPDATE invocations
 SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
@@ -754,8 +780,9 @@ FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
 GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason;
 
 -- name: live_workers
--- Every worker row that heartbeats (all namespaces): what the sweep checks requests against.
-SELECT namespace, name, queues, info FROM workers
+-- Every worker row that heartbeats (all namespaces): what the sweep checks requests against
+-- (its load: the GPUs it took out of its offer since it registered).
+SELECT namespace, name, queues, info, load FROM workers
 WHERE heartbeat_at >= :since AND state <> 'gone';
 
 -- name: set_pending

@@ -671,3 +671,14 @@ CREATE TABLE IF NOT EXISTS schedules (
     PRIMARY KEY (namespace, name)
 );
 CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire_at) WHERE state = 'active';
+
+-- migration: 34
+-- A job a preemption requeued (issue 35: a notice, its worker lost, a command exiting 75, a GPU
+-- that failed) is taken next among its priority on every queue kind. Fifo and boltzmann take
+-- the oldest first, and its id already does it; on a filo queue its id would put it behind
+-- everything submitted since, so a filo claim looks here first (store/preemption.py,
+-- `_resumed`): the index holds only such queued rows, empty on most planes, and the look costs
+-- a claim one probe of an empty tree. `ended_by` says it until the next end.
+CREATE INDEX IF NOT EXISTS invocations_resumed
+    ON invocations (namespace, queue, priority DESC, id)
+    WHERE state = 'queued' AND ended_by IN ('notice', 'daemon_lost', 'exit75', 'gpu_failed');

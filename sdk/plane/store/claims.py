@@ -239,8 +239,8 @@ class ClaimStore(PreemptionStore, QueueStore):
         fit = "_fit" if fitted(params) else ""
         if kind == "fifo":
             return tx.one("claim_fifo" + fit, **params)
-        if kind == "filo":
-            return tx.one("claim_filo" + fit, **params)
+        if kind == "filo":  # newest first, but a preempted job before all of its priority
+            return self._resumed(tx, params) or tx.one("claim_filo" + fit, **params)
         levels = tx.all(
             "priority_levels" + fit,
             **{k: v for k, v in params.items() if k not in _NOT_LEVELS},

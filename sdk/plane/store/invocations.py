@@ -12,6 +12,7 @@ import msgpack
 from ... import signing
 from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
 from ...types import (
+    END_STATE_CAUSES,
     Ack,
     Claim,
     ClaimArgs,
@@ -450,14 +451,16 @@ class InvocationStore(ClaimStore):
         self.waker.notify()  # after the commit, so a woken reader sees the new state
         return state
 
-    def end(self, inv_id: str, lease: str, *, state: str, error: str) -> None:
-        """End an attempt as killed or timeout (the daemon terminated it)."""
-        if state not in ("killed", "timeout", "failed"):
-            raise InvalidArgument(f"cannot end an attempt as '{state}'; use killed|timeout|failed")
+    def end(
+        self, inv_id: str, lease: str, *, state: str, error: str, cause: str | None = None
+    ) -> None:
+        """End an attempt as killed, timeout or failed (the daemon terminated it, or its process
+        died); `cause` is why, as the daemon decided it (END_STATE_CAUSES; None: the state's
+        usual one), so an out-of-memory kill is told apart from any other death."""
+        cause = check_end_cause(state, cause)
         error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
-            cause = _END_CAUSE[state]
             if tx.one(
                 "settle_terminal",
                 id=inv_id,
@@ -621,7 +624,18 @@ class InvocationStore(ClaimStore):
 
 
 #: The cause an `end` records (issue 35): the daemon ends an attempt for these reasons only.
-_END_CAUSE = {"killed": "cancel", "timeout": "timeout", "failed": "died"}
+def check_end_cause(state: str, cause: str | None) -> str:
+    """The cause `end` records for `state`: the one given, if the state allows it."""
+    causes = END_STATE_CAUSES.get(state)
+    if causes is None:
+        raise InvalidArgument(f"cannot end an attempt as '{state}'; use killed|timeout|failed")
+    if cause is None:
+        return causes[0]
+    if cause not in causes:
+        raise InvalidArgument(
+            f"cannot end an attempt as '{state}' with cause {cause!r}; use {'|'.join(causes)}"
+        )
+    return cause
 
 
 def listing_statement(

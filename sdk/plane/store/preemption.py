@@ -1,11 +1,12 @@
 """Preemption and checkpoints (issue 35): what the store does when a box goes away.
 
 A preemption is not the job's failure. A worker told its box is going away gives the attempt
-back with outcome `preempted`: the job is queued again at once (no backoff, its place in the
-queue kept), `preemptions` counts it, and `max_attempts` is not charged (`attempt -
-preemptions` is). A lease that runs out with no settle is counted the same way by the sweep
-(queries.sql, requeue_expired). `max_preemptions` bounds them, so a job that can never finish
-between two preemptions still ends, failed, saying so.
+back with outcome `preempted`: the job is queued again at once (no backoff) and is the next
+claimed among its priority on every queue kind (`_resumed`); `preemptions` counts it, and
+`max_attempts` is not charged (`attempt - preemptions` is). A lease that runs out with no
+settle is counted the same way by the sweep (queries.sql, requeue_expired). `max_preemptions`
+bounds them, so a job that can never finish between two preemptions still ends, failed, saying
+so.
 
 A checkpoint is an object in durable storage; the row holds only its encoded Ref (the last one
 wins), written under the attempt's lease as a post is, and handed to the next attempt with its
@@ -15,14 +16,20 @@ claim. The store never reads the state itself.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import msgpack
 
 from ...errors import InvalidArgument, LeaseLost, NotFound
 from ...storage import MAX_REF_BYTES, sniff_ref
 from ...types import DEFAULT_MAX_PREEMPTIONS, END_CAUSES, QueueInfo, SubmitRequest
-from ..connector import Transaction
+from ..connector import Row, Transaction
+from ..queries import INT64_MIN
 from .base import StoreBase
+from .placement import fitted
+
+#: What a claim binds that a read beside it does not (the lease it hands out).
+_CLAIM_ONLY = frozenset({"expires", "worker", "lease"})
 
 #: How a release ends an attempt: given back before it ran, or preempted while it ran.
 RELEASE_OUTCOMES = ("unrun", "preempted")
@@ -91,6 +98,21 @@ class PreemptionStore(StoreBase):
                 self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
         self.waker.notify()
         return requeued
+
+    def _resumed(self, tx: Transaction, params: dict[str, Any]) -> Row | None:
+        """On a filo queue, claim the job a preemption requeued before any other of its
+        priority (issue 35): newest-first would put it behind every job submitted since. Only
+        if nothing claimable outranks it. A fifo or boltzmann claim needs no such look: it
+        takes the oldest of a priority, and the job's id is older than every submit since.
+        One probe of an index empty but for such jobs (migration 34) when there is none."""
+        fit = "_fit" if fitted(params) else ""
+        probe = {k: v for k, v in params.items() if k not in _CLAIM_ONLY}
+        head = tx.one("resumed_head" + fit, priority=INT64_MIN, **probe)
+        if head is None:
+            return None
+        if tx.one("claimable_above" + fit, priority=head["priority"], **probe):
+            return None
+        return tx.one("claim_by_id", id=head["id"], **params)
 
     def note_cause(self, inv_id: str, lease: str, cause: str, *, ns: str | None = None) -> bool:
         """Record why the worker is about to end this attempt, before it signals the job;

@@ -93,13 +93,26 @@ def _shapes(rows: Sequence[Row]) -> list[Row]:
 
 
 def _serving(workers: Sequence[Row], ns: str, queue: str) -> list[dict[str, Any]]:
-    """The offers (worker rows' info) of the live daemons that serve `queue` in `ns`."""
+    """The offers (worker rows' info) of the live daemons that serve `queue` in `ns`, less the
+    GPUs each has reported failed since it registered (its heartbeat's `gpus_failed`)."""
     out = []
     for w in workers:
         queues = json.loads(w["queues"]) or ["default"]
         if w["namespace"] == ns and queue in queues:
-            out.append({"name": w["name"], **json.loads(w["info"])})
+            offer = {"name": w["name"], **json.loads(w["info"])}
+            failed = _failed_gpus(w["load"])
+            if failed:
+                offer["gpus"] = [g for g in offer.get("gpus", []) if g.get("index") not in failed]
+            out.append(offer)
     return out
+
+
+def _failed_gpus(load: str | None) -> set[int]:
+    try:
+        listed = json.loads(load or "{}").get("gpus_failed") or []
+        return {int(g["index"]) for g in listed}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return set()  # a load some other worker wrote: nothing to take out
 
 
 def judge(
