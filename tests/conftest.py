@@ -1,8 +1,8 @@
 """Suite-wide: the longest real-process tests are collected first.
 
 `make test` spreads the suite over every core (pytest-xdist hands out tests in collection
-order). The two fault runs that take half a minute each used to come last and ran alone at the
-end; started first, they overlap the rest of the suite. Only whole modules move, so module
+order). The runs that take half a minute each used to come last and ran alone at the end;
+started first, they overlap the rest of the suite. Only whole modules move, so module
 fixtures and the order inside each module are untouched.
 """
 
@@ -23,8 +23,18 @@ os.environ.setdefault("LAKESHORE_OBJECTS_CAP", str(256 << 20))
 # the EC2 path hands its daemon a fake EC2 sysfs and the stand-in metadata service instead.
 os.environ.setdefault("LAKESHORE_SYS_ROOT", tempfile.mkdtemp(prefix="lakeshore-sys-"))
 
-#: Modules holding the longest tests (see `pytest --durations`), longest first.
-FIRST = ("tests/faults/test_mixed.py", "tests/faults/test_network_faults.py")
+#: Modules holding the longest tests (see `pytest --durations`), longest first: started first,
+#: they overlap the short tests rather than run alone at the end.
+FIRST = (
+    "tests/faults/test_mixed.py",
+    "tests/faults/test_network_faults.py",
+    "tests/faults/test_storm.py",
+    "tests/e2e/test_map_daemons.py",
+    "tests/e2e/test_server_body_budget.py",
+    "tests/e2e/test_spot_ec2.py",
+    "tests/faults/test_server_faults.py",
+    "tests/e2e/test_docs_blocks.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

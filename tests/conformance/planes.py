@@ -159,8 +159,16 @@ def memory_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEnv]:
 
 @contextlib.contextmanager
 def sqlite_two_process_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEnv]:
-    """One SQLite file: this process holds a Dispatch on it, a peer process holds another."""
+    """One SQLite file: this process holds a Dispatch on it, a peer process holds another.
+
+    The file starts as a copy of one migrated once per session (what a fresh file holds after
+    its migrations, with the owner-only mode the plane gives it), not migrated per test.
+    """
     path = tmp_path / "db.sqlite"
+    template: Path = pool.shared("sqlite-template", _sqlite_template)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(template.read_bytes())
     spec = {"kind": "sqlite", "target": str(path)}
     with dls.Dispatch(path) as d:
         peer = pool.get(0)
@@ -173,17 +181,25 @@ def sqlite_two_process_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEn
 
 
 @contextlib.contextmanager
+def _sqlite_template(directory: Path) -> Iterator[Path]:
+    """An empty plane's SQLite file, migrated and closed (so its WAL is folded in)."""
+    from dreamlake.lakeshore.plane.dispatch import open_store
+
+    path = directory / "template.sqlite"
+    open_store(path).close()
+    yield path
+
+
+@contextlib.contextmanager
 def postgres_plane(tmp_path: Path, pool: PeerPool) -> Iterator[PlaneEnv]:
-    """A fresh schema on the test server, held by this process and by a peer process.
+    """An empty schema of its own on the test server, held by this process and by a peer
+    process: fresh, or one an earlier test used, emptied (SchemaPool).
 
     No server: skips, or fails under CI=true (tests/support/postgres.py).
     """
-    root = str(Path(__file__).resolve().parents[2])
-    if root not in sys.path:  # `tests.support` imports however pytest was started
-        sys.path.insert(0, root)
-    from tests.support.postgres import postgres_schema
-
-    with postgres_schema("lakeshore_conf") as url, dls.Dispatch(url) as d:
+    _support()
+    schemas = pool.shared("postgres-schemas", _schema_pool)
+    with schemas.schema() as url, dls.Dispatch(url) as d:
         spec = {"kind": "postgres", "target": url}
         peer = pool.get(0)
         peer.call("open", spec=spec)
@@ -201,6 +217,18 @@ def _support() -> Any:
     import tests.support as support
 
     return support
+
+
+@contextlib.contextmanager
+def _schema_pool(directory: Path) -> Iterator[Any]:
+    """Schemas emptied and handed from test to test (tests/support/postgres.py, SchemaPool)."""
+    from tests.support.postgres import SchemaPool
+
+    schemas = SchemaPool("lakeshore_conf")
+    try:
+        yield schemas
+    finally:
+        schemas.close()
 
 
 @contextlib.contextmanager
