@@ -97,7 +97,7 @@ def _daemon(home: Path, name: str, queue: str) -> subprocess.Popen[bytes]:
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
-    while b"daemon.ready" not in (home / f"{name}.log").read_bytes():
+    while b"worker.ready" not in (home / f"{name}.log").read_bytes():
         if time.monotonic() > deadline or proc.poll() is not None:
             raise RuntimeError(f"daemon {name} did not start: {(home / f'{name}.log').read_text()}")
         time.sleep(0.05)

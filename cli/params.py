@@ -12,6 +12,9 @@ from typing import Any
 
 import click
 
+from ..errors import InvalidArgument
+from ..workflow import epoch_of_text
+
 INT64_MAX = 2**63 - 1
 
 
@@ -42,3 +45,19 @@ def seconds(low: float = 0.0, high: float | None = None, *, low_open: bool = Fal
 def count(low: int = 0, high: int = INT64_MAX) -> click.IntRange:
     """A whole number a plane can store: at most 2**63-1 unless a smaller cap is given."""
     return click.IntRange(low, high)
+
+
+class Moment(click.types.FloatParamType):
+    """A point in time: epoch seconds, or ISO 8601 (with `Z` or an offset; none means UTC),
+    read as the SDK's `at=` reads a datetime, never in the shell's local zone. A float type
+    underneath: what it gives the command is epoch seconds."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        try:
+            return epoch_of_text(str(value), "the time")
+        except InvalidArgument as exc:
+            self.fail(str(exc), param, ctx)

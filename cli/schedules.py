@@ -1,4 +1,4 @@
-"""`lakeshore schedules add | ls | show | pause | resume | rm`: cron schedules (issue 36).
+"""`lakeshore schedules add | ls | show | pause | resume | run-now | rm`: cron schedules (issue 36).
 
     lakeshore schedules add nightly-eval --cron '0 3 * * *' --tz Europe/Berlin \\
         --queue eval --payload-json '{"suite": "full"}'
@@ -92,7 +92,7 @@ def add(
     if as_json:
         emit_json(info)
     else:
-        click.echo(f"schedule {info.name}: next {_local(info.next_fire_at, info.tz)}")
+        click.echo(f"schedule {info.name}: next {zoned(info.next_fire_at, info.tz)}")
 
 
 @schedules.command("ls")
@@ -115,9 +115,9 @@ def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None)
                 r.tz,
                 r.queue,
                 r.state,
-                _local(r.next_fire_at, r.tz) if r.state == "active" else "-",
+                zoned(r.next_fire_at, r.tz) if r.state == "active" else "-",
                 age(r.next_fire_at - now) if r.next_fire_at and r.state == "active" else "-",
-                _local(r.last_fired_at, r.tz),
+                zoned(r.last_fired_at, r.tz),
                 r.fired,
                 r.missed,
             )
@@ -158,7 +158,7 @@ def _state_command(action: str, summary: str) -> None:
         if as_json:
             emit_json(info)
         else:
-            nxt = _local(info.next_fire_at, info.tz) if info.state == "active" else "-"
+            nxt = zoned(info.next_fire_at, info.tz) if info.state == "active" else "-"
             click.echo(f"schedule {info.name} {info.state}; next {nxt}")
 
 
@@ -167,6 +167,22 @@ _state_command(
     "resume",
     "Fire NAME again from its next slot (with --catchup all: first the slots the pause held).",
 )
+
+
+@schedules.command("run-now")
+@click.argument("name")
+@json_option
+@plane_options
+def run_now(
+    name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
+    """Submit NAME's job now, outside its cron; prints the job's id. The next slot stays."""
+    with plane_session(url, token, namespace) as plane:
+        job = plane.run_schedule(name)
+    if as_json:
+        emit_json({"schedule": name, "id": job})
+    else:
+        click.echo(job)
 
 
 @schedules.command("rm")
@@ -179,7 +195,7 @@ def rm(name: str, url: str | None, token: str | None, namespace: str | None) -> 
     click.echo(f"removed schedule {name}")
 
 
-def _local(ts: float | None, tz: str) -> str:
+def zoned(ts: float | None, tz: str) -> str:
     """An instant in the schedule's zone, with the zone's abbreviation (CET, EDT, ...)."""
     if ts is None:
         return "-"
@@ -198,9 +214,9 @@ def _print(info: ScheduleInfo) -> None:
         ("state", info.state),
         ("catchup", info.catchup),
         ("overlap", info.overlap),
-        ("next fire", _local(info.next_fire_at, info.tz) if info.state == "active" else "-"),
-        ("last fired", _local(info.last_fired_at, info.tz)),
-        ("last slot", _local(info.last_slot, info.tz)),
+        ("next fire", zoned(info.next_fire_at, info.tz) if info.state == "active" else "-"),
+        ("last fired", zoned(info.last_fired_at, info.tz)),
+        ("last slot", zoned(info.last_slot, info.tz)),
         ("last job", info.last_job or "-"),
         ("fired", info.fired),
         ("missed", info.missed),

@@ -1,10 +1,11 @@
 """`lakeshore status [--watch]`: the fleet on one screen, as `rq info -i` or `ray status` show it.
 
-Three tables: queues (depth, running, slots, completions per second, age of the oldest queued
-job; below it, the progress of each map in flight, when there are any), daemons (state, slots
-busy, GPUs, heartbeat age) and the controller's last decisions (the queue events it records for
-every scaling decision, see cli/controller.py). Everything is read through the Plane protocol the
-other verbs use, so the screen is the same on this box's SQLite plane and over `--url`.
+Tables: queues (depth, running, slots, completions per second, age of the oldest queued job;
+below it, the progress of each map in flight and the namespace's cron schedules, when there are
+any), daemons (state, slots busy, GPUs, heartbeat age) and the controller's last decisions (the
+queue events it records for every scaling decision, see cli/controller.py). Everything is read
+through the Plane protocol the other verbs use, so the screen is the same on this box's SQLite
+plane and over `--url`.
 
 Two figures the protocol has no direct read for are derived from `invocations()` listings,
 each bounded in cost whatever the depth:
@@ -35,10 +36,12 @@ from rich.text import Text
 from ..plane.base import Plane
 from ..plane.default import open_plane
 from ..plane.options import plane_options
+from ..plane.schedules import ScheduleInfo
 from ..types import WorkerInfo
 from .controller import CONTROLLER_EVENTS
 from .output import age, json_option, plain
 from .params import count, seconds
+from .schedules import zoned
 
 #: Completions counted over this window for the rate column.
 RATE_WINDOW_S = 60.0
@@ -203,6 +206,22 @@ def snapshot(plane: Plane, now: float | None = None) -> dict[str, Any]:
         "queues": queues,
         "daemons": daemons,
         "decisions": _decisions(plane, [q.name for q in own]),
+        "schedules": [_schedule_row(s) for s in plane.schedules()],
+    }
+
+
+def _schedule_row(info: ScheduleInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "queue": info.queue,
+        "cron": info.cron,
+        "tz": info.tz,
+        "state": info.state,
+        "paused": info.state == "paused",
+        "next_fire_at": info.next_fire_at if info.state == "active" else None,
+        "last_fired_at": info.last_fired_at,
+        "fired": info.fired,
+        "missed": info.missed,
     }
 
 
@@ -268,6 +287,9 @@ def render(snap: dict[str, Any]) -> Group:
     maps = _maps_table(snap)
     if maps is not None:
         parts.append(maps)
+    schedules = _schedules_table(snap)
+    if schedules is not None:
+        parts.append(schedules)
     parts.append(daemons if snap["daemons"] else Text("daemons: none"))
     parts.append(decisions if snap["decisions"] else Text("controller: no decisions recorded"))
     return Group(*parts)
@@ -294,6 +316,34 @@ def _maps_table(snap: dict[str, Any]) -> Table | None:
         jobs = int(m.get("jobs", 0))
         table.add_row(
             m["map_id"], queue, f"{ended}/{jobs}", *(str(states.get(s, 0)) for s in MAP_STATES[1:])
+        )
+    return table
+
+
+def _schedules_table(snap: dict[str, Any]) -> Table | None:
+    """The cron schedules: when each fires next and last did, in its own zone, and what it
+    missed (slots passed unfired: catchup, overlap skips, a refused submit)."""
+    rows = snap.get("schedules") or []
+    if not rows:
+        return None
+    now = float(snap["at"])
+    table = Table(title="schedules")
+    table.add_column("schedule", no_wrap=True)  # whole: `lakeshore schedules show` takes it
+    table.add_column("queue")
+    table.add_column("next fire", no_wrap=True)
+    table.add_column("last fired", no_wrap=True)
+    table.add_column("missed")
+    table.add_column("paused")
+    for s in rows:
+        nxt = s["next_fire_at"]
+        when = "-" if nxt is None else f"{zoned(nxt, s['tz'])} (in {age(max(0.0, nxt - now))})"
+        table.add_row(
+            s["name"],
+            s["queue"],
+            when,
+            zoned(s["last_fired_at"], s["tz"]),
+            str(s["missed"]),
+            "yes" if s["paused"] else "no",
         )
     return table
 
@@ -349,7 +399,7 @@ def status(
     token: str | None,
     namespace: str | None,
 ) -> None:
-    """One screen: queues, daemons and the controller's last decisions.
+    """One screen: queues, maps and schedules, daemons and the controller's last decisions.
 
     With --json, one JSON object (times as ISO 8601, ages in seconds); with --watch --json, one
     such object per line per refresh.

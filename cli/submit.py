@@ -1,6 +1,7 @@
 """`lakeshore submit`: a producer from a shell.
 
     lakeshore submit QUEUE --payload-json '{"lr": 0.1}' [--key K] [--priority P] [--wait]
+        [--delay-s S | --at TIME] [--after ID ...]
 
 The payload is any JSON value (`--payload-json -` reads it from stdin, `--payload-json @f.json`
 from a file), or a plain string with `--payload TEXT`; it rides as plain msgpack, which a daemon's
@@ -35,7 +36,7 @@ from .jobs import (
     preview,
     span,
 )
-from .params import Finite, seconds
+from .params import Finite, Moment, seconds
 
 #: `--json` meant the payload before it meant output format everywhere else; it still works for
 #: one release, with this warning on stderr.
@@ -137,6 +138,21 @@ def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> I
     help="End the job as timeout after this long running.",
 )
 @click.option(
+    "--delay-s",
+    type=seconds(0),
+    default=None,
+    help="Hold the job (state scheduled) for this many seconds before it may run.",
+)
+@click.option(
+    "--at",
+    "at",
+    type=Moment(),
+    default=None,
+    metavar="TIME",
+    help="Hold the job until TIME: ISO 8601 (2030-01-01T03:00:00+01:00; no zone is UTC) or "
+    "epoch seconds.",
+)
+@click.option(
     "--after",
     "after",
     multiple=True,
@@ -175,6 +191,8 @@ def submit(
     priority: float | None,
     max_attempts: int,
     timeout_s: float | None,
+    delay_s: float | None,
+    at: float | None,
     after: tuple[str, ...],
     after_failure: str,
     wait: bool,
@@ -186,6 +204,8 @@ def submit(
 ) -> None:
     """Submit one job to QUEUE (payload: --payload-json or --payload); prints its id."""
     value = _choose_payload(payload_text, payload_json, legacy_json)
+    if delay_s is not None and at is not None:
+        raise click.UsageError("give --delay-s or --at, not both")
     with plane_session(url, token, namespace) as plane:
         q = SyncQueue(queue, dispatch=plane)
         inv_id = q.submit(
@@ -195,6 +215,8 @@ def submit(
             max_attempts=max_attempts,
             timeout_s=timeout_s,
             block_s=block_s,
+            delay_s=delay_s,
+            at=at,
             after=list(after),
             after_failure=after_failure,
         )

@@ -41,7 +41,15 @@ from .envelope import Envelope, Thunk
 from .errors import InvalidArgument
 from .ref import Ref
 from .run import current as current_job
-from .storage import MAX_REF_BYTES, Storage, StorageRef, default_storage_url, sniff_ref
+from .storage import (
+    MAX_REF_BYTES,
+    SPILL_PREFIX,
+    Storage,
+    StorageRef,
+    default_storage_url,
+    is_spilled,
+    sniff_ref,
+)
 
 __all__ = [
     "DEFAULT_INLINE_LIMIT",
@@ -58,10 +66,6 @@ __all__ = [
 
 #: Encoded values up to this many bytes stay inline on the invocation.
 DEFAULT_INLINE_LIMIT: Final = 256 * 1024
-#: Storage keys of spilled values: the old spill's prefix and the object store's. Only refs under
-#: these are ever resolved or deleted.
-SPILL_PREFIX: Final = "_spill/"
-SPILLED_PREFIXES: Final = (SPILL_PREFIX, f"{objects.STORAGE_PREFIX}/")
 
 _lock = threading.Lock()
 _settings: dict[str, Any] = {"inline_limit": None, "storage": None, "durable": None}
@@ -228,14 +232,6 @@ def resolve_call(
         tuple(resolve(a) for a in args),
         {k: resolve(v) for k, v in kwargs.items()},
     )
-
-
-def is_spilled(value: object) -> bool:
-    """True for a spilled `Ref`, or a `StorageRef` under a spill prefix: one that stands for a value
-    (and is deleted with its invocation)."""
-    if isinstance(value, Ref):
-        return value.spilled
-    return isinstance(value, StorageRef) and value.key.startswith(SPILLED_PREFIXES)
 
 
 def resolve(value: Any, *, allow_pickle: bool = True) -> Any:

@@ -42,6 +42,7 @@ __all__ = [
     "StorageRef",
     "check_key",
     "default_storage_url",
+    "is_spilled",
     "storage",
 ]
 
@@ -53,6 +54,10 @@ MAX_URL_LENGTH: Final = 1024
 MAX_REF_BYTES: Final = 2048
 #: Where the object store keeps durable copies (objects/): `_objects/<ref id>`.
 OBJECTS_PREFIX: Final = "_objects"
+#: Storage keys of spilled values: the old spill's prefix and the object store's. Only refs under
+#: these are ever resolved or deleted.
+SPILL_PREFIX: Final = "_spill/"
+SPILLED_PREFIXES: Final = (SPILL_PREFIX, f"{OBJECTS_PREFIX}/")
 #: The msgpack ext code of a `StorageRef` (registered in `codec.EXT_TYPES` as "storage_ref").
 EXT_STORAGE_REF: Final = 48
 #: Chunk size for streaming copies.
@@ -161,6 +166,18 @@ def sniff_ref(blob: bytes | bytearray | memoryview | None) -> StorageRef | None:
         return None
     except Exception:
         return None
+
+
+def is_spilled(value: object) -> bool:
+    """True for a spilled `Ref`, or a `StorageRef` under a spill prefix: one that stands for a value
+    (and is deleted with its invocation).
+
+    Here beside `sniff_ref`, not in spill.py, so that the store's retention can ask it without
+    importing the object store above it (issue 38: the circle plane -> spill -> objects -> plane).
+    """
+    if isinstance(value, Ref):
+        return value.spilled
+    return isinstance(value, StorageRef) and value.key.startswith(SPILLED_PREFIXES)
 
 
 # -- the interface ------------------------------------------------------------------------------

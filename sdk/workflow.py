@@ -14,6 +14,7 @@ submitted it), or epoch seconds.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +37,26 @@ def epoch_of(at: Any, what: str = "at") -> float | None:
         f"{what} must be a datetime (timezone-aware, or naive read as UTC) or epoch seconds, "
         f"got {at!r}"
     )
+
+
+def epoch_of_text(text: str, what: str = "at") -> float:
+    """A due time written as text (a command line, a JSON field): epoch seconds, or an ISO 8601
+    time with its zone (`Z` or an offset), or with none, read as UTC as a naive datetime is."""
+    try:
+        number = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(number):
+            return number
+    try:
+        parsed = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(
+            f"{what} must be epoch seconds or an ISO 8601 time (2030-01-01T03:00:00+01:00; "
+            f"no zone means UTC), got {text[:64]!r}"
+        ) from None
+    return float(epoch_of(parsed, what) or 0.0)
 
 
 def with_due(req: SubmitRequest, delay_s: float | None, at: Any) -> SubmitRequest:

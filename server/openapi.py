@@ -506,6 +506,7 @@ SCHEMAS.update(
                 "workers": {"type": "array", "items": OBJ},
                 "recent": {"type": "array", "items": OBJ},
                 "events": {"type": "array", "items": OBJ},
+                "schedules": {"type": "array", "items": OBJ},
                 "sampled": BOOL,
             }
         ),
@@ -591,6 +592,10 @@ SCHEMAS.update(
             ("namespace", "name", "queue", "cron", "tz", "state"),
         ),
         "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
+        "ScheduleRun": _obj(
+            {"run_id": {"type": "string", "description": "a ULID: the same one, the same job"}}
+        ),
+        "ScheduleRunId": _obj({"id": STR}, ("id",)),
         "SchedulePut": _obj(
             {
                 "cron": STR,

@@ -51,7 +51,7 @@ from ..codec import (
     EXT_UUID,
 )
 from ..errors import InvalidArgument
-from ..spill import SPILLED_PREFIXES
+from ..storage import SPILLED_PREFIXES
 
 #: Tuples, sets and envelopes inside one another, at most; a deeper payload is refused (400).
 #: Each level inside one ext is also bounded, by msgpack's own limit of 1024 nested containers.

@@ -34,6 +34,7 @@ from ..errors import InvalidArgument
 from ..plane import routes
 from ..plane.auth import READ, format_scopes
 from ..plane.connector import Row
+from ..plane.schedules import ScheduleInfo
 from ..plane.store import WORKER_STALE_S, SqlStore
 from ..types import STATES, Invocation
 from .auth import bearer
@@ -116,6 +117,13 @@ def _brief_invocation(inv: Invocation) -> dict[str, Any]:
     return row
 
 
+def _brief_schedule(info: ScheduleInfo) -> dict[str, Any]:
+    """What the page shows of a schedule: when it fires, when it last did, what it missed."""
+    keys = ("name", "cron", "tz", "queue", "state", "next_fire_at", "last_fired_at", "missed")
+    row = asdict(info)
+    return {key: row[key] for key in keys} | {"fired": info.fired, "last_error": info.last_error}
+
+
 def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[str, Any]:
     """Everything the page shows, read in a few queries, none of which grows with the queue.
 
@@ -179,6 +187,7 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
         "workers": worker_rows,
         "recent": [_brief_invocation(i) for i in store.invocations(ns, limit=RECENT)],
         "events": store.namespace_events(ns, limit=EVENTS),
+        "schedules": [_brief_schedule(info) for info in store.schedules(ns)],
         # Once: a busy window was read from its newest rows. Never now: the rollup is whole.
         "sampled": False,
     }
@@ -211,7 +220,7 @@ ROUTES = [
         routes.DASHBOARD,
         dashboard,
         "One snapshot for the dashboard: queues with depth by state and sparklines, workers, "
-        "recent invocations, queue events",
+        "recent invocations, queue events, schedules",
         response="Dashboard",
         query=("window", "step"),
         scopes=(READ,),

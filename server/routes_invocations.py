@@ -29,6 +29,7 @@ from ..types import (
     check_host,
     check_name,
 )
+from ..workflow import epoch_of_text
 from .auth import require
 from .endpoint import Api, Call
 from .longpoll import (
@@ -180,18 +181,7 @@ def _at(item: Fields) -> float | None:
     value = item.data.get("at")
     if value is None or not isinstance(value, str):
         return item.number("at")
-    import datetime as dt
-
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidArgument(
-            f"'at' must be epoch seconds or an ISO 8601 time (2030-01-01T03:00:00+01:00), "
-            f"got {value[:64]!r}"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.timestamp()
+    return epoch_of_text(value, "'at'")
 
 
 def _wait_s(call: Call, key: str = "wait") -> float:

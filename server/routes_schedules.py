@@ -1,5 +1,5 @@
 """Cron schedules of a namespace (issue 36, item 3): `lakeshore schedules add / ls / show /
-pause / resume / rm`, and `dls.schedule` over HTTP.
+pause / resume / run-now / rm`, and `dls.schedule` over HTTP.
 
 `PUT /schedules/{name}` creates or replaces one (a deploy that runs its `dls.schedule` calls
 again changes nothing it did not change). The job template is a submit item's fields, checked
@@ -67,6 +67,15 @@ async def delete_schedule(call: Call) -> None:
     await call.run(call.store.delete_schedule, call.ns, call.param("name"))
 
 
+async def run_schedule(call: Call) -> dict[str, str]:
+    """The schedule's job, submitted now; `run_id` (a ULID) keys it, so a retry is one job."""
+    b = call.body
+    b.only("run_id")
+    run_id = b.text("run_id")
+    job = await call.run(call.store.run_schedule, call.ns, call.param("name"), run_id)
+    return {"id": job}
+
+
 def _state_route(action: str, summary: str) -> Api:
     async def handler(call: Call) -> ScheduleInfo:
         return await call.run(call.store.set_schedule_state, call.ns, call.param("name"), action)
@@ -105,6 +114,14 @@ ROUTES = [
     ),
     _state_route("pause", "Stop firing a schedule"),
     _state_route("resume", "Fire again from the next slot (catchup 'all': from the first held)"),
+    Api(
+        routes.RUN_SCHEDULE,
+        run_schedule,
+        "Submit the schedule's job now, outside its cron; its next slot stays",
+        body="ScheduleRun",
+        response="ScheduleRunId",
+        scopes=(SUBMIT_DATA,),
+    ),
     Api(
         routes.DELETE_SCHEDULE,
         delete_schedule,

@@ -48,13 +48,16 @@ from ulid import ULID
 
 from ..errors import InvalidArgument, NotFound
 from ..home import home
+from ..plane.default import default_plane, env_url
 from ..ref import Ref
 from ..storage import OBJECTS_PREFIX, Storage
 from ..storage import storage as open_storage
 from . import layout
 from .arena import Arena, arena_at
 from .layout import ObjectCorrupt, body_of, checked_body, digest_of, prefix_of, value_of
-from .plane import PlaneTier, durable_target, is_plane_url, tier_for
+from .plane import PlaneTier, is_plane_url
+from .plane import durable_target as _durable_target
+from .plane import tier_for as _tier_for
 
 __all__ = [
     "ObjectCorrupt",
@@ -161,6 +164,20 @@ def _expire_files(root: Path) -> None:
 
 
 # -- put ------------------------------------------------------------------------------------------
+
+
+def process_plane() -> Any:
+    """The process default plane when it is over HTTP (`LAKESHORE_URL`), else None: the caller's
+    plane for a `put`, `get` or spill that no queue verb wraps in `plane.using`. Resolved here,
+    by the object store's entry points, and passed down: the plane tier never opens a plane."""
+    return default_plane() if env_url() else None
+
+
+def durable_target(
+    storage: str | Storage | PlaneTier | None, via: Any = None
+) -> Storage | PlaneTier:
+    """Where a durable copy goes (plane.py's rule), this process's default plane included."""
+    return _durable_target(storage, via, process_plane)
 
 
 def put(
@@ -402,7 +419,7 @@ def _open_durable(ref: Ref, via: Any) -> IO[Any]:
     """A stream of the durable copy, from the plane tier or the storage tier."""
     assert ref.storage is not None
     if is_plane_url(ref.storage):
-        return tier_for(ref.storage, via).open(ref.id)
+        return _tier_for(ref.storage, via, process_plane).open(ref.id)
     return open_storage(ref.storage).open(f"{STORAGE_PREFIX}/{ref.id}", "rb")
 
 

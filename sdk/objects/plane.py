@@ -19,8 +19,9 @@ Where a durable copy goes (`durable_target`), first that applies:
     3. storage configured for the process: `LAKESHORE_STORAGE` (a daemon's `--storage` reaches
        its jobs this way); spill's own `configure(storage=)` and a job's storage come first in
        spill.py;
-    4. the caller's plane, when it is over HTTP: the queue a verb runs on (`using`), else
-       `LAKESHORE_URL` (a daemon's children get their daemon's): the plane tier;
+    4. the caller's plane, when it is over HTTP: the queue a verb runs on (`using`), else the
+       plane the caller passes as `default` (objects/__init__.py passes the process default
+       when it is `LAKESHORE_URL`'s: a daemon's children get their daemon's): the plane tier;
     5. `$LAKESHORE_HOME/storage`.
 The rule in one line: with no storage configured, an HTTP deployment's durable copies go
 through its control plane, the one thing all its hosts are known to reach; `$LAKESHORE_HOME`'s
@@ -29,8 +30,9 @@ storage is private to a box, so a Ref naming it would be unreadable anywhere els
 Who may read (`tier_for`): a token is sent only to a control plane this process already talks
 to, never to a URL a Ref names (a Ref is data, and a crafted one must not collect tokens). The
 plane at the Ref's exact URL, if this process holds one (`via=`, the queue's, any plane a queue
-verb used, `LAKESHORE_URL`); else the caller's own plane, which may know the same server under
-another address (a loopback URL on the server's box, a DNS name elsewhere).
+verb used, the caller's `default`: `LAKESHORE_URL`'s); else the caller's own plane, which may
+know the same server under another address (a loopback URL on the server's box, a DNS name
+elsewhere).
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ import http.client
 import io
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import DispatchError, InvalidArgument, NotFound, Unavailable
 from ..plane.routes import GET_OBJECT, NS_PREFIX, PUT_OBJECT, Route
+from ..plane.wire import decode_answer, error_of
 from ..storage import Storage
 from ..storage import storage as open_storage
 from .layout import ObjectCorrupt
@@ -283,8 +286,6 @@ def _parts(prefix: bytes, body: memoryview) -> Iterator[bytes | memoryview]:
 
 def _refusal(status: int, content_type: str, answer: bytes) -> DispatchError:
     """The server's error, as the class the SDK raises for it (`ObjectCorrupt` included)."""
-    from ..plane.wire import decode_answer, error_of
-
     data = decode_answer(status, content_type, answer)
     error = error_of(status, data)
     if isinstance(data, dict) and data.get("error", {}).get("code") == ObjectCorrupt.code:
@@ -388,26 +389,29 @@ def using(plane: Any) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def _default_plane() -> Any:
-    """The process default plane when it is over HTTP (`LAKESHORE_URL`), else None."""
-    from ..plane.default import default_plane, env_url
-
-    if not env_url():
-        return None
-
-    return default_plane()
+#: The plane a caller falls back on when no `using` is in effect: none of its own. Objects never
+#: open a plane themselves (the planes sit above them: `HttpPlane.object_tier` makes a
+#: `PlaneTier`); the caller that knows the process's plane passes it in (objects/__init__.py).
+DefaultPlane = Callable[[], Any]
 
 
-def _callers_plane() -> Any:
-    """The plane in effect: `using`'s, else the process default over HTTP."""
+def _no_plane() -> Any:
+    return None
+
+
+def _callers_plane(default: DefaultPlane) -> Any:
+    """The plane in effect: `using`'s, else the caller's `default`."""
     plane = _CURRENT.get()
-    return _default_plane() if plane is _UNSET else plane
+    return default() if plane is _UNSET else plane
 
 
 def durable_target(
-    storage: str | Storage | PlaneTier | None, via: Any = None
+    storage: str | Storage | PlaneTier | None,
+    via: Any = None,
+    default: DefaultPlane = _no_plane,
 ) -> Storage | PlaneTier:
-    """Where a durable copy goes: the storage or plane tier (see the module docstring)."""
+    """Where a durable copy goes: the storage or plane tier (see the module docstring);
+    `default` gives the caller's plane when no `using` is in effect."""
     if isinstance(storage, (Storage, PlaneTier)):
         return storage
     if storage is not None:
@@ -422,18 +426,19 @@ def durable_target(
         _remember(via)
         return tier
     if not os.environ.get("LAKESHORE_STORAGE"):
-        tier = _tier_of(_callers_plane())
+        tier = _tier_of(_callers_plane(default))
         if tier is not None:
             return tier
     return open_storage(None)
 
 
-def tier_for(url: str, via: Any = None) -> PlaneTier:
+def tier_for(url: str, via: Any = None, default: DefaultPlane = _no_plane) -> PlaneTier:
     """The tier to read (or write) the plane-tier URL `url` through, with a token this process
-    already sends to that plane; never a token sent to a URL only the Ref names."""
+    already sends to that plane; never a token sent to a URL only the Ref names. `default`
+    gives the caller's plane when neither `via` nor `using` names one."""
     base, ns = split(url)
-    caller = via if via is not None else _callers_plane()
-    for plane in (caller, _KNOWN.get(base), _default_plane()):
+    caller = via if via is not None else _callers_plane(default)
+    for plane in (caller, _KNOWN.get(base), default()):
         tier = _tier_of(plane)
         if tier is not None and tier.base == base:
             return tier.for_namespace(ns)

@@ -165,6 +165,9 @@ class Plane(Protocol):
         """`pause` or `resume` (see sdk/plane/schedules.py for what a resume fires)."""
 
     def delete_schedule(self, name: str) -> None: ...
+    def run_schedule(self, name: str, run_id: str | None = None) -> str:
+        """Submit the schedule's job now (key `schedule:<name>:manual:<run_id>`; a run sent
+        again with its `run_id` returns the same job), leaving its next slot where it was."""
 
     def close(self) -> None: ...
 

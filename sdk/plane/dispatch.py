@@ -492,6 +492,9 @@ class LocalPlane:
     def delete_schedule(self, name: str) -> None:
         self.store.delete_schedule(self._reading(), name)
 
+    def run_schedule(self, name: str, run_id: str | None = None) -> str:
+        return self.store.run_schedule(self._reading(), name, run_id)
+
 
 class Dispatch(LocalPlane):
     """The seeds' name for a plane, kept as it always worked: `LocalPlane`, except that

@@ -154,6 +154,9 @@ PUT_SCHEDULE = Route("PUT", "/schedules/{name}")
 DELETE_SCHEDULE = Route("DELETE", "/schedules/{name}")
 PAUSE_SCHEDULE = Route("POST", "/schedules/{name}/pause")
 RESUME_SCHEDULE = Route("POST", "/schedules/{name}/resume")
+#: Carries a run id the client mints, so it could be sent again; not marked repeatable, as the
+#: client's URL regex did not mark it when it came.
+RUN_SCHEDULE = Route("POST", "/schedules/{name}/run")
 #: A schedule's state actions by name (`Plane.set_schedule_state`).
 SCHEDULE_ACTIONS: Final = {"pause": PAUSE_SCHEDULE, "resume": RESUME_SCHEDULE}
 

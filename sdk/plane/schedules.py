@@ -162,6 +162,21 @@ def plan(row: Row, now: float) -> Firing:
     return Firing(latest, following, passed - 1)
 
 
+def check_run_id(run_id: object) -> str:
+    """A manual run's id (a ULID from `dls.new_id()`): what makes its key, so letters and
+    digits only."""
+    if not isinstance(run_id, str) or not run_id.isalnum() or not 0 < len(run_id) <= 64:
+        raise InvalidArgument(
+            f"a schedule run's id must be 1 to 64 letters and digits (a ULID), got {run_id!r:.80}"
+        )
+    return run_id
+
+
+def manual_key(name: str, run_id: str) -> str:
+    """The idempotency key of a run outside the cron: `schedule:<name>:manual:<run id>`."""
+    return f"schedule:{name}:manual:{run_id}"
+
+
 def template_of(row: Row, key: str) -> SubmitRequest:
     """The submit a firing makes, from the row's stored template."""
     resources = row["resources"]

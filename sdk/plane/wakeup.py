@@ -180,14 +180,18 @@ class Waker:
         want = None if work is None else frozenset(work)
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._generation == generation or (
-                want is not None and not self.work_since(generation, want)
-            ):
+            while not self._woken(generation, want):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._cond.wait(remaining)
         return True
+
+    def _woken(self, generation: int, want: frozenset[str] | None) -> bool:
+        """Whether a waiter since `generation` for work under `want` (None: any) is done: the
+        one test both waits make, in a thread (`wait`) and on an event loop (`wait_async`)."""
+        moved = self._generation != generation
+        return moved and (want is None or self.work_since(generation, want))
 
     def work_since(self, generation: int, keys: Iterable[str]) -> bool:
         """Whether a wake-up after `generation` may have brought work under one of `keys`."""
@@ -218,8 +222,7 @@ class Waker:
         entry = (loop, fut)
         want = None if work is None else frozenset(work)
         with self._cond:
-            moved = self._generation != generation
-            if moved and (want is None or self.work_since(generation, want)):
+            if self._woken(generation, want):
                 return True
             self._async_waiters.add(entry)
             if want is not None:

@@ -177,12 +177,12 @@ class WorkerCore(Claiming, JobSink):
         return {"slots": [s.snapshot() for s in self.slots]}
 
     def _ready_fields(self) -> dict[str, Any]:
-        """What the `daemon.ready` line says besides the worker, its queues and concurrency."""
+        """What the `worker.ready` line says besides the worker, its queues and concurrency."""
         return {}
 
     def _on_ready(self) -> None:
         self._log.info(
-            "daemon.ready",
+            "worker.ready",
             worker_id=self.worker_id,
             queues=self._membership or ["default"],
             concurrency=self.config.concurrency,
@@ -198,7 +198,7 @@ class WorkerCore(Claiming, JobSink):
             worker = self._register()
         except PlaneUnreachable as exc:
             self.fatal = exc
-            self._log.error("daemon.plane_unreachable", error=str(exc))
+            self._log.error("worker.plane_unreachable", error=str(exc))
             return EXIT_UNREACHABLE
         if worker is None:
             return EXIT_OK  # asked to stop before the plane could be reached
@@ -272,7 +272,7 @@ class WorkerCore(Claiming, JobSink):
         failed = [s for s in self.slots if s.start_error is not None]
         if failed:
             error = failed[0].start_error
-            self._log.error("daemon.slot_start_failed", slot=failed[0].index, error=str(error))
+            self._log.error("worker.slot_start_failed", slot=failed[0].index, error=str(error))
             self.fatal = error
             return False
         return not self._draining.is_set()
@@ -285,9 +285,9 @@ class WorkerCore(Claiming, JobSink):
                 target()
             except BaseException as exc:
                 if isinstance(exc, PlaneUnreachable):  # an outage, not a bug: no traceback
-                    self._log.error("daemon.plane_unreachable", task=name, error=str(exc))
+                    self._log.error("worker.plane_unreachable", task=name, error=str(exc))
                 else:
-                    self._log.exception("daemon.task_crashed", task=name)
+                    self._log.exception("worker.task_crashed", task=name)
                 if self.fatal is None:
                     self.fatal = exc
                 self._wake.set()
@@ -334,7 +334,7 @@ class WorkerCore(Claiming, JobSink):
             self._row_read_at = time.monotonic()
             if membership != self._membership:
                 self._log.info(
-                    "daemon.membership_changed",
+                    "worker.membership_changed",
                     queues=membership or (["(none: idle)"] if self._named else ["default"]),
                     previous=self._membership or ["default"],
                 )
@@ -342,7 +342,7 @@ class WorkerCore(Claiming, JobSink):
         if row.state == "preempting" and self.preempt_until is None:
             self.preempt("worker row set to preempting")
         elif row.state in ("draining", "gone") and not self._draining.is_set():
-            self._log.info("daemon.remote_drain", row_state=row.state)
+            self._log.info("worker.remote_drain", row_state=row.state)
             self.drain(f"worker row set to {row.state}")
 
     def _every_queue(self) -> list[str]:
@@ -352,7 +352,7 @@ class WorkerCore(Claiming, JobSink):
     def _row_missing(self) -> None:
         """The plane lost the worker row (a store reset): leave cleanly, a restart re-registers."""
         if not self._draining.is_set():
-            self._log.error("daemon.row_missing", worker_id=self.worker_id)
+            self._log.error("worker.row_missing", worker_id=self.worker_id)
             self.drain("worker row missing on the plane")
 
     # -- leases and kill requests; the heartbeat: load ----------------------------------------
@@ -464,7 +464,7 @@ class WorkerCore(Claiming, JobSink):
     # -- stopping -----------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
-        self._log.info("daemon.draining", reason=self._stop_reason, urgent=self._urgent.is_set())
+        self._log.info("worker.draining", reason=self._stop_reason, urgent=self._urgent.is_set())
         self._release_buffer()  # at once, so other workers can take them while these finish
         self.notifier.stopping(self._status_line())
         self._wait_for_slots()
@@ -483,7 +483,7 @@ class WorkerCore(Claiming, JobSink):
         self._release_buffer()
         self._acks.close()
         if not self._acks.wait_idle(ACK_FLUSH_S):
-            self._log.error("daemon.acks_unsent")
+            self._log.error("worker.acks_unsent")
         self._halt.set()
         with self._free:
             self._free.notify_all()
@@ -491,7 +491,7 @@ class WorkerCore(Claiming, JobSink):
             if thread is not threading.current_thread():
                 thread.join(self.config.claim_wait_s * 5)
         self._mark_gone()
-        self._log.info("daemon.stopped", reason=self._stop_reason)
+        self._log.info("worker.stopped", reason=self._stop_reason)
 
     def _wait_for_slots(self) -> None:
         """Let running jobs finish, up to drain_timeout_s (heartbeats keep their leases)."""
@@ -501,7 +501,7 @@ class WorkerCore(Claiming, JobSink):
             while any(s.busy for s in self.slots) and not self._urgent.is_set():
                 remaining = self._drain_deadline(started) - time.monotonic()
                 if remaining <= 0:
-                    self._log.warning("daemon.drain_timeout", busy=sum(s.busy for s in self.slots))
+                    self._log.warning("worker.drain_timeout", busy=sum(s.busy for s in self.slots))
                     return
                 if time.monotonic() - extended_at >= EXTEND_EVERY_S:
                     self.notifier.extend_timeout(
@@ -539,4 +539,4 @@ class WorkerCore(Claiming, JobSink):
                 attempts=GONE_ATTEMPTS,
             )
         except Exception as exc:  # a row left alive just goes stale
-            self._log.warning("daemon.mark_gone_failed", error=repr(exc))
+            self._log.warning("worker.mark_gone_failed", error=repr(exc))

@@ -52,7 +52,7 @@ class Preemptible:
             self.preempt_until = until
             slots = list(self.slots)
         self._log.warning(
-            "daemon.preempt_notice", reason=reason, deadline=deadline, grace_until=until
+            "worker.preempt_notice", reason=reason, deadline=deadline, grace_until=until
         )
         for slot in slots:
             slot.notice(until)
@@ -61,7 +61,7 @@ class Preemptible:
     def pause_claiming(self, reason: str) -> None:
         """Take no new work (a rebalance recommendation); running jobs carry on."""
         if not self._paused.is_set():
-            self._log.warning("daemon.claiming_paused", reason=reason)
+            self._log.warning("worker.claiming_paused", reason=reason)
             self._paused.set()
 
     @property

@@ -167,6 +167,28 @@
     $("#maps-section").hidden = rows.length === 0;
   }
 
+  function when(ts, now) {
+    if (!ts) return "–";
+    const delta = ts - now;
+    const rel = delta >= 0 ? "in " + span(delta) : span(-delta) + " ago";
+    return new Date(ts * 1000).toLocaleString() + " (" + rel + ")";
+  }
+
+  function renderSchedules(snapshot) {
+    const now = snapshot.now;
+    const rows = (snapshot.schedules || []).map((s) => el("tr", { dataset: { schedule: s.name } },
+      el("td", { class: "mono" }, s.name),
+      el("td", { class: "mono" }, s.cron),
+      el("td", {}, s.tz),
+      el("td", { class: "mono" }, s.queue),
+      stateCell(s.state),
+      el("td", { class: "next" }, s.state === "active" ? when(s.next_fire_at, now) : "–"),
+      el("td", {}, when(s.last_fired_at, now)),
+      el("td", { class: "missed", title: s.last_error || "" }, s.missed)));
+    $("#schedules tbody").replaceChildren(...rows);
+    $("#schedules-section").hidden = rows.length === 0;
+  }
+
   function gpuCell(w) {
     const gpus = w.gpus || [];
     if (!gpus.length) return el("td", {}, "–");
@@ -306,6 +328,7 @@
       const snapshot = await api(nsPath("/dashboard"));
       renderQueues(snapshot);
       renderMaps(snapshot);
+      renderSchedules(snapshot);
       renderWorkers(snapshot);
       renderRecent(snapshot);
       renderEvents(snapshot);

@@ -216,3 +216,34 @@ def test_a_schedule_refuses_what_belongs_to_one_job(plane: PlaneEnv) -> None:
         with pytest.raises(InvalidArgument, match=f"takes no {field}"):
             plane.dispatch.put_schedule("one", cron="@daily", queue="sched", template=template)
     assert plane.dispatch.schedules() == []
+
+
+def test_run_now_submits_the_job_at_once_and_leaves_the_cron_alone(plane: PlaneEnv) -> None:
+    """`lakeshore schedules run-now` / `POST .../schedules/{name}/run` (issue 36 item 6)."""
+    made = _make(plane, "on-demand", priority=2)
+    plane.dispatch.set_schedule_state("on-demand", "pause")  # a paused schedule runs too
+    run_id = dls.new_id()
+    job = plane.dispatch.run_schedule("on-demand", run_id)
+    assert plane.dispatch.run_schedule("on-demand", run_id) == job  # sent again: the same job
+    other = plane.dispatch.run_schedule("on-demand")
+    assert other != job
+    inv = plane.dispatch.invocation(job)
+    assert (inv.key, inv.state, inv.priority) == (
+        f"schedule:on-demand:manual:{run_id}",
+        "queued",
+        2.0,
+    )
+    row = plane.dispatch.schedule("on-demand")
+    assert (row.next_fire_at, row.fired, row.missed, row.last_job) == (
+        made.next_fire_at,
+        0,
+        0,
+        None,
+    )
+    claimed = plane.queue("sched").claim()
+    assert claimed is not None and claimed.payload == {"run": "on-demand"}
+    with pytest.raises(NotFound, match="unknown schedule 'nope'"):
+        plane.dispatch.run_schedule("nope")
+    with pytest.raises(InvalidArgument, match="letters and digits"):
+        plane.dispatch.run_schedule("on-demand", "not/a-ulid")
+    assert len(_keys(plane)) == 2

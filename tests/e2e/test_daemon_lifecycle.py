@@ -68,11 +68,11 @@ def test_membership_changes_without_a_restart_and_drain_from_the_cli(
     # when `eval` is added from the CLI, the running daemon serves it
     assert "train,eval" in lakeshore(tmp_path, "daemon", "update", "member", "--add-queue", "eval")
     assert evals.result(waiting, timeout=20) == 25
-    proc.wait_for("daemon.membership_changed", queues=["train", "eval"])
+    proc.wait_for("worker.membership_changed", queues=["train", "eval"])
 
     # when `train` is removed, an older `train` job is left while a newer `eval` job runs
     lakeshore(tmp_path, "daemon", "update", "member", "--remove-queue", "train")
-    proc.wait_for("daemon.membership_changed", queues=["eval"])
+    proc.wait_for("worker.membership_changed", queues=["eval"])
     left = train.submit(dls.thunk(jobs.square, 3))
     assert evals.result(evals.submit(dls.thunk(jobs.square, 6)), timeout=20) == 36
     assert train.status(left).state == "queued"
@@ -85,12 +85,12 @@ def test_membership_changes_without_a_restart_and_drain_from_the_cli(
     )
     assert refused.exit_code == 2 and "last queue" in refused.output
     lakeshore(tmp_path, "daemon", "update", "member", "--remove-queue", "eval", "--force")
-    proc.wait_for("daemon.membership_changed", queues=["(none: idle)"])
+    proc.wait_for("worker.membership_changed", queues=["(none: idle)"])
 
     # `daemon drain` reaches it at its next heartbeat: it exits 0 and its row is gone
     lakeshore(tmp_path, "daemon", "drain", "member")
     assert proc.wait(timeout=30) == 0
-    assert plane.worker(proc.find("daemon.ready")["worker_id"]).state == "gone"  # type: ignore[index]
+    assert plane.worker(proc.find("worker.ready")["worker_id"]).state == "gone"  # type: ignore[index]
     assert "member" not in lakeshore(tmp_path, "daemon", "list")
 
 
@@ -108,7 +108,7 @@ def test_handler_gets_plain_payloads_and_burst_exits_when_empty(
     assert q.result(single, timeout=1) == {"handled": {"x": 1}}
     assert q.result(streamed, timeout=1) == 2
     assert list(q.stream(streamed, timeout=1)) == ["a", "b"]
-    assert proc.find("daemon.stopped") is not None
+    assert proc.find("worker.stopped") is not None
 
 
 def test_a_burst_daemon_that_cannot_reach_its_plane_says_so_and_exits_3(
@@ -125,7 +125,7 @@ def test_a_burst_daemon_that_cannot_reach_its_plane_says_so_and_exits_3(
     first = proc.find("plane.unreachable", call="register")
     assert first is not None and f"cannot reach the control plane at {url}" in first["error"]
     assert first["then"] == "retrying for 3 s more, then giving up"
-    gave_up = proc.find("daemon.plane_unreachable")
+    gave_up = proc.find("worker.plane_unreachable")
     assert gave_up is not None and gave_up["error"].startswith("gave up after 3 s without")
 
 
@@ -147,7 +147,7 @@ def test_a_handler_that_does_not_import_stops_the_daemon_at_start(
     proc = DaemonProcess(tmp_path, "bad-handler", ["--handler", "jobs:no_such_function"])
     daemons.append(proc)
     assert proc.wait(timeout=60) == 2
-    failed = proc.find("daemon.slot_start_failed")
+    failed = proc.find("worker.slot_start_failed")
     assert failed is not None and "no_such_function" in failed["error"]
 
 
@@ -213,7 +213,7 @@ def test_sigterm_drains_a_running_job_to_completion_and_talks_to_systemd(
         stopping = notify.seen("STOPPING")
         assert stopping and "draining" in stopping[0]["STATUS"]
         assert notify.seen("EXTEND_TIMEOUT_USEC")
-        assert plane.worker(proc.find("daemon.ready")["worker_id"]).state == "gone"  # type: ignore[index]
+        assert plane.worker(proc.find("worker.ready")["worker_id"]).state == "gone"  # type: ignore[index]
     finally:
         notify.close()
 
@@ -258,7 +258,7 @@ def test_a_second_signal_stops_at_once(
     inv = q.submit(dls.thunk(jobs.sleep_for, 600, str(marker)))
     wait_until(marker.exists, what="the job to start")
     proc.signal(signal.SIGTERM)
-    proc.wait_for("daemon.draining")
+    proc.wait_for("worker.draining")
     proc.signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 0
     assert q.status(inv).state == "queued"

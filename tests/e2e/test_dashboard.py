@@ -18,6 +18,8 @@ import pytest
 from dreamlake.lakeshore import codec
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.queue import SyncQueue
+from dreamlake.lakeshore.scheduling import schedule
 from dreamlake.lakeshore.types import SubmitRequest
 from tests.support import claiming
 
@@ -72,6 +74,18 @@ def test_snapshot_needs_the_token_and_reflects_the_plane(server, tenant, plane):
     assert {r["id"] for r in snap["recent"]} == set(ids)
     assert "result" not in snap["recent"][0]
     assert any(e["kind"] == "created" and e["queue"] == "snap" for e in snap["events"])
+    assert snap["schedules"] == []
+    schedule("snap-nightly", "0 3 * * *", queue=SyncQueue("snap", dispatch=plane), tz="Asia/Tokyo")
+    (row,) = httpx.get(url, headers=headers).json()["schedules"]
+    assert (row["name"], row["cron"], row["tz"], row["queue"], row["state"]) == (
+        "snap-nightly",
+        "0 3 * * *",
+        "Asia/Tokyo",
+        "snap",
+        "active",
+    )
+    assert row["next_fire_at"] > snap["now"] and row["last_fired_at"] is None
+    assert row["missed"] == 0
     me = httpx.get(f"{server.url}/v1/whoami", headers=headers).json()
     assert me["namespace"] == tenant.namespace
 
@@ -179,6 +193,23 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             plane.submit("browser-q", mapped)
             page.locator('#maps tr[data-map="Mbrowser"]').wait_for()
             assert "0 / 4" in page.locator('#maps tr[data-map="Mbrowser"] td.ended').inner_text()
+
+            # schedules: the section shows once the namespace has one
+            assert page.locator("#schedules-section").is_hidden()
+            q = SyncQueue("browser-q", dispatch=plane)
+            schedule("browser-nightly", "0 3 * * *", queue=q, payload=1, tz="Europe/Berlin")
+            nightly = page.locator('#schedules tr[data-schedule="browser-nightly"]')
+            nightly.wait_for()
+            assert page.locator("#schedules-section").is_visible()
+            cells = nightly.locator("td").all_inner_texts()
+            assert cells[:5] == [
+                "browser-nightly",
+                "0 3 * * *",
+                "Europe/Berlin",
+                "browser-q",
+                "active",
+            ]
+            assert "(in " in cells[5] and cells[6] == "\u2013" and cells[7] == "0"
 
             # drill down: the recent row opens the invocation and its frames
             page.locator(f'#recent tr[data-id="{inv}"]').click()

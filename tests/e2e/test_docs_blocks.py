@@ -12,7 +12,9 @@ what it says) and this virtualenv's `bin/` first on `PATH`:
 - other fences (no language, `text`, `yaml`, ...) are synopses, diagrams and sample output:
   shown, never run. A shell session meant to run is tagged `bash`.
 
-Markers are HTML comments on the lines right above a fence (several may stack):
+Markers are HTML comments on the lines right above a fence (several may stack), with no blank
+line between them and the fence; a marker anywhere else (under a block, say, where it would be
+read for the next block or for none) fails the page's marker test:
 
     <!-- not-run: REASON -->        not run here; the reason is required (AWS, systemd, a GPU,
                                     a command that runs in the foreground until stopped, ...)
@@ -98,30 +100,77 @@ class Block:
         return code and not self.values("not-run") and not self.values("file")
 
 
-def parse(path: Path) -> list[Block]:
-    """The fenced blocks of a markdown file, with the marker comments right above each."""
-    lines = path.read_text().splitlines()
-    blocks: list[Block] = []
+def fences(lines: list[str]) -> list[tuple[int, int, int, str]]:
+    """Each fenced block's opening line, closing line, indent and language (0-based lines)."""
+    found: list[tuple[int, int, int, str]] = []
     i = 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
         if opening is None:
             i += 1
             continue
-        indent, fence = len(opening["indent"]), opening["fence"]
+        fence = opening["fence"]
         end = i + 1
         while end < len(lines) and not lines[end].strip().startswith(fence):
             end += 1
-        body = [line[indent:] if line[:indent].isspace() else line for line in lines[i + 1 : end]]
-        markers: list[tuple[str, str]] = []
-        above = i - 1
-        while above >= 0 and (marker := MARKER.match(lines[above])):
-            markers.insert(0, (marker["name"], marker["value"].strip()))
-            above -= 1
-        source = "\n".join(body) + "\n"
-        blocks.append(Block(path, i + 1, opening["lang"].lower(), source, tuple(markers)))
+        found.append((i, end, len(opening["indent"]), opening["lang"].lower()))
         i = end + 1
+    return found
+
+
+def marker_stack(lines: list[str], opening: int) -> range:
+    """The marker lines right above the fence on line `opening`: the ones that apply to it."""
+    above = opening - 1
+    while above >= 0 and MARKER.match(lines[above]):
+        above -= 1
+    return range(above + 1, opening)
+
+
+def parse(path: Path) -> list[Block]:
+    """The fenced blocks of a markdown file, with the marker comments right above each."""
+    lines = path.read_text().splitlines()
+    blocks: list[Block] = []
+    for opening, end, indent, lang in fences(lines):
+        inner = lines[opening + 1 : end]
+        body = [line[indent:] if line[:indent].isspace() else line for line in inner]
+        markers = tuple(
+            (m["name"], m["value"].strip())
+            for m in (MARKER.match(lines[n]) for n in marker_stack(lines, opening))
+            if m is not None
+        )
+        source = "\n".join(body) + "\n"
+        blocks.append(Block(path, opening + 1, lang, source, markers))
     return blocks
+
+
+def misplaced_markers(path: Path) -> list[str]:
+    """Marker comments that apply to no block, or that touch the block above them too.
+
+    A marker put under its block is silently read for the next block (or for none), so the
+    check it states is never made: the one place for a marker is right above its fence.
+    """
+    lines = path.read_text().splitlines()
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    blocks = fences(lines)
+    inside = {n for opening, end, _, _ in blocks for n in range(opening, end + 1)}
+    closing = {end for _, end, _, _ in blocks}
+    attached: set[int] = set()
+    problems: list[str] = []
+    for opening, _, _, _ in blocks:
+        stack = marker_stack(lines, opening)
+        attached.update(stack)
+        if stack and stack.start - 1 in closing:
+            problems.append(
+                f"{where}:{stack.start + 1}: a marker right under a block's "
+                "closing fence; leave a line between it and the block above"
+            )
+    for n, line in enumerate(lines):
+        if n not in inside and n not in attached and MARKER.match(line):
+            problems.append(
+                f"{where}:{n + 1}: {line.strip()} applies to no block; "
+                "markers go on the lines right above the fence of the block they check"
+            )
+    return problems
 
 
 def documented_message(source: str, name: str) -> str | None:
@@ -376,6 +425,26 @@ def test_each_marker_is_known_and_each_skip_has_a_reason(block: Block) -> None:
     idle = [name for name in ("needs", "raises", "expect") if block.values(name)]
     assert block.runs or not idle, f"{block.where}: {idle} on a block that is not run"
     assert block.lang in PYTHON or not block.values("raises"), f"{block.where}: raises: in python"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_each_marker_sits_right_above_its_block(path: Path) -> None:
+    problems = misplaced_markers(path)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_marker_under_its_block_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- expect: 1 -->\n```python\nprint(1)\n```\n"
+        "<!-- expect: 2 -->\n```python\nprint(2)\n```\n"
+        "\n```python\nprint(3)\n```\n<!-- expect: 3 -->\n\nText.\n"
+    )
+    assert [b.values("expect") for b in parse(page)] == [["1"], ["2"], []]
+    problems = misplaced_markers(page)
+    assert len(problems) == 2, problems
+    assert f"{page}:5: a marker right under a block's closing fence" in problems[0]
+    assert f"{page}:13: <!-- expect: 3 --> applies to no block" in problems[1]
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=[str(p.relative_to(ROOT)) for p in RUNNABLE])

@@ -159,7 +159,7 @@ def test_an_ec2_spot_notice_preempts_the_job_by_its_deadline(
     imds.action = {"action": "terminate", "time": stamp}
 
     assert a.wait(timeout=60) == 0
-    notice = a.find("daemon.preempt_notice")
+    notice = a.find("worker.preempt_notice")
     assert notice is not None and notice["reason"] == "EC2 spot terminate"
     assert notice["deadline"] == pytest.approx(int(deadline), abs=1)
     detected = a.find("spot.detected")

@@ -84,7 +84,7 @@ def test_a_thunk_from_a_newer_python_fails_naming_both_and_the_daemon_serves_on(
     q = dls.SyncQueue(QUEUE, dispatch=plane)
     assert q.result(q.submit(dls.thunk(jobs.square, 7)), timeout=30) == 49
     assert daemon.proc.poll() is None, daemon.log_tail()
-    assert not daemon.find("daemon.task_crashed"), daemon.log_tail()
+    assert not daemon.find("worker.task_crashed"), daemon.log_tail()
 
 
 def test_hello_says_the_servers_own_runtime_and_what_it_means(api: Api) -> None:

@@ -133,7 +133,7 @@ def test_a_spot_notice_checkpoints_the_job_and_the_controller_replaces_the_recla
             row = q.status(inv)
             assert (row.state, row.preemptions, row.ended_by) == ("queued", 1, "notice")
             assert row.checkpoint is not None
-            assert spot.find("daemon.preempt_notice")["reason"] == "EC2 spot terminate"
+            assert spot.find("worker.preempt_notice")["reason"] == "EC2 spot terminate"
 
             # The deadline: EC2 takes the VM back. The next tick replaces it, on-demand.
             _reclaim(ec2, first.id)

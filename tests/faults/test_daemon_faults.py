@@ -207,7 +207,7 @@ def test_a_second_daemon_with_the_same_name_retires_the_first(
             ]
             # The first one sees its row retired, stops claiming, finishes its job and leaves.
             assert first.proc.wait(30) == 0
-            first.wait_for("daemon.remote_drain")
+            first.wait_for("worker.remote_drain")
             wait_until(
                 lambda: all(plane.invocation(i).terminal for i in ids),
                 timeout=30,

@@ -86,7 +86,7 @@ def test_a_poison_job_ends_its_attempt_and_the_daemon_serves_on(
     ok = q.submit({"op": "echo"})
     assert ended(plane, ok).state == "succeeded"
     assert daemon.proc.poll() is None, daemon.log_tail()
-    assert not daemon.find("daemon.task_crashed"), daemon.log_tail()
+    assert not daemon.find("worker.task_crashed"), daemon.log_tail()
 
 
 @pytest.mark.parametrize("timeout_s", [math.nan, math.inf, -1.0, 0.0, True])

@@ -123,7 +123,7 @@ class DaemonProcess:
         return wait_until(check, timeout=timeout, what=f"{event} {fields} from {self.name}")
 
     def ready(self, timeout: float = 60.0) -> DaemonProcess:
-        self.wait_for("daemon.ready", timeout=timeout)
+        self.wait_for("worker.ready", timeout=timeout)
         return self
 
     def signal(self, sig: int) -> None:

@@ -76,3 +76,23 @@ def test_bad_input_is_refused_and_nothing_is_stored(run, args: list[str], says: 
 
 def test_an_unknown_schedule_is_named(run) -> None:  # type: ignore[no-untyped-def]
     assert "unknown schedule 'nope'" in run("show", "nope", ok=False)
+    assert "unknown schedule 'nope'" in run("run-now", "nope", ok=False)
+
+
+def test_run_now_submits_the_job_and_keeps_the_next_slot(run) -> None:  # type: ignore[no-untyped-def]
+    from dreamlake.lakeshore.plane.default import open_plane
+
+    run("add", "nightly", "--cron", "0 3 * * *", "--queue", "eval", "--payload-json", "[1, 2]")
+    before = json.loads(run("show", "nightly", "--json"))
+    job = run("run-now", "nightly").strip()
+    shown = json.loads(run("run-now", "nightly", "--json"))
+    assert shown["schedule"] == "nightly" and shown["id"] != job
+    after = json.loads(run("show", "nightly", "--json"))
+    assert (after["next_fire_at"], after["fired"]) == (before["next_fire_at"], 0)
+    plane = open_plane(None, None, None)
+    try:
+        inv = plane.invocation(job)
+        assert inv.queue == "eval" and inv.state == "queued"
+        assert inv.key is not None and inv.key.startswith("schedule:nightly:manual:")
+    finally:
+        plane.close()

@@ -176,3 +176,42 @@ def test_status_shows_the_progress_of_a_map_in_flight(home):
     assert progress["states"] == {"succeeded": 1, "running": 1, "queued": 2}
     shown = CliRunner().invoke(cli, ["status"], catch_exceptions=False, terminal_width=200)
     assert map_id in shown.output and "1/4" in shown.output
+
+
+def test_status_lists_the_schedules_when_there_are_any(home, monkeypatch):
+    """Issue 36 item 6: each schedule's next and last firing, missed slots, paused or not."""
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width off a terminal: no cell wraps
+    from dreamlake.lakeshore.scheduling import schedule
+
+    before = CliRunner().invoke(cli, ["status", "--json"], catch_exceptions=False)
+    assert json.loads(before.output)["schedules"] == []
+    bare = CliRunner().invoke(cli, ["status"], catch_exceptions=False, terminal_width=200)
+    assert "schedules" not in bare.output
+    plane = open_plane(None, None, None)
+    try:
+        q = SyncQueue("train", dispatch=plane)
+        schedule("nightly", "0 3 * * *", queue=q, payload={"suite": "full"}, tz="Europe/Berlin")
+        schedule("hourly", "0 * * * *", queue=q, payload=1)
+        plane.set_schedule_state("hourly", "pause")
+    finally:
+        plane.close()
+    result = CliRunner().invoke(cli, ["status", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = {s["name"]: s for s in json.loads(result.output)["schedules"]}
+    nightly, hourly = rows["nightly"], rows["hourly"]
+    assert (nightly["queue"], nightly["tz"], nightly["paused"], nightly["missed"]) == (
+        "train",
+        "Europe/Berlin",
+        False,
+        0,
+    )
+    assert nightly["next_fire_at"].endswith("+00:00") and nightly["last_fired_at"] is None
+    assert hourly["paused"] is True and hourly["next_fire_at"] is None
+    shown = CliRunner().invoke(cli, ["status"], catch_exceptions=False, terminal_width=200)
+    table = shown.output[shown.output.index("schedules") :]
+    for text in ("next fire", "last fired", "missed", "paused", "nightly", "hourly"):
+        assert text in table
+    nightly_line = next(line for line in table.splitlines() if "nightly" in line)
+    assert "03:00 CE" in nightly_line and "(in " in nightly_line and "no" in nightly_line
+    hourly_line = next(line for line in table.splitlines() if "hourly" in line)
+    assert "yes" in hourly_line

@@ -156,3 +156,126 @@ def test_the_import_check_resolves_relative_imports() -> None:
         "dreamlake.lakeshore.queue",
     } <= names
     assert "dreamlake.lakeshore.queue.SyncQueue" not in names  # inside a function: not counted
+
+
+#: The three parts of the SDK whose import circle closed only through imports inside functions:
+#: the planes, the object store and spill (issue 38).
+CIRCLE = ("sdk/plane", "sdk/objects", "sdk/spill.py")
+#: Imports inside functions that cross between them and stay: each loads a part on first use.
+LAZY_LINKS = {
+    # `HttpPlane.object_tier`: the object store loads with the first object transfer, not with an
+    # HTTP-only producer's plane. Its module-level twin would close no circle (the object store
+    # imports only plane.wire and plane.default, which never import plane.http at module level).
+    ("sdk/plane/http.py", "dreamlake.lakeshore.objects.plane"),
+}
+
+
+def module_of(path: str) -> tuple[str, str]:
+    """(the module `path` is, the package its relative imports resolve against)."""
+    parts = Path(path).with_suffix("").parts[1:]  # sdk/ is the package dreamlake.lakeshore
+    name = ".".join(("dreamlake", "lakeshore", *parts))
+    if parts and parts[-1] == "__init__":
+        name = name.removesuffix(".__init__")
+        return name, name
+    return name, name.rpartition(".")[0]
+
+
+def runtime_imports(tree: ast.Module, package: str, *, functions: bool) -> Iterator[str]:
+    """What a module imports when it runs: module level (not `if TYPE_CHECKING:`), and with
+    `functions`, only what function bodies import."""
+
+    def walk(node: ast.AST, inside: bool) -> Iterator[str]:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in walk(child, inside))
+            return
+        inside = inside or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        if isinstance(node, ast.Import | ast.ImportFrom) and inside == functions:
+            yield from module_level_imports(ast.Module(body=[node], type_ignores=[]), package)
+        for child in ast.iter_child_nodes(node):
+            yield from walk(child, inside)
+
+    yield from walk(tree, False)
+
+
+def circle_modules() -> dict[str, tuple[str, ast.Module]]:
+    """Module name -> (its file, its tree), for every module of the three parts."""
+    found: dict[str, tuple[str, ast.Module]] = {}
+    for part in CIRCLE:
+        where = ROOT / part
+        for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
+            rel = path.relative_to(ROOT).as_posix()
+            found[module_of(rel)[0]] = (rel, ast.parse(path.read_text(), rel))
+    return found
+
+
+def import_graph(*, functions: bool) -> dict[str, set[str]]:
+    """Module -> the modules of the three parts it imports. Importing `a.b.c` from outside `a.b`
+    runs `a.b`'s `__init__` first, so that counts as importing `a.b` too (from inside, `a.b` is
+    already being imported)."""
+    modules = circle_modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, tree) in modules.items():
+        for target in runtime_imports(tree, module_of(path)[1], functions=functions):
+            parts = target.split(".")
+            for end in range(3, len(parts) + 1):
+                module = ".".join(parts[:end])
+                inside = name == module or name.startswith(f"{module}.")
+                if module in modules and not inside:
+                    graph[name].add(module)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as the path that closes it, or None."""
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for after in sorted(graph.get(node, ())):
+            if state.get(after) == 1:
+                return [*path[path.index(after) :], after]
+            if after not in state and (cycle := visit(after)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def test_no_import_circle_among_the_planes_the_object_store_and_spill() -> None:
+    """The planes, the object store and spill import one another at module level with no cycle
+    (so each loads without depending on import order)."""
+    graph = import_graph(functions=False)
+    assert "dreamlake.lakeshore.objects.plane" in graph and "dreamlake.lakeshore.spill" in graph
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_circle_does_not_close_through_imports_inside_functions() -> None:
+    """It used to: the store's retention imported spill, and the plane tier the default plane and
+    the wire decoding, each inside a function. Now the spilled-key test is storage.py's, the
+    wire decoding is imported at module level, and objects get their plane from their caller."""
+    modules = circle_modules()
+    crossing = {
+        (path, target)
+        for name, (path, tree) in modules.items()
+        for target in runtime_imports(tree, module_of(path)[1], functions=True)
+        if target in modules and target.split(".")[2] != name.split(".")[2]
+    }
+    assert crossing == LAZY_LINKS
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    """The checks above would pass vacuously if `find_cycle` missed one, or the graph lost the
+    implicit import of a module's package."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    graph = import_graph(functions=False)
+    assert {"dreamlake.lakeshore.plane", "dreamlake.lakeshore.plane.wire"} <= graph[
+        "dreamlake.lakeshore.objects.plane"
+    ]

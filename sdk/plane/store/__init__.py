@@ -12,6 +12,7 @@ and results stay opaque bytes: the store never decodes them.
     records.py      validation of what callers send; rows turned into records
     namespaces.py   namespaces and orgs
     auth.py         tokens (stored hashed) and what a token may touch
+    leader.py       leadership leases (the controller's election over HTTP)
     providers.py    named provider configs
     workers.py      worker rows
     queues.py       queue rows, events, stats (which count members: QueueStore is a WorkerStore)
@@ -40,6 +41,7 @@ from .base import (
     topic_channel,
 )
 from .frames import FrameStore
+from .leader import LeaderStore
 from .placement import PlacementStore
 from .providers import ProviderStore
 from .records import boltzmann_level, check_admission, check_elasticity
@@ -69,6 +71,7 @@ class SqlStore(
     ScheduleStore,
     FrameStore,
     AuthStore,
+    LeaderStore,
     ProviderStore,
     ViewStore,
     RetentionStore,

@@ -198,26 +198,6 @@ class AuthStore(NamespaceStore):
             return
         raise Forbidden(f"this token is scoped to namespace '{scope.namespace}', not '{ns}'")
 
-    def acquire_leadership(self, name: str, holder: str, ttl_s: float) -> bool:
-        """Hold leadership of `name` for `ttl_s` more seconds; False while another holds it."""
-        check_name(name, "leadership")
-        if not isinstance(holder, str) or not 0 < len(holder) <= 200 or not holder.isprintable():
-            raise InvalidArgument(
-                "holder must be 1 to 200 printable characters (a host and pid, say)"
-            )
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not 0 < ttl_s <= 3600:
-            raise InvalidArgument(f"ttl_s must be a number of seconds in (0, 3600], got {ttl_s!r}")
-        now = time.time()
-        with self.connector.transaction() as tx:
-            row = tx.one(
-                "leader_acquire", name=name, holder=holder, expires_at=now + ttl_s, now=now
-            )
-        return row is not None
-
-    def release_leadership(self, name: str, holder: str) -> None:
-        with self.connector.transaction() as tx:
-            tx.all("leader_release", name=name, holder=holder)
-
 
 def _held(row: dict[str, object]) -> frozenset[str]:
     """A token row's scopes: its namespace scopes, plus `admin` from the admin column."""

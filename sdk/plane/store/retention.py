@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ...storage import MAX_REF_BYTES, StorageRef, sniff_ref
+from ...storage import MAX_REF_BYTES, StorageRef, is_spilled, sniff_ref
 from ..queries import SQLITE
 from ..retention import (
     BATCH,
@@ -191,7 +191,5 @@ class _Pace:
 
 def _spilled(blobs: Iterable[bytes | None]) -> list[StorageRef]:
     """The spilled objects among `blobs` (never a ref a user passed on purpose)."""
-    from ...spill import is_spilled  # the object store: not imported with the SDK
-
     refs = (sniff_ref(blob) for blob in blobs)
     return [ref for ref in refs if ref is not None and is_spilled(ref)]

@@ -31,7 +31,9 @@ from ..schedules import (
     Firing,
     ScheduleInfo,
     check_choice,
+    check_run_id,
     check_schedule,
+    manual_key,
     plan,
     schedule_info,
     template_of,
@@ -151,6 +153,20 @@ class ScheduleStore(InvocationStore, NamespaceStore):
             row = tx.one("schedule_get", ns=ns, name=name)
         assert row is not None
         return schedule_info(row)
+
+    def run_schedule(self, ns: str, name: str, run_id: str | None = None) -> str:
+        """Submit the schedule's job now, outside its cron (`lakeshore schedules run-now`): the
+        id of the job. Keyed `schedule:<name>:manual:<run_id>`, so a request sent again with
+        its `run_id` returns the same job; the schedule's row is not touched (its next slot,
+        counts and last firing are its cron's), and a paused schedule runs too."""
+        check_name(name, "schedule")
+        run_id = new_id() if run_id is None else check_run_id(run_id)
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one("schedule_get", ns=ns, name=name)
+        if row is None:
+            raise NotFound(f"unknown schedule '{name}' in namespace '{ns}'")
+        (job,) = self.submit(ns, row["queue"], [template_of(row, manual_key(name, run_id))])
+        return job
 
     # -- firing -------------------------------------------------------------------------------
 
