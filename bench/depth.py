@@ -34,7 +34,7 @@ import httpx
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.dispatch import Dispatch
-from dreamlake.lakeshore.types import Ack
+from dreamlake.lakeshore.types import Ack, ClaimArgs
 
 from . import depth_listing
 from .common import POSTGRES_URL, Measurement, Settings, clean_env, pct, say
@@ -109,7 +109,7 @@ def cli_ms(store: str, home: Path, repeat: int) -> float:
 def _ended(q: dls.SyncQueue, plane: Dispatch, rows: int) -> None:
     """`rows` jobs that ran and ended (claimed and acked in batches): what retention trims."""
     q.submit_many([0] * rows)
-    while claimed := plane.claim_many([q.name], worker="bench-ender", limit=BATCH):
+    while claimed := plane.claim_many(ClaimArgs([q.name], "bench-ender", limit=BATCH)):
         plane.ack_many([Ack(job.id, job.lease, None) for job in claimed])
 
 

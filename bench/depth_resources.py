@@ -32,7 +32,7 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.daemon.inventory import Gpu
 from dreamlake.lakeshore.daemon.placement import Placer
 from dreamlake.lakeshore.plane.dispatch import Dispatch
-from dreamlake.lakeshore.types import Ack
+from dreamlake.lakeshore.types import Ack, ClaimArgs
 
 from .common import Measurement, Settings, say
 from .depth import BATCH, TARGET_RATIO, sqlite_rows
@@ -80,7 +80,7 @@ def claim_ack_ms(plane: Dispatch, free: dict[str, Any] | None, calls: int) -> fl
     times = []
     for _ in range(calls):
         start = time.perf_counter()
-        got = plane.claim_many([QUEUE], worker="bench", limit=1, free=free)
+        got = plane.claim_many(ClaimArgs([QUEUE], "bench", free=free))
         if not got:
             break
         plane.ack_many([Ack(got[0].id, got[0].lease, None)])

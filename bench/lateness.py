@@ -25,7 +25,7 @@ from pathlib import Path
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.dispatch import LocalPlane
-from dreamlake.lakeshore.types import SubmitRequest
+from dreamlake.lakeshore.types import ClaimArgs, SubmitRequest
 
 from .common import Measurement, Settings, pct, say
 
@@ -89,7 +89,7 @@ def _claimer(plane: LocalPlane, n: int, done: threading.Event) -> threading.Thre
     def run() -> None:
         taken = 0
         while taken < n:
-            for job in plane.claim_many([QUEUE], worker="bench", limit=100, wait_s=5.0):
+            for job in plane.claim_many(ClaimArgs([QUEUE], "bench", limit=100), wait_s=5.0):
                 plane.ack(job.id, job.lease, None)
                 taken += 1
         done.set()

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.plane.base import claim as claim_one
+from dreamlake.lakeshore.types import ClaimArgs
 
 from .common import (
     POSTGRES_URL,
@@ -64,7 +66,7 @@ def claim_latencies(plane: dls.Plane, n: int) -> list[float]:
     out = []
     for _ in range(n):
         start = time.perf_counter()
-        claim = plane.claim(["probe"], worker="probe", wait_s=5)
+        claim = claim_one(plane, ClaimArgs(["probe"], "probe"), wait_s=5)
         out.append((time.perf_counter() - start) * 1000)
         assert claim is not None
         plane.ack(claim.id, claim.lease, None)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.store import new_id
-from dreamlake.lakeshore.types import Ack
+from dreamlake.lakeshore.types import Ack, ClaimArgs
 
 from .report import Row, render
 
@@ -74,7 +74,7 @@ def lakeshore(path: Path, n: int, durable: bool) -> tuple[float, float, float, f
         def drain_batched() -> None:
             left = n // 500 * 500
             while left:
-                claims = plane.claim_many(["bench"], worker="bench", limit=BATCH)
+                claims = plane.claim_many(ClaimArgs(["bench"], "bench", limit=BATCH))
                 assert claims
                 acks = [Ack(c.id, c.lease, dls.encode(noop(dls.decode(c.payload)))) for c in claims]
                 errors = plane.ack_many(acks)

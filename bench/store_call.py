@@ -48,12 +48,7 @@ def _calls(folder: Path, n: int) -> list[float]:
             )
             (claim,) = claims
             errors, _ = store.ack_and_claim(
-                NAMESPACE,
-                [Ack(claim.id, claim.lease, payload)],
-                [QUEUE],
-                worker=claimer.worker,
-                lease_s=claimer.lease_s,
-                limit=1,
+                NAMESPACE, [Ack(claim.id, claim.lease, payload)], claimer
             )
             if errors != [None]:
                 raise RuntimeError(f"the ack was refused: {errors}")

@@ -57,7 +57,6 @@ from ..errors import DispatchError
 from ..types import Claim
 from ..work.slot import (
     ABORT_CAUSES,
-    DEADLINE_WAIT_CHUNK_S,
     AbortReason,
     JobSink,
     Outcome,
@@ -481,7 +480,7 @@ class ProcessSlot(SlotBase):
 
     def _watch(self, claim: Claim, child: Child) -> Outcome:
         """Until the job ends: its frames and outcome, an end asked for, or its timeout."""
-        deadline = None if claim.timeout_s is None else self._began + claim.timeout_s
+        deadline = self._run_deadline(claim, self._began)
         poller, conn_fd, exit_fd = self._poller(child), child.conn.fileno(), child.process.sentinel
         # The wake pipe may hold bytes from before this job: drained at the first look if so.
         woken = self._wake_r in self._ready(child)
@@ -496,19 +495,15 @@ class ProcessSlot(SlotBase):
                 child.terminate(grace)
                 self._child = None
                 return abort_outcome(reason, self._abort_detail)
-            if deadline is not None and time.monotonic() >= deadline:
+            if (timed_out := self._timed_out(claim, deadline)) is not None:
                 self._sink.note_cause(claim, "timeout")
                 child.terminate(self.kill_grace_s)
                 self._child = None
-                return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
-            timeout_ms = (
-                None
-                if deadline is None
-                else math.ceil(
-                    1000 * min(DEADLINE_WAIT_CHUNK_S, max(0.0, deadline - time.monotonic()))
-                )
-            )
-            ready = {fd for fd, _ in poller.poll(timeout_ms)}
+                return timed_out
+            wait_s = self._until(deadline)
+            ready = {
+                fd for fd, _ in poller.poll(None if wait_s is None else math.ceil(1000 * wait_s))
+            }
             woken = self._wake_r in ready
             if conn_fd in ready or exit_fd in ready:
                 outcome = self._read(claim, child)

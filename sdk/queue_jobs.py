@@ -15,10 +15,9 @@ from .context import current_run
 from .envelope import Envelope, Thunk
 from .errors import DispatchError, InvalidArgument
 from .resources import check_optional
+from .types import DEFAULT_LEASE_S as DEFAULT_LEASE_S  # its home was here
 from .types import Invocation, SubmitRequest
 from .workflow import outputs_in
-
-DEFAULT_LEASE_S = 60.0
 
 
 @dataclass

@@ -22,6 +22,7 @@ from .context import current_run, run_queue_name
 from .envelope import Envelope
 from .errors import DispatchError, InvalidArgument
 from .plane.base import Plane
+from .plane.base import claim as claim_one
 from .plane.default import default_plane
 from .plane.reference import reference as plane_reference
 from .plane.reference import resolve as resolve_plane
@@ -38,7 +39,7 @@ from .queue_jobs import DEFAULT_LEASE_S, Job, encode_submit, result_of, worker_i
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .resources import check_optional
 from .topic import Topic, iter_frames
-from .types import STATES, Claim, Invocation, SubmitRequest, normalize_kind
+from .types import STATES, Claim, ClaimArgs, Invocation, SubmitRequest, normalize_kind
 from .workflow import with_after
 
 if TYPE_CHECKING:
@@ -558,15 +559,15 @@ class SyncQueue:
 
         self._first_use(submitting=False)
         annealing = self._annealing
-        claim = self.dispatch.claim(
+        args = ClaimArgs(
             [self.name],
-            worker=worker or worker_identity(),
+            worker or worker_identity(),
             lease_s=lease_s,
             kind=self.kind,
             temperature=annealing.current() if annealing else self.temperature,
-            wait_s=wait,
             host=host or host_id(),
         )
+        claim = claim_one(self.dispatch, args, wait_s=wait)
         if claim is not None and annealing is not None:
             annealing.claimed()
         return claim

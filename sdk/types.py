@@ -294,25 +294,33 @@ class Ack(NamedTuple):
     result: bytes | None
 
 
-class ClaimArgs(NamedTuple):
-    """A claim's arguments (`Plane.claim_many`'s), for a claim held until work comes: the
-    server hands a submit's jobs to such claims in the submit's transaction."""
+#: How long a claimed job is the claimer's before the plane hands it to another.
+DEFAULT_LEASE_S = 60.0
 
+
+class ClaimArgs(NamedTuple):
+    """A claim's arguments: the one parameter of `Plane.claim_many` and `ack_and_claim` at
+    every layer (planes, the store, the server's route), so each default is written here
+    once. The server also holds them for a claim waiting for work, and hands a submit's jobs
+    to such claims in the submit's transaction."""
+
+    #: Queues to take from, in the order asked; () is the default queue.
     queues: Sequence[str]
     worker: str
-    lease_s: float
+    lease_s: float = DEFAULT_LEASE_S
+    #: Up to this many jobs in one commit.
     limit: int = 1
+    #: The order to take them in (fifo, priority, filo, boltzmann); None: the queue's own.
     kind: str | None = None
+    #: A boltzmann claim's temperature.
     temperature: float = 1.0
+    #: The claimer's host id (`objects.host_id()`): a job whose objects live in another
+    #: host's tier is left to that host for its queue's `locality_wait_s`. None: a claimer
+    #: on no host in particular, to whom every hinted job waits out its window.
     host: str | None = None
-    #: What the claimer has free (sdk/resources.py `Free`); None: hand it any job.
+    #: What the claimer has free (sdk/resources.py `Free`): only a job whose request fits is
+    #: handed over, one at a time while GPUs, CPUs or memory are counted. None: any job.
     free: dict[str, Any] | None = None
-
-    def keywords(self) -> dict[str, Any]:
-        """Everything but the queues, as `claim_many` and `ack_and_claim` take it."""
-        out = self._asdict()
-        del out["queues"]
-        return out
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from .. import __version__, codec, logs, protocols
 from ..errors import DispatchError, NotFound
 from ..logs import EventLog
+from ..plane import routes
 from ..plane.store import SqlStore
 from ..storage import Storage
 from ..storage import storage as open_storage
@@ -93,11 +94,9 @@ async def hello(call: Call) -> dict[str, Any]:
 def all_apis() -> list[Api]:
     return [
         Api(
-            "GET",
-            "/v1/hello",
+            routes.HELLO,
             hello,
             "Versions, codec version and pickle protocol",
-            namespaced=False,
             auth=False,
             response="Hello",
         ),
@@ -184,7 +183,7 @@ def create_app(
                 store.close()
 
     app = Starlette(
-        routes=[*(api.route() for api in apis), Route("/openapi.json", openapi_json)],
+        routes=[*(api.mount() for api in apis), Route("/openapi.json", openapi_json)],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
         middleware=[

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import DispatchError
+from ..plane import routes
 from ..plane.auth import TokenScope
 from ..plane.store import SqlStore
 from .auth import Grants, authenticate, require
@@ -33,7 +34,7 @@ log = logging.getLogger("lakeshore.server")
 P = ParamSpec("P")
 T = TypeVar("T")
 
-NS_PREFIX = "/v1/namespaces/{ns}"
+NS_PREFIX = routes.NS_PREFIX
 
 
 @dataclass
@@ -97,14 +98,14 @@ Handler = Callable[[Call], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class Api:
-    """A route: how it is served and how the OpenAPI document describes it."""
+    """A route: how it is served and how the OpenAPI document describes it. What the route is
+    (method, path, retry rule, what /metrics counts) is its `Route`, declared in the SDK's
+    plane/routes.py, which the HTTP plane sends too."""
 
-    method: str
-    path: str
+    route: routes.Route
     handler: Handler
     summary: str
     status: int = 200
-    namespaced: bool = True
     auth: bool = True
     #: OpenAPI component names for the request body and the response (None: no body).
     body: str | None = None
@@ -118,10 +119,23 @@ class Api:
     raw: bool = False
 
     @property
-    def full_path(self) -> str:
-        return NS_PREFIX + self.path if self.namespaced else self.path
+    def method(self) -> str:
+        return self.route.method
 
-    def route(self) -> Route:
+    @property
+    def path(self) -> str:
+        return self.route.path
+
+    @property
+    def namespaced(self) -> bool:
+        return self.route.namespaced
+
+    @property
+    def full_path(self) -> str:
+        return self.route.full_path
+
+    def mount(self) -> Route:
+        """The starlette route that serves this entry."""
         return Route(
             self.full_path.replace("{channel}", "{channel:path}"),
             _endpoint(self),

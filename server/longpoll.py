@@ -109,10 +109,9 @@ async def claim_until(
     deadline = Deadline(wait_s, MAX_WAIT_S)
     waker = store.waker
     work = [work_key(ns, q) for q in args.queues or [DEFAULT_QUEUE]]
-    claiming = args.keywords()
 
     def fetch() -> list[Claim]:
-        return store.claim_many(ns, args.queues, **claiming)
+        return store.claim_many(ns, args)
 
     fetched = False
     while True:

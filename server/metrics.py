@@ -328,7 +328,7 @@ async def _retried(m: ServerMetrics, call: Call, result: Any) -> None:
     m.retries.labels(result.namespace, result.queue, "operator").inc()
 
 
-#: What each counted operation records.
+#: What each counted operation records; a route names its operation (`Route.counts`).
 RECORDERS: dict[str, Callable[[ServerMetrics, Call, Any], Awaitable[None]]] = {
     "submit": _submitted,
     "claim": _claimed,
@@ -338,19 +338,6 @@ RECORDERS: dict[str, Callable[[ServerMetrics, Call, Any], Awaitable[None]]] = {
     "end": _ended,
     "cancel": _cancelled,
     "retry": _retried,
-}
-
-
-#: (method, path) of each route that is counted, and what it counts.
-COUNTED = {
-    ("POST", "/queues/{queue}/invocations"): "submit",
-    ("POST", "/claims"): "claim",
-    ("POST", "/invocations/{id}/ack"): "ack",
-    ("POST", "/acks"): "acks",
-    ("POST", "/invocations/{id}/nack"): "nack",
-    ("POST", "/invocations/{id}/end"): "end",
-    ("POST", "/invocations/{id}/cancel"): "cancel",
-    ("POST", "/invocations/{id}/retry"): "retry",
 }
 
 
@@ -375,7 +362,7 @@ def instrument(apis: Iterable[Api]) -> list[Api]:
     """The same routes, with the counted ones wrapped (a no-op until `install` runs)."""
     out = []
     for api in apis:
-        op = COUNTED.get((api.method, api.path)) if api.namespaced else None
+        op = api.route.counts  # declared with the route (plane/routes.py)
         out.append(dataclasses.replace(api, handler=_counted(api.handler, op)) if op else api)
     return out
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..plane import routes
 from ..plane.auth import ADMIN, SCOPES
 from .endpoint import Api, Call
 from .openapi import BOOL, NUM, STR, STRS, _nullable, _obj
@@ -107,60 +108,48 @@ _SCHEMAS.update(
 
 ROUTES = [
     Api(
-        "GET",
-        "/v1/admin/namespaces",
+        routes.NAMESPACES,
         list_namespaces,
         "Admin: every namespace and its org",
-        namespaced=False,
         response="AdminNamespaces",
         scopes=(ADMIN,),
     ),
     Api(
-        "POST",
-        "/v1/admin/namespaces",
+        routes.ADD_NAMESPACE,
         add_namespace,
         "Admin: create a namespace (idempotent); with org, move it into that org",
         201,
-        namespaced=False,
         body="AdminNamespaceCreate",
         response="AdminNamespace",
         scopes=(ADMIN,),
     ),
     Api(
-        "GET",
-        "/v1/admin/orgs",
+        routes.ORGS,
         list_orgs,
         "Admin: every org and its namespaces (a token authorises its namespace's org siblings)",
-        namespaced=False,
         response="AdminOrgs",
         scopes=(ADMIN,),
     ),
     Api(
-        "GET",
-        "/v1/admin/tokens",
+        routes.TOKENS,
         list_tokens,
         "Admin: every token (digest prefix, namespace, label, scopes, expiry; no secrets)",
-        namespaced=False,
         response="AdminTokens",
         scopes=(ADMIN,),
     ),
     Api(
-        "POST",
-        "/v1/admin/tokens",
+        routes.CREATE_TOKEN,
         create_token,
         "Admin: mint a token for a namespace (created if missing); the secret is answered once",
         201,
-        namespaced=False,
         body="AdminTokenCreate",
         response="AdminTokenCreated",
         scopes=(ADMIN,),
     ),
     Api(
-        "DELETE",
-        "/v1/admin/tokens/{digest}",
+        routes.REVOKE_TOKEN,
         revoke_token,
         "Admin: revoke the token whose digest starts with {digest} (8+ hex digits, tokens ls)",
-        namespaced=False,
         response="AdminTokenRevoked",
         scopes=(ADMIN,),
     ),

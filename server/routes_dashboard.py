@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import InvalidArgument
+from ..plane import routes
 from ..plane.auth import READ, format_scopes
 from ..plane.connector import Row
 from ..plane.schedules import ScheduleInfo
@@ -216,8 +217,7 @@ async def whoami(call: Call) -> dict[str, Any]:
 
 ROUTES = [
     Api(
-        "GET",
-        "/dashboard",
+        routes.DASHBOARD,
         dashboard,
         "One snapshot for the dashboard: queues with depth by state and sparklines, workers, "
         "recent invocations, queue events, schedules",
@@ -226,11 +226,9 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "GET",
-        "/v1/whoami",
+        routes.WHOAMI,
         whoami,
         "The namespace, org and label of the presented token",
-        namespaced=False,
         response="WhoAmI",
         scopes=(),
     ),

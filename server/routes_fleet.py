@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..plane import routes
 from ..plane.auth import ADMIN
 from ..types import WorkerInfo
 from .endpoint import Api, Call
@@ -65,40 +66,32 @@ async def lead(call: Call) -> dict[str, Any]:
 
 ROUTES = [
     Api(
-        "GET",
-        "/v1/fleet",
+        routes.FLEET,
         fleet,
         "Admin: every namespace's queues, live counts, workers and provider configs",
-        namespaced=False,
         response="Fleet",
         scopes=(ADMIN,),
     ),
     Api(
-        "POST",
-        "/v1/fleet/events",
+        routes.FLEET_EVENTS,
         record_events,
         "Admin: record queue events (the controller's decisions) in one transaction",
         204,
-        namespaced=False,
         body="FleetEvents",
         scopes=(ADMIN,),
     ),
     Api(
-        "POST",
-        "/v1/fleet/workers",
+        routes.FLEET_WORKER_STATE,
         worker_state,
         "Admin: set a worker's state in any namespace (the controller drains what it scales down)",
-        namespaced=False,
         body="FleetWorkerState",
         response="WorkerInfo",
         scopes=(ADMIN,),
     ),
     Api(
-        "POST",
-        "/v1/fleet/leader",
+        routes.FLEET_LEADER,
         lead,
         "Admin: take, keep or release a leadership lease (one acting controller)",
-        namespaced=False,
         body="FleetLeader",
         response="FleetLeading",
         scopes=(ADMIN,),

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import codec
 from ..errors import DispatchError, Forbidden, InvalidArgument
+from ..plane import routes
 from ..plane.auth import JOB, MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
 from ..plane.job_token import with_job_tokens
 from ..plane.store import MAX_BATCH, SqlStore, topic_channel
@@ -44,6 +45,9 @@ from .metrics import count_acks
 from .payload_kinds import code_in
 from .routes_objects import drop_superseded
 from .wire import Fields
+
+#: A claim's defaults, where its body leaves a field out: `ClaimArgs`'s own.
+CLAIM_DEFAULTS = ClaimArgs._field_defaults
 
 ITEM_FIELDS = (
     "payload",
@@ -300,11 +304,11 @@ async def claim(call: Call) -> dict[str, Any]:
     queues = b.str_list("queues")
     worker = b.req_text("worker")
     host = _host(b)
-    lease_s = b.number("lease_s", 60.0) or 0.0
+    lease_s = b.number("lease_s", CLAIM_DEFAULTS["lease_s"]) or 0.0
     if not 0 < lease_s <= MAX_LEASE_S:
         raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
     kind = b.text("kind")
-    temperature = b.number("temperature", 1.0) or 0.0
+    temperature = b.number("temperature", CLAIM_DEFAULTS["temperature"]) or 0.0
     if temperature < 0:
         raise InvalidArgument("field 'temperature' must be >= 0")
     wait_s = b.number("wait", 0.0) or 0.0
@@ -323,11 +327,10 @@ async def claim(call: Call) -> dict[str, Any]:
         # The claim inside ack_and_claim saw every submit before this: the wait below need
         # not look again until one after it lands.
         since = call.store.waker.generation
-        claiming = args.keywords()
         on_ended = call.readers.handing(a.id for a in acks)
         errors, got = await run_write(
             call.store,
-            lambda: call.store.ack_and_claim(call.ns, acks, queues, **claiming, on_ended=on_ended),
+            lambda: call.store.ack_and_claim(call.ns, acks, args, on_ended=on_ended),
         )
         out["ack_errors"] = [_item_error(e) for e in errors]
         await count_acks(call, [a.id for a in acks], errors)
@@ -481,7 +484,7 @@ async def renew(call: Call) -> dict[str, dict[str, bool]]:
     b = call.body
     b.only("leases", "lease_s")
     leases = b.str_list("leases")
-    lease_s = b.number("lease_s", 60.0) or 0.0
+    lease_s = b.number("lease_s", CLAIM_DEFAULTS["lease_s"]) or 0.0
     if not 0 < lease_s <= MAX_LEASE_S:
         raise InvalidArgument(f"field 'lease_s' must be in (0, {MAX_LEASE_S:g}]")
     return {"leases": await call.run(call.store.renew, leases, lease_s)}
@@ -554,8 +557,7 @@ async def post_topic_frame(call: Call) -> dict[str, int]:
 
 ROUTES = [
     Api(
-        "POST",
-        "/queues/{queue}/invocations",
+        routes.SUBMIT,
         submit,
         "Submit one or a batch in one transaction; a known key returns its existing id; "
         "?wait=S waits for room on a full on_full=block queue (else 429); "
@@ -567,8 +569,7 @@ ROUTES = [
         scopes=(SUBMIT_DATA,),
     ),
     Api(
-        "GET",
-        "/queues/{queue}/count",
+        routes.COUNT,
         count,
         "How many invocations are in a state",
         response="Count",
@@ -576,8 +577,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "GET",
-        "/invocations/{id}",
+        routes.INVOCATION,
         get_invocation,
         "The invocation row; ?wait=S long-polls until it is terminal (capped at 60 s)",
         response="Invocation",
@@ -585,8 +585,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/cancel",
+        routes.CANCEL,
         cancel,
         "Cancel a queued one; kill=true also asks the worker to end a running one",
         body="Cancel",
@@ -594,8 +593,7 @@ ROUTES = [
         scopes=(SUBMIT_DATA, MANAGE),
     ),
     Api(
-        "POST",
-        "/claims",
+        routes.CLAIM,
         claim,
         "Claim the next job; 'limit' claims up to that many in one commit ({claims: [...]}); "
         "'wait' long-polls (capped at 60 s) for the first",
@@ -604,8 +602,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/acks",
+        routes.ACKS,
         ack_many,
         "Settle up to 1000 claims as succeeded in one commit; per ack, null or its error",
         body="AckBatch",
@@ -613,8 +610,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/ack",
+        routes.ACK,
         ack,
         "Settle as succeeded with the result bytes",
         status=204,
@@ -622,8 +618,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/nack",
+        routes.NACK,
         nack,
         "Fail this attempt; retry requeues with backoff",
         body="Nack",
@@ -631,8 +626,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/end",
+        routes.END,
         end,
         "End an attempt as killed, timeout or failed",
         status=204,
@@ -640,8 +634,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/release",
+        routes.RELEASE,
         release,
         "Give a claimed job back unrun",
         body="Release",
@@ -649,8 +642,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/placement",
+        routes.PLACE,
         place,
         "Record where a claimed attempt runs (worker, GPU indexes and UUIDs); needs its lease",
         status=204,
@@ -658,8 +650,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/cause",
+        routes.CAUSE,
         note_cause,
         "Record why the worker is about to end this running attempt, before it signals the job",
         body="Cause",
@@ -667,8 +658,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/checkpoint",
+        routes.CHECKPOINT,
         checkpoint,
         "Record the job's last checkpoint (the encoded Ref of its state in durable storage) "
         "under the attempt's lease; answers the one it replaced",
@@ -677,8 +667,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/leases/renew",
+        routes.RENEW,
         renew,
         "Extend leases; returns {id: kill_requested}",
         body="Renew",
@@ -686,8 +675,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "GET",
-        "/invocations/{id}/frames",
+        routes.FRAMES,
         invocation_frames,
         "Frames after ?since; ?wait long-polls for one or for the end",
         response="FrameList",
@@ -695,8 +683,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/frames",
+        routes.POST_FRAME,
         post_invocation_frame,
         "Append a frame to a running invocation's journal (needs its lease)",
         status=201,
@@ -705,8 +692,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "GET",
-        "/topics/{queue}/{topic}/frames",
+        routes.TOPIC_FRAMES,
         topic_frames,
         "Frames of a topic after ?since; ?wait long-polls",
         response="FrameList",
@@ -714,8 +700,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/topics/{queue}/{topic}/frames",
+        routes.POST_TOPIC_FRAME,
         post_topic_frame,
         "Append a frame to a topic",
         status=201,

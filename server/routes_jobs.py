@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane import routes
 from ..plane.auth import MANAGE, READ, SUBMIT_DATA
 from ..types import Invocation
 from .endpoint import Api, Call
@@ -39,8 +40,7 @@ async def retry_invocation(call: Call) -> Invocation:
 
 ROUTES = [
     Api(
-        "GET",
-        "/invocations",
+        routes.INVOCATIONS,
         list_invocations,
         "Invocations of the namespace, newest first, without payload/result bytes; "
         "filter by ?queue and ?state (or ?map=<map id> alone), page with ?before=<id>",
@@ -49,8 +49,7 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/invocations/{id}/retry",
+        routes.RETRY,
         retry_invocation,
         "Requeue a failed / killed / timeout invocation as a new attempt (409 otherwise)",
         response="Invocation",

@@ -38,6 +38,7 @@ from starlette.types import Scope
 from ..errors import Conflict, InvalidArgument, NotFound, PayloadTooLarge
 from ..objects.layout import ALIGN, MAGIC, PREFIX, ObjectCorrupt
 from ..objects.plane import is_plane_url, split
+from ..plane import routes
 from ..plane.auth import JOB, READ, SUBMIT_DATA, WORK
 from ..storage import OBJECTS_PREFIX, Storage, StorageRef, sniff_ref
 from .blocking import run_blocking
@@ -61,7 +62,6 @@ log = logging.getLogger("lakeshore.server")
 _ID = re.compile(r"[0-9a-z]{26}")
 _DIGEST = re.compile(r"[0-9a-f]{32}")
 _COUNT = re.compile(r"[0-9]{1,19}")
-_PUT_PATH = re.compile(r"/v1/namespaces/[^/]+/objects/[^/]+")
 
 SCHEMAS.setdefault(
     "ObjectStored",
@@ -91,7 +91,8 @@ class ObjectTier:
 def streams_to_storage(scope: Scope) -> bool:
     """A request whose body goes to storage in chunks, not into memory: exempt from the body
     budget (`BodyBudget(exempt=...)`), bounded by `--max-object-mb` in its route instead."""
-    return scope.get("method") == "PUT" and bool(_PUT_PATH.fullmatch(scope.get("path", "")))
+    put = routes.PUT_OBJECT
+    return scope.get("method") == put.method and put.matches(scope.get("path", ""))
 
 
 def _tier(call: Call) -> ObjectTier:
@@ -392,8 +393,7 @@ async def _chunks(src: IO[bytes]) -> AsyncIterator[bytes]:
 
 ROUTES = [
     Api(
-        "PUT",
-        "/objects/{id}",
+        routes.PUT_OBJECT,
         put_object,
         "Upload an object's bytes (the plane tier), streamed to the server's storage: "
         "Content-Length, x-lakeshore-size (body bytes) and x-lakeshore-digest (xxh3-128 of "
@@ -404,8 +404,7 @@ ROUTES = [
         raw=True,
     ),
     Api(
-        "GET",
-        "/objects/{id}",
+        routes.GET_OBJECT,
         get_object,
         "An object's bytes (the plane tier), streamed as stored (application/octet-stream); "
         "HEAD for its length",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane import routes
 from ..plane.auth import MANAGE
 from ..plane.providers import ProviderInfo
 from .endpoint import Api, Call
@@ -35,24 +36,21 @@ async def delete_provider(call: Call) -> None:
 
 ROUTES = [
     Api(
-        "POST",
-        "/providers",
+        routes.ADD_PROVIDER,
         add_provider,
         "Add a named provider config; 409 if it exists",
         201,
         scopes=(MANAGE,),
     ),
     Api(
-        "GET",
-        "/providers",
+        routes.PROVIDERS,
         list_providers,
         "Named provider configs of the namespace",
         scopes=(MANAGE,),
     ),
-    Api("GET", "/providers/{name}", show_provider, "One provider config", scopes=(MANAGE,)),
+    Api(routes.PROVIDER, show_provider, "One provider config", scopes=(MANAGE,)),
     Api(
-        "DELETE",
-        "/providers/{name}",
+        routes.DELETE_PROVIDER,
         delete_provider,
         "Remove a provider config",
         204,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from ..plane import routes
 from ..plane.auth import MANAGE, READ, WORK
 from ..plane.store import SqlStore, check_elasticity
 from ..types import QueueInfo, WorkerInfo
@@ -99,8 +100,7 @@ def _lifecycle(action: str) -> Api:
         "drain": "Stop admitting submits; in-flight work finishes",
     }[action]
     return Api(
-        "POST",
-        f"/queues/{{name}}/{action}",
+        routes.QUEUE_ACTIONS[action],
         handler,
         summary,
         response="QueueInfo",
@@ -137,8 +137,7 @@ async def worker_queues(call: Call) -> WorkerInfo:
 
 ROUTES = [
     Api(
-        "POST",
-        "/queues",
+        routes.CREATE_QUEUE,
         create_queue,
         "Create a queue; 409 if it exists",
         status=201,
@@ -147,8 +146,7 @@ ROUTES = [
         scopes=(MANAGE,),
     ),
     Api(
-        "GET",
-        "/queues",
+        routes.QUEUES,
         list_queues,
         "List queues of the namespace's org (default materialises)",
         response="QueueList",
@@ -156,16 +154,14 @@ ROUTES = [
         scopes=(READ, WORK),
     ),
     Api(
-        "GET",
-        "/queues/{name}",
+        routes.QUEUE,
         show_queue,
         "A queue row and its live members",
         response="QueueShow",
         scopes=(READ, WORK),
     ),
     Api(
-        "PATCH",
-        "/queues/{name}",
+        routes.PATCH_QUEUE,
         patch_queue,
         "Patch description / admission / elasticity (an elasticity with 'kind' replaces it)",
         body="QueuePatch",
@@ -177,8 +173,7 @@ ROUTES = [
     _lifecycle("unarchive"),
     _lifecycle("drain"),
     Api(
-        "DELETE",
-        "/queues/{name}",
+        routes.DELETE_QUEUE,
         delete_queue,
         "Delete a queue; 409 with members unless force=true scrubs them",
         status=204,
@@ -186,8 +181,7 @@ ROUTES = [
         scopes=(MANAGE,),
     ),
     Api(
-        "GET",
-        "/queues/{name}/events",
+        routes.QUEUE_EVENTS,
         queue_events,
         "Queue events, newest first",
         response="EventList",
@@ -195,16 +189,14 @@ ROUTES = [
         scopes=(READ,),
     ),
     Api(
-        "GET",
-        "/queues/{name}/stats",
+        routes.QUEUE_STATS,
         queue_stats,
         "daemon_count, slots, pending, utilization",
         response="QueueStats",
         scopes=(READ,),
     ),
     Api(
-        "POST",
-        "/workers/{id}/queues",
+        routes.WORKER_QUEUES,
         worker_queues,
         "Edit a worker's membership ('default' is the empty list, not a name)",
         body="MembershipEdit",

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from ..objects import expiry
+from ..plane import routes
 from ..plane.auth import MANAGE
 from ..plane.store import SqlStore
 from ..spill import delete_refs
@@ -74,8 +75,7 @@ async def trim(call: Call) -> dict[str, Any]:
 
 ROUTES = [
     Api(
-        "POST",
-        "/retention/trim",
+        routes.TRIM_RETENTION,
         trim,
         "Trim frames and rows of invocations that ended before the given ages",
         body="RetentionTrim",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane import routes
 from ..plane.auth import READ, SUBMIT_DATA
 from ..plane.schedules import ScheduleInfo
 from ..types import SubmitRequest
@@ -80,8 +81,7 @@ def _state_route(action: str, summary: str) -> Api:
         return await call.run(call.store.set_schedule_state, call.ns, call.param("name"), action)
 
     return Api(
-        "POST",
-        f"/schedules/{{name}}/{action}",
+        routes.SCHEDULE_ACTIONS[action],
         handler,
         summary,
         response="ScheduleInfo",
@@ -91,16 +91,14 @@ def _state_route(action: str, summary: str) -> Api:
 
 ROUTES = [
     Api(
-        "GET",
-        "/schedules",
+        routes.SCHEDULES,
         list_schedules,
         "Cron schedules of the namespace, with their next fire times",
         response="ScheduleList",
         scopes=(READ,),
     ),
     Api(
-        "PUT",
-        "/schedules/{name}",
+        routes.PUT_SCHEDULE,
         put_schedule,
         "Create or replace a cron schedule (its state and counts stay)",
         body="SchedulePut",
@@ -108,8 +106,7 @@ ROUTES = [
         scopes=(SUBMIT_DATA,),
     ),
     Api(
-        "GET",
-        "/schedules/{name}",
+        routes.SCHEDULE,
         show_schedule,
         "One schedule: next_fire_at, last_fired_at, fired and missed slots",
         response="ScheduleInfo",
@@ -118,8 +115,7 @@ ROUTES = [
     _state_route("pause", "Stop firing a schedule"),
     _state_route("resume", "Fire again from the next slot (catchup 'all': from the first held)"),
     Api(
-        "POST",
-        "/schedules/{name}/run",
+        routes.RUN_SCHEDULE,
         run_schedule,
         "Submit the schedule's job now, outside its cron; its next slot stays",
         body="ScheduleRun",
@@ -127,8 +123,7 @@ ROUTES = [
         scopes=(SUBMIT_DATA,),
     ),
     Api(
-        "DELETE",
-        "/schedules/{name}",
+        routes.DELETE_SCHEDULE,
         delete_schedule,
         "Remove a schedule; the jobs it fired stay",
         204,

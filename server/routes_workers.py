@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plane import routes
 from ..plane.auth import MANAGE, READ, WORK
 from ..types import WorkerInfo, check_host
 from .endpoint import Api, Call
@@ -60,8 +61,7 @@ async def set_state(call: Call) -> WorkerInfo:
 
 ROUTES = [
     Api(
-        "POST",
-        "/workers",
+        routes.REGISTER_WORKER,
         register,
         "Register a worker row (retires a live one of that name)",
         status=201,
@@ -70,24 +70,21 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "GET",
-        "/workers",
+        routes.WORKERS,
         list_workers,
         "Worker rows of the namespace",
         response="WorkerList",
         scopes=(READ, WORK),
     ),
     Api(
-        "GET",
-        "/workers/{ref}",
+        routes.WORKER,
         show_worker,
         "A worker by id or name",
         response="WorkerInfo",
         scopes=(READ, WORK),
     ),
     Api(
-        "POST",
-        "/workers/{ref}/heartbeat",
+        routes.HEARTBEAT,
         heartbeat,
         "Heartbeat with load figures",
         body="Heartbeat",
@@ -95,8 +92,7 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
-        "POST",
-        "/workers/{ref}/state",
+        routes.WORKER_STATE,
         set_state,
         "Set alive | draining | preempting | gone",
         body="WorkerState",

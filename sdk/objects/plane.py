@@ -48,6 +48,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, cast
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import DispatchError, InvalidArgument, NotFound, Unavailable
+from ..plane.routes import GET_OBJECT, NS_PREFIX, PUT_OBJECT, Route
 from ..plane.wire import decode_answer, error_of
 from ..storage import Storage
 from ..storage import storage as open_storage
@@ -74,7 +75,7 @@ CHUNK: Final = 1 << 20
 FSYNC_BYTES_PER_S: Final = 50e6
 DIGEST_HEADER: Final = "x-lakeshore-digest"
 SIZE_HEADER: Final = "x-lakeshore-size"
-_NAMESPACES: Final = "/v1/namespaces/"
+_NAMESPACES: Final = NS_PREFIX.removesuffix("{ns}")
 
 
 class NoPlaneAccess(DispatchError):
@@ -148,8 +149,8 @@ class PlaneTier:
         objects with a token of its own (daemon/credentials.py), not its daemon's."""
         return {"LAKESHORE_URL": self.base, "LAKESHORE_NAMESPACE": self.namespace}
 
-    def _path(self, ref_id: str) -> str:
-        return f"{_NAMESPACES}{quote(self.namespace, safe='')}/objects/{ref_id}"
+    def _path(self, route: Route, ref_id: str) -> str:
+        return route.at(id=ref_id).url_path(self.namespace)
 
     # -- upload -----------------------------------------------------------------------------
 
@@ -177,7 +178,9 @@ class PlaneTier:
         conn = self._connection()
         try:
             with self._reaching(what):
-                conn.putrequest("PUT", self._target(ref_id), skip_accept_encoding=True)
+                conn.putrequest(
+                    PUT_OBJECT.method, self._target(PUT_OBJECT, ref_id), skip_accept_encoding=True
+                )
                 for name, value in headers.items():
                     conn.putheader(name, value)
                 conn.endheaders()
@@ -201,7 +204,11 @@ class PlaneTier:
         parts = cast("Iterator[bytes]", _parts(prefix, body))  # views: httpx sends them as is
         wait = httpx.Timeout(self._timeout_s, read=self._answer_timeout_s(body.nbytes))
         request = self._client.build_request(
-            "PUT", self._path(ref_id), content=parts, headers=headers, timeout=wait
+            PUT_OBJECT.method,
+            self._path(PUT_OBJECT, ref_id),
+            content=parts,
+            headers=headers,
+            timeout=wait,
         )
         request.headers.pop("transfer-encoding", None)  # the length is known: sent as declared
         request.headers["content-length"] = headers["content-length"]
@@ -218,7 +225,9 @@ class PlaneTier:
             conn = self._connection()
             try:
                 with self._reaching(what):
-                    conn.request("GET", self._target(ref_id), headers=self._headers)
+                    conn.request(
+                        GET_OBJECT.method, self._target(GET_OBJECT, ref_id), headers=self._headers
+                    )
                     response = conn.getresponse()
                     if response.status != 200:
                         kind = response.getheader("content-type", "")
@@ -228,7 +237,9 @@ class PlaneTier:
                 raise
             return io.BufferedReader(_Download(response, conn.close), CHUNK)
         with self._reaching(what):
-            request = self._client.build_request("GET", self._path(ref_id), headers=self._headers)
+            request = self._client.build_request(
+                GET_OBJECT.method, self._path(GET_OBJECT, ref_id), headers=self._headers
+            )
             streamed = self._client.send(request, stream=True)
         if streamed.status_code != 200:
             streamed.read()
@@ -251,8 +262,8 @@ class PlaneTier:
         flush and fsync of `size` bytes at a slow disk's pace."""
         return self._timeout_s + size / FSYNC_BYTES_PER_S
 
-    def _target(self, ref_id: str) -> str:
-        return urlsplit(self.base).path.rstrip("/") + self._path(ref_id)
+    def _target(self, route: Route, ref_id: str) -> str:
+        return urlsplit(self.base).path.rstrip("/") + self._path(route, ref_id)
 
     @contextlib.contextmanager
     def _reaching(self, what: str) -> Iterator[None]:

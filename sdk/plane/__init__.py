@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import Plane
+from .base import Plane, claim
 from .default import default_plane, reset_default_plane
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "HttpPlane",
     "LocalPlane",
     "Plane",
+    "claim",
     "default_plane",
     "reset_default_plane",
 ]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import ssl
 from collections.abc import Iterable
 from typing import Any, Protocol
-from urllib.parse import quote
 
+from . import routes
 from .http import HttpDispatch
+from .routes import Route, Target
 
 
 class Admin(Protocol):
@@ -62,20 +63,20 @@ class HttpAdmin:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return self._http._request(method, "/v1/admin" + path, body, namespaced=False)
+    def _call(self, to: Route | Target, body: dict[str, Any] | None = None) -> Any:
+        return self._http._request(to, body)
 
     def list_namespaces(self) -> list[dict[str, object]]:
-        return list(self._call("GET", "/namespaces")["namespaces"])
+        return list(self._call(routes.NAMESPACES)["namespaces"])
 
     def add_namespace(self, ns: str, org: str | None = None) -> None:
-        self._call("POST", "/namespaces", {"name": ns, "org": org})
+        self._call(routes.ADD_NAMESPACE, {"name": ns, "org": org})
 
     def list_orgs(self) -> list[dict[str, object]]:
-        return list(self._call("GET", "/orgs")["orgs"])
+        return list(self._call(routes.ORGS)["orgs"])
 
     def list_tokens(self) -> list[dict[str, object]]:
-        return list(self._call("GET", "/tokens")["tokens"])
+        return list(self._call(routes.TOKENS)["tokens"])
 
     def create_token(
         self,
@@ -92,7 +93,7 @@ class HttpAdmin:
             body["scopes"] = list(scopes)
         if expires_in_s is not None:
             body["expires_in_s"] = expires_in_s
-        return str(self._call("POST", "/tokens", body)["token"])
+        return str(self._call(routes.CREATE_TOKEN, body)["token"])
 
     def revoke_token(self, digest_prefix: str) -> dict[str, object]:
-        return dict(self._call("DELETE", "/tokens/" + quote(digest_prefix.strip(), safe="")))
+        return dict(self._call(routes.REVOKE_TOKEN.at(digest=digest_prefix.strip())))

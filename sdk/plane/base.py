@@ -10,7 +10,16 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DispatchError
-from ..types import Ack, Claim, Frame, Invocation, QueueInfo, SubmitRequest, WorkerInfo
+from ..types import (
+    Ack,
+    Claim,
+    ClaimArgs,
+    Frame,
+    Invocation,
+    QueueInfo,
+    SubmitRequest,
+    WorkerInfo,
+)
 from .providers import ProviderInfo
 from .schedules import ScheduleInfo
 
@@ -50,56 +59,14 @@ class Plane(Protocol):
     def topic_channel(self, queue: str, name: str) -> str: ...
 
     # workers
-    def claim(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> Claim | None: ...
-    def claim_many(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> list[Claim]:
-        """Up to `limit` jobs in one durable write; waits up to wait_s for the first.
-
-        `free` is what the claimer has free (`resources.check_free`): only a job whose request
-        fits is handed over, and one at a time while GPUs, CPUs or memory are counted.
-
-        `host` is the claimer's host id (`objects.host_id()`): a job whose objects live in
-        another host's tier is left to that host for its queue's `locality_wait_s`. None: a
-        claimer on no host in particular, to whom every hinted job waits out its window.
-        """
+    def claim_many(self, args: ClaimArgs, *, wait_s: float = 0.0) -> list[Claim]:
+        """Up to `args.limit` jobs in one durable write; waits up to wait_s for the first.
+        What a claim asks for (queues, order, host, what is free) is `ClaimArgs`."""
 
     def ack_and_claim(
-        self,
-        acks: Sequence[Ack],
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
+        self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0
     ) -> tuple[list[DispatchError | None], list[Claim]]:
-        """`ack_many(acks)`, then `claim_many(...)`: a worker's one call per job. The acks
+        """`ack_many(acks)`, then `claim_many(args)`: a worker's one call per job. The acks
         commit before any wait (with the claim, when a job is there); per ack, the refusal
         or None, and the claims."""
 
@@ -203,3 +170,10 @@ class Plane(Protocol):
         again with its `run_id` returns the same job), leaving its next slot where it was."""
 
     def close(self) -> None: ...
+
+
+def claim(plane: Plane, args: ClaimArgs, *, wait_s: float = 0.0) -> Claim | None:
+    """The next job or None: `claim_many` of one, on any plane (a helper, not a verb: the
+    plane has one claim, and this is its one-job form)."""
+    got = plane.claim_many(args._replace(limit=1), wait_s=wait_s)
+    return got[0] if got else None

@@ -24,6 +24,7 @@ from ..types import (
     DEFAULT_QUEUE,
     Ack,
     Claim,
+    ClaimArgs,
     Frame,
     Invocation,
     QueueInfo,
@@ -276,106 +277,35 @@ class LocalPlane:
 
     # -- workers ------------------------------------------------------------------------------
 
-    def claim(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> Claim | None:
-        """The next job or None: `claim_many` of one (one code path, one wire form)."""
-        got = self.claim_many(
-            queues,
-            worker=worker,
-            limit=1,
-            lease_s=lease_s,
-            kind=kind,
-            temperature=temperature,
-            wait_s=wait_s,
-            host=host,
-            free=free,
-        )
-        return got[0] if got else None
-
-    def claim_many(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> list[Claim]:
-        return self._claim_waiting(
-            queues,
-            wait_s=wait_s,
-            host=host,
-            worker=worker,
-            lease_s=lease_s,
-            limit=limit,
-            kind=kind,
-            temperature=temperature,
-            free=free,
-        )
+    def claim_many(self, args: ClaimArgs, *, wait_s: float = 0.0) -> list[Claim]:
+        return self._claim_waiting(args, wait_s)
 
     def _claim_waiting(
         self,
-        queues: Sequence[str],
-        *,
+        args: ClaimArgs,
         wait_s: float,
-        host: str | None,
         first: Callable[[], list[Claim]] | None = None,
-        **claiming: Any,
     ) -> list[Claim]:
-        """Claim, waiting up to wait_s for work on `queues` (after `first`, when given)."""
+        """Claim, waiting up to wait_s for work on the claim's queues (after `first`, when
+        given)."""
 
         def fetch() -> list[Claim]:
-            return self.store.claim_many(self.namespace, queues, host=host, **claiming)
+            return self.store.claim_many(self.namespace, args)
 
-        work = [work_key(self.namespace, q) for q in queues or [DEFAULT_QUEUE]]
+        work = [work_key(self.namespace, q) for q in args.queues or [DEFAULT_QUEUE]]
         return self._wait_for(fetch, bool, wait_s, work=work, first=first)
 
     def ack_and_claim(
-        self,
-        acks: Sequence[Ack],
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
+        self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0
     ) -> tuple[list[DispatchError | None], list[Claim]]:
-        claiming: dict[str, Any] = dict(
-            worker=worker,
-            limit=limit,
-            lease_s=lease_s,
-            kind=kind,
-            temperature=temperature,
-            free=free,
-        )
         errors: list[DispatchError | None] = []
 
         def first() -> list[Claim]:
             nonlocal errors
-            errors, got = self.store.ack_and_claim(
-                self.namespace, acks, queues, host=host, **claiming
-            )
+            errors, got = self.store.ack_and_claim(self.namespace, acks, args)
             return got
 
-        got = self._claim_waiting(queues, wait_s=wait_s, host=host, first=first, **claiming)
+        got = self._claim_waiting(args, wait_s, first=first)
         return errors, got
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:

@@ -27,6 +27,7 @@ from ..ids import new_id
 from ..types import (
     Ack,
     Claim,
+    ClaimArgs,
     Frame,
     Invocation,
     QueueInfo,
@@ -34,6 +35,7 @@ from ..types import (
     WorkerInfo,
     storable_text,
 )
+from . import routes
 from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
@@ -123,9 +125,9 @@ class HttpPlane(HttpTransport):
         headers = {"accept": MSGPACK, "user-agent": "lakeshore-sdk"}
         if token:
             headers["authorization"] = f"Bearer {check_token(token)}"
+        _segment(self.namespace)  # a name no path can carry is refused here, not at a first call
         self._timeout_s = timeout_s
         self._headers = headers  # also the object tier's (object_tier)
-        self._prefix = f"/v1/namespaces/{_segment(self.namespace)}"
         # One TLS context for both paths, so they trust the same certificates (tls.py).
         https = any(u.startswith("https:") for u in self.urls)
         tls = tls_context(verify) if https else None
@@ -182,7 +184,7 @@ class HttpPlane(HttpTransport):
         # Every job gets its id here, so a submit whose answer was lost (the connection dropped,
         # the server restarted) can be sent again: the plane answers with the jobs it made.
         items = [_submit_item(r if r.id else replace(r, id=_mint_id())) for r in requests]
-        path = f"/queues/{_segment(queue)}/invocations"
+        to = routes.SUBMIT.at(queue=queue)
         deadline = Deadline(block_s)
         while True:
             wait = min(deadline.remaining(), SERVER_WAIT_CAP_S)
@@ -193,8 +195,7 @@ class HttpPlane(HttpTransport):
                 data: dict[str, Any] = through_outages(
                     partial(
                         self._request,
-                        "POST",
-                        path,
+                        to,
                         {"items": items},
                         params=params or None,
                         wait_s=wait + result_wait,
@@ -211,8 +212,7 @@ class HttpPlane(HttpTransport):
     def invocation(self, inv_id: str, *, wait_s: float = 0.0) -> Invocation:
         def once(wait: float) -> Invocation:
             data = self._request(
-                "GET",
-                f"/invocations/{_segment(inv_id)}",
+                routes.INVOCATION.at(id=inv_id),
                 params={"wait": wait} if wait > 0 else None,
                 wait_s=wait,
             )
@@ -221,31 +221,32 @@ class HttpPlane(HttpTransport):
         return self._long_poll(wait_s, once, lambda inv: inv.terminal)
 
     def count(self, queue: str, state: str = "queued") -> int:
-        data = self._request("GET", f"/queues/{_segment(queue)}/count", params={"state": state})
+        data = self._request(routes.COUNT.at(queue=queue), params={"state": state})
         return int(data["count"])
 
     def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
-        data = self._request("POST", f"/invocations/{_segment(inv_id)}/cancel", {"kill": kill})
+        data = self._request(routes.CANCEL.at(id=inv_id), {"kill": kill})
         return bool(data["cancelled"])
 
-    def _frames_path(self, channel: str) -> str:
+    def _frames_at(self, channel: str, *, post: bool) -> routes.Target:
         """A topic channel names its own namespace; an invocation's is this plane's."""
         if channel.startswith("topic:"):
             ns, _, rest = channel[len("topic:") :].partition("/")
             queue, _, name = rest.partition("/")
             if not (ns and queue and name):
                 raise InvalidArgument(f"malformed topic channel {channel!r}")
-            return f"/v1/namespaces/{_segment(ns)}/topics/{_segment(queue)}/{_segment(name)}/frames"
-        return f"{self._prefix}/invocations/{_segment(channel)}/frames"
+            topic = routes.POST_TOPIC_FRAME if post else routes.TOPIC_FRAMES
+            return topic.at(ns=ns, queue=queue, topic=name)
+        return (routes.POST_FRAME if post else routes.FRAMES).at(id=channel)
 
     def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
-        path = self._frames_path(channel)
+        to = self._frames_at(channel, post=False)
 
         def once(wait: float) -> tuple[list[Frame], bool]:
             params: dict[str, Any] = {"since": since}
             if wait > 0:
                 params["wait"] = wait
-            data = self._request("GET", path, params=params, wait_s=wait, namespaced=False)
+            data = self._request(to, params=params, wait_s=wait)
             frames = [_record(Frame, f) for f in data["frames"]]
             return frames, bool(data.get("ended"))
 
@@ -265,7 +266,7 @@ class HttpPlane(HttpTransport):
         """Append a frame; the post carries an id (minted here if the caller has none), so it
         is sent again safely after a lost answer or to the next replica."""
         body = {"kind": kind, "value": value, "lease": lease, "id": post_id or _mint_id()}
-        data = self._request("POST", self._frames_path(channel), body, namespaced=False)
+        data = self._request(self._frames_at(channel, post=True), body)
         return int(data["seq"])
 
     def topic_channel(self, queue: str, name: str) -> str:
@@ -273,108 +274,39 @@ class HttpPlane(HttpTransport):
 
     # -- workers ------------------------------------------------------------------------------
 
-    def claim(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> Claim | None:
-        """The next job or None: `claim_many` of one (one code path, one wire form)."""
-        got = self.claim_many(
-            queues,
-            worker=worker,
-            limit=1,
-            lease_s=lease_s,
-            kind=kind,
-            temperature=temperature,
-            wait_s=wait_s,
-            host=host,
-            free=free,
-        )
-        return got[0] if got else None
-
-    def claim_many(
-        self,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> list[Claim]:
+    def claim_many(self, args: ClaimArgs, *, wait_s: float = 0.0) -> list[Claim]:
         def once(wait: float) -> list[Claim]:
-            body = _claim_body(queues, worker, limit, lease_s, wait, host)
-            body.update(kind=kind, temperature=temperature)
-            if free is not None:  # only when sent: a server before resources refuses it
-                body["free"] = free
-            data = self._request("POST", "/claims", body, wait_s=wait)
+            data = self._request(routes.CLAIM, _claim_body(args, wait), wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
         return self._long_poll(wait_s, once, bool)
 
     def ack_and_claim(
-        self,
-        acks: Sequence[Ack],
-        queues: Sequence[str],
-        *,
-        worker: str,
-        limit: int,
-        lease_s: float = 60.0,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        wait_s: float = 0.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
+        self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """One request: the server commits the acks (with the claim when a job is there)
         before it waits; a wait past its cap goes on as plain claims."""
         wait = min(wait_s, SERVER_WAIT_CAP_S)
-        body = _claim_body(queues, worker, limit, lease_s, wait, host)
-        body.update(kind=kind, temperature=temperature)
-        if free is not None:
-            body["free"] = free
+        body = _claim_body(args, wait)
         body["acks"] = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
-        data = self._request("POST", "/claims", body, wait_s=wait)
+        data = self._request(routes.CLAIM, body, wait_s=wait)
         errors = [None if e is None else item_error(e) for e in data["ack_errors"]]
         got = [_record(Claim, c) for c in data["claims"]]
         if not got and wait_s > wait:
-            got = self.claim_many(
-                queues,
-                worker=worker,
-                limit=limit,
-                lease_s=lease_s,
-                kind=kind,
-                temperature=temperature,
-                wait_s=wait_s - wait,
-                host=host,
-                free=free,
-            )
+            got = self.claim_many(args, wait_s=wait_s - wait)
         return errors, got
 
     def ack(self, inv_id: str, lease: str, result: bytes | None) -> None:
-        self._request(
-            "POST", f"/invocations/{_segment(inv_id)}/ack", {"lease": lease, "result": result}
-        )
+        self._request(routes.ACK.at(id=inv_id), {"lease": lease, "result": result})
 
     def ack_many(self, acks: Sequence[Ack]) -> list[DispatchError | None]:
         items = [{"id": a.id, "lease": a.lease, "result": a.result} for a in acks]
-        data = self._request("POST", "/acks", {"acks": items})
+        data = self._request(routes.ACKS, {"acks": items})
         return [None if e is None else item_error(e) for e in data["errors"]]
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
         data = self._request(
-            "POST",
-            f"/invocations/{_segment(inv_id)}/nack",
+            routes.NACK.at(id=inv_id),
             {"lease": lease, "error": storable_text(error), "retry": retry},
         )
         return str(data["state"])
@@ -385,7 +317,7 @@ class HttpPlane(HttpTransport):
         body: dict[str, Any] = {"lease": lease, "state": state, "error": storable_text(error)}
         if cause is not None:  # only then: a server before it refuses the field
             body["cause"] = cause
-        self._request("POST", f"/invocations/{_segment(inv_id)}/end", body)
+        self._request(routes.END.at(id=inv_id), body)
 
     def release(
         self, inv_id: str, lease: str, *, outcome: str = "unrun", cause: str = "notice"
@@ -393,23 +325,19 @@ class HttpPlane(HttpTransport):
         body: dict[str, Any] = {"lease": lease}
         if outcome != "unrun":  # only then: a server before issue 35 refuses the fields
             body |= {"outcome": outcome, "cause": cause}
-        data = self._request("POST", f"/invocations/{_segment(inv_id)}/release", body)
+        data = self._request(routes.RELEASE.at(id=inv_id), body)
         return bool(data["released"])
 
     def place(self, inv_id: str, lease: str, placement: dict[str, Any]) -> None:
-        path = f"/invocations/{_segment(inv_id)}/placement"
-        self._request("POST", path, {"lease": lease, "placement": placement})
+        self._request(routes.PLACE.at(id=inv_id), {"lease": lease, "placement": placement})
 
     def note_cause(self, inv_id: str, lease: str, cause: str) -> bool:
-        data = self._request(
-            "POST", f"/invocations/{_segment(inv_id)}/cause", {"lease": lease, "cause": cause}
-        )
+        data = self._request(routes.CAUSE.at(id=inv_id), {"lease": lease, "cause": cause})
         return bool(data["noted"])
 
     def checkpoint(self, inv_id: str, lease: str, checkpoint: bytes) -> bytes | None:
         data = self._request(
-            "POST",
-            f"/invocations/{_segment(inv_id)}/checkpoint",
+            routes.CHECKPOINT.at(id=inv_id),
             {"lease": lease, "checkpoint": checkpoint},
         )
         previous = data.get("previous")
@@ -418,45 +346,46 @@ class HttpPlane(HttpTransport):
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         if not leases:
             return {}
-        data = self._request("POST", "/leases/renew", {"leases": list(leases), "lease_s": lease_s})
+        data = self._request(routes.RENEW, {"leases": list(leases), "lease_s": lease_s})
         return {str(k): bool(v) for k, v in data["leases"].items()}
 
     # -- queues -------------------------------------------------------------------------------
 
     def create_queue(self, name: str, **fields: Any) -> QueueInfo:
-        return _record(QueueInfo, self._request("POST", "/queues", {"name": name, **fields}))
+        return _record(QueueInfo, self._request(routes.CREATE_QUEUE, {"name": name, **fields}))
 
     def queue(self, name: str) -> QueueInfo:
-        return _record(QueueInfo, self._request("GET", f"/queues/{_segment(name)}"))
+        return _record(QueueInfo, self._request(routes.QUEUE.at(name=name)))
 
     def queues(self, *, state: str | None = None) -> list[QueueInfo]:
-        data = self._request("GET", "/queues", params={"state": state} if state else None)
+        data = self._request(routes.QUEUES, params={"state": state} if state else None)
         return [_record(QueueInfo, q) for q in data["queues"]]
 
     def patch_queue(self, name: str, changes: dict[str, Any]) -> QueueInfo:
         data = self._request(
-            "PATCH", f"/queues/{_segment(name)}", dict(changes), params={"elasticity": "merge"}
+            routes.PATCH_QUEUE.at(name=name), dict(changes), params={"elasticity": "merge"}
         )
         return _record(QueueInfo, data)
 
     def set_queue_state(self, name: str, action: str) -> QueueInfo:
-        if action not in ("archive", "unarchive", "drain"):
+        route = routes.QUEUE_ACTIONS.get(action)
+        if route is None:
             raise InvalidArgument(f"unknown queue action '{action}'; use archive|unarchive|drain")
-        return _record(QueueInfo, self._request("POST", f"/queues/{_segment(name)}/{action}"))
+        return _record(QueueInfo, self._request(route.at(name=name)))
 
     def delete_queue(self, name: str, *, force: bool = False) -> None:
         self._request(
-            "DELETE", f"/queues/{_segment(name)}", params={"force": "true"} if force else None
+            routes.DELETE_QUEUE.at(name=name), params={"force": "true"} if force else None
         )
 
     def events(self, name: str, *, limit: int = 50) -> list[dict[str, Any]]:
         data = self._request(
-            "GET", f"/queues/{_segment(name)}/events", params={"verbose": "true", "limit": limit}
+            routes.QUEUE_EVENTS.at(name=name), params={"verbose": "true", "limit": limit}
         )
         return list(data["events"])
 
     def stats(self, name: str) -> dict[str, Any]:
-        return dict(self._request("GET", f"/queues/{_segment(name)}/stats"))
+        return dict(self._request(routes.QUEUE_STATS.at(name=name)))
 
     # -- worker rows --------------------------------------------------------------------------
 
@@ -464,33 +393,31 @@ class HttpPlane(HttpTransport):
         body = {"name": name, **fields}
         if "queues" in body:
             body["queues"] = list(body["queues"])
-        return _record(WorkerInfo, self._request("POST", "/workers", body))
+        return _record(WorkerInfo, self._request(routes.REGISTER_WORKER, body))
 
     def heartbeat(
         self, worker_id: str, load: dict[str, Any], *, state: str = "alive"
     ) -> WorkerInfo:
-        data = self._request(
-            "POST", f"/workers/{_segment(worker_id)}/heartbeat", {"load": load, "state": state}
-        )
+        data = self._request(routes.HEARTBEAT.at(ref=worker_id), {"load": load, "state": state})
         return _record(WorkerInfo, data)
 
     def worker(self, ref: str) -> WorkerInfo:
-        return _record(WorkerInfo, self._request("GET", f"/workers/{_segment(ref)}"))
+        return _record(WorkerInfo, self._request(routes.WORKER.at(ref=ref)))
 
     def workers(self) -> list[WorkerInfo]:
-        data = self._request("GET", "/workers")
+        data = self._request(routes.WORKERS)
         return [_record(WorkerInfo, w) for w in data["workers"]]
 
     def update_worker_queues(
         self, ref: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
     ) -> WorkerInfo:
         data = self._request(
-            "POST", f"/workers/{_segment(ref)}/queues", {"add": list(add), "remove": list(remove)}
+            routes.WORKER_QUEUES.at(id=ref), {"add": list(add), "remove": list(remove)}
         )
         return _record(WorkerInfo, data)
 
     def set_worker_state(self, ref: str, state: str) -> WorkerInfo:
-        data = self._request("POST", f"/workers/{_segment(ref)}/state", {"state": state})
+        data = self._request(routes.WORKER_STATE.at(ref=ref), {"state": state})
         return _record(WorkerInfo, data)
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -510,12 +437,12 @@ class HttpPlane(HttpTransport):
         for key, value in filters:
             if value is not None:
                 params[key] = value
-        data = self._request("GET", "/invocations", params=params)
+        data = self._request(routes.INVOCATIONS, params=params)
         return [_record(Invocation, row) for row in data["invocations"]]
 
     def retry(self, inv_id: str) -> Invocation:
         """Requeue a failed / killed / timeout invocation as a new attempt of the same id."""
-        data = self._request("POST", f"/invocations/{_segment(inv_id)}/retry")
+        data = self._request(routes.RETRY.at(id=inv_id))
         return _record(Invocation, data)
 
     def replace_elasticity(self, name: str, elasticity: dict[str, Any]) -> QueueInfo:
@@ -525,7 +452,7 @@ class HttpPlane(HttpTransport):
         `patch_queue` sends `?elasticity=merge` instead, so it cannot do this.
         """
         body = {"elasticity": {**elasticity, "kind": elasticity.get("kind", "none")}}
-        return _record(QueueInfo, self._request("PATCH", f"/queues/{_segment(name)}", body))
+        return _record(QueueInfo, self._request(routes.PATCH_QUEUE.at(name=name), body))
 
     def trim_retention(
         self,
@@ -538,23 +465,23 @@ class HttpPlane(HttpTransport):
             "frames_older_than_s": frames_older_than_s,
             "invocations_older_than_s": invocations_older_than_s,
         }
-        return Trimmed.from_public(self._request("POST", "/retention/trim", body))
+        return Trimmed.from_public(self._request(routes.TRIM_RETENTION, body))
 
     # -- named provider configs ---------------------------------------------------------------
 
     def add_provider(self, name: str, kind: str, config: dict[str, Any]) -> ProviderInfo:
         body = {"name": name, "kind": kind, "config": config}
-        return _record(ProviderInfo, self._request("POST", "/providers", body))
+        return _record(ProviderInfo, self._request(routes.ADD_PROVIDER, body))
 
     def providers(self) -> list[ProviderInfo]:
-        data = self._request("GET", "/providers")
+        data = self._request(routes.PROVIDERS)
         return [_record(ProviderInfo, p) for p in data["providers"]]
 
     def provider(self, name: str) -> ProviderInfo:
-        return _record(ProviderInfo, self._request("GET", f"/providers/{_segment(name)}"))
+        return _record(ProviderInfo, self._request(routes.PROVIDER.at(name=name)))
 
     def delete_provider(self, name: str) -> None:
-        self._request("DELETE", f"/providers/{_segment(name)}")
+        self._request(routes.DELETE_PROVIDER.at(name=name))
 
     # -- cron schedules (sdk/plane/schedules.py) ----------------------------------------------
 
@@ -573,29 +500,29 @@ class HttpPlane(HttpTransport):
         if item.get("key") is None:  # a template has none: each firing keys its own job
             item.pop("key", None)
         body = {"cron": cron, "queue": queue, "tz": tz, "catchup": catchup, "overlap": overlap}
-        path = f"/schedules/{_segment(name)}"
-        return _record(ScheduleInfo, self._request("PUT", path, {**body, **item}))
+        to = routes.PUT_SCHEDULE.at(name=name)
+        return _record(ScheduleInfo, self._request(to, {**body, **item}))
 
     def schedules(self) -> list[ScheduleInfo]:
-        data = self._request("GET", "/schedules")
+        data = self._request(routes.SCHEDULES)
         return [_record(ScheduleInfo, s) for s in data["schedules"]]
 
     def schedule(self, name: str) -> ScheduleInfo:
-        return _record(ScheduleInfo, self._request("GET", f"/schedules/{_segment(name)}"))
+        return _record(ScheduleInfo, self._request(routes.SCHEDULE.at(name=name)))
 
     def set_schedule_state(self, name: str, action: str) -> ScheduleInfo:
-        if action not in ("pause", "resume"):
+        route = routes.SCHEDULE_ACTIONS.get(action)
+        if route is None:
             raise InvalidArgument(f"action must be one of pause|resume, got {action!r}")
-        path = f"/schedules/{_segment(name)}/{action}"
-        return _record(ScheduleInfo, self._request("POST", path))
+        return _record(ScheduleInfo, self._request(route.at(name=name)))
 
     def delete_schedule(self, name: str) -> None:
-        self._request("DELETE", f"/schedules/{_segment(name)}")
+        self._request(routes.DELETE_SCHEDULE.at(name=name))
 
     def run_schedule(self, name: str, run_id: str | None = None) -> str:
         # Minted here, so a POST sent again after a lost answer returns the same job.
         body = {"run_id": new_id() if run_id is None else run_id}
-        return str(self._request("POST", f"/schedules/{_segment(name)}/run", body)["id"])
+        return str(self._request(routes.RUN_SCHEDULE.at(name=name), body)["id"])
 
 
 #: The seeds' name for `HttpPlane`, kept: the same class.
@@ -620,7 +547,7 @@ class HttpFleet:
         self._plane.close()
 
     def _fleet(self) -> dict[str, Any]:
-        data: dict[str, Any] = self._plane._request("GET", "/v1/fleet", namespaced=False)
+        data: dict[str, Any] = self._plane._request(routes.FLEET)
         return data
 
     def fleet(self) -> tuple[dict[str, list[dict[str, Any]]], list[ProviderInfo]]:
@@ -638,7 +565,7 @@ class HttpFleet:
 
     def set_worker_state(self, ns: str, ref: str, state: str) -> WorkerInfo:
         body = {"namespace": ns, "ref": ref, "state": state}
-        data = self._plane._request("POST", "/v1/fleet/workers", body, namespaced=False)
+        data = self._plane._request(routes.FLEET_WORKER_STATE, body)
         return _record(WorkerInfo, data)
 
     def record_events(
@@ -646,13 +573,13 @@ class HttpFleet:
     ) -> None:
         items = [{"namespace": n, "queue": q, "kind": k, "detail": d} for n, q, k, d in events]
         body = {"events": items, "now": now}
-        self._plane._request("POST", "/v1/fleet/events", body, namespaced=False)
+        self._plane._request(routes.FLEET_EVENTS, body)
 
     def acquire_leadership(self, name: str, holder: str, ttl_s: float) -> bool:
         body = {"name": name, "holder": holder, "ttl_s": ttl_s}
-        data = self._plane._request("POST", "/v1/fleet/leader", body, namespaced=False)
+        data = self._plane._request(routes.FLEET_LEADER, body)
         return bool(data["leading"])
 
     def release_leadership(self, name: str, holder: str) -> None:
         body = {"name": name, "holder": holder, "release": True}
-        self._plane._request("POST", "/v1/fleet/leader", body, namespaced=False)
+        self._plane._request(routes.FLEET_LEADER, body)

@@ -36,6 +36,9 @@ import weakref
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+# What may be sent again after a reused connection failed before any answer arrived.
+from .routes import IDEMPOTENT
+
 
 def usable(url: str) -> bool:
     """http or https with no proxy in the environment for this host: this module can carry it."""
@@ -63,8 +66,6 @@ def query_string(params: dict[str, Any] | None) -> str:
 #: A keep-alive connection idle for longer than this is replaced rather than reused: servers
 #: close idle ones (uvicorn after 5 s), and a request racing that close fails.
 MAX_IDLE_S = 2.0
-#: What may be sent again after a reused connection failed before any answer arrived.
-IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 #: How a reused connection that the server closed under a request fails.
 _STALE = (
     http.client.RemoteDisconnected,

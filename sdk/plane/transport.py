@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import http.client
 import random
-import re
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from ..errors import InvalidArgument, ServerBusy, Unavailable
 from ..types import unsendable
 from . import http11
+from .routes import Route, Target
+from .routes import segment as segment  # its home was here: importers keep their name
 from .tls import untrusted_message
 from .waiting import Deadline, RetryReport
 from .wire import decode_answer, error_of, pack_body
@@ -105,21 +106,10 @@ class Replica:
             self.fast.close()
 
 
-#: Requests that do the same thing when sent twice, so a replica that did not answer may have
-#: done it and the next is asked too: reads, submits and frame posts (their ids are minted
-#: here), acks, ends, cancels, lease renewals and heartbeats. A claim, a nack or a release is not
-#: sent twice: its caller retries, and a lost claim only returns its job at the lease's end.
-_REPEATABLE_POSTS = re.compile(
-    r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
-    r"|leases/renew"
-    r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
-)
-
-
-def _repeatable(method: str, path: str) -> bool:
-    return method in http11.IDEMPOTENT or (
-        method == "POST" and bool(_REPEATABLE_POSTS.fullmatch(path))
-    )
+def _repeatable(route: Route) -> bool:
+    """A replica that did not answer may have done the request: the next is asked too only
+    when doing it twice is harmless (routes.py says which routes that is)."""
+    return route.repeatable
 
 
 def _why(exc: BaseException) -> str:
@@ -165,15 +155,6 @@ def check_token(token: str) -> str:
     return token
 
 
-def segment(value: str) -> str:
-    try:
-        return quote(value, safe="")
-    except UnicodeEncodeError:  # a lone surrogate (a shell argument that was not UTF-8)
-        raise InvalidArgument(
-            f"{value[:200]!r} holds a lone surrogate, which is not Unicode text"
-        ) from None
-
-
 def _check_params(params: dict[str, Any] | None) -> None:
     for key, value in (params or {}).items():
         if isinstance(value, str) and unsendable(value, key):
@@ -191,7 +172,8 @@ class HttpTransport:
     _at: int
     _switch: threading.Lock
     _timeout_s: float
-    _prefix: str
+    #: The namespace a namespaced route's `{ns}` names unless the request names another.
+    namespace: str
 
     @property
     def url(self) -> str:
@@ -220,15 +202,14 @@ class HttpTransport:
 
     def _request(
         self,
-        method: str,
-        path: str,
+        to: Route | Target,
         body: dict[str, Any] | None = None,
         *,
         params: dict[str, Any] | None = None,
         wait_s: float = 0.0,
-        namespaced: bool = True,
     ) -> Any:
-        """One call; sent again while the server is too busy to take its body.
+        """One call to a declared route (routes.py, `Route.at` for its segments); sent again
+        while the server is too busy to take its body.
 
         A `ServerBusy` (429) was refused before the server read a byte of the body, so sending
         it again is safe whatever it was; it is, after the server's hint (jittered, so that a
@@ -236,15 +217,18 @@ class HttpTransport:
         spent. Any other refusal is raised at once: a 413 (`PayloadTooLarge`) would only be
         refused again.
         """
-        url = (self._prefix + path) if namespaced else path
+        target = to if isinstance(to, Target) else to.at()
+        route = target.route
+        url = target.url_path(self.namespace)
+        method = route.method
         content = pack_body(body) if body is not None else None
         _check_params(params)
         try:
-            return self._send(method, url, content, params, wait_s)
+            return self._send(route, url, content, params, wait_s)
         except ServerBusy as busy:
             refused = busy
         deadline = Deadline(self._timeout_s)
-        report = RetryReport(f"{method} {path.split('?')[0]}", "was refused unread")
+        report = RetryReport(f"{method} {url}", "was refused unread")
         while True:
             pause = (refused.retry_after_s or BUSY_RETRY_S) * random.uniform(1.0, 1.5)
             if pause > deadline.remaining():
@@ -255,13 +239,13 @@ class HttpTransport:
             report.retrying(refused, deadline.remaining())
             time.sleep(pause)  # no wake-up crosses the network: the server's hint is the signal
             try:
-                return self._send(method, url, content, params, wait_s)
+                return self._send(route, url, content, params, wait_s)
             except ServerBusy as busy:
                 refused = busy
 
     def _send(
         self,
-        method: str,
+        route: Route,
         url: str,
         content: bytes | None,
         params: dict[str, Any] | None,
@@ -272,10 +256,10 @@ class HttpTransport:
         for tries in range(1, len(self._replicas) + 1):
             replica = self._replicas[self._at]
             try:
-                return self._send_to(replica, method, url, content, params, wait_s)
+                return self._send_to(replica, route.method, url, content, params, wait_s)
             except _Unreachable as exc:
                 self._fail_over(replica)
-                if tries == len(self._replicas) or not _repeatable(method, url):
+                if tries == len(self._replicas) or not _repeatable(route):
                     raise Unavailable(str(exc)) from exc.__cause__
         raise AssertionError("unreachable: the last try raises")
 

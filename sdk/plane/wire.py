@@ -9,7 +9,6 @@ tier's streamed transfers in objects/plane.py) decodes it the same way without r
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 
@@ -23,7 +22,7 @@ from ..errors import (
     ServerBusy,
     Unavailable,
 )
-from ..types import SubmitRequest, unsendable
+from ..types import ClaimArgs, SubmitRequest, unsendable
 
 R = TypeVar("R")
 
@@ -120,21 +119,19 @@ def submit_item(r: SubmitRequest) -> dict[str, Any]:
     return item
 
 
-def claim_body(
-    queues: Sequence[str],
-    worker: str,
-    limit: int,
-    lease_s: float,
-    wait: float,
-    host: str | None,
-) -> dict[str, Any]:
+def claim_body(args: ClaimArgs, wait: float) -> dict[str, Any]:
+    """`POST /claims`'s body: every field of the claim, and how long the server may hold it."""
     body: dict[str, Any] = {
-        "queues": list(queues),
-        "worker": worker,
-        "limit": limit,
-        "lease_s": lease_s,
+        "queues": list(args.queues),
+        "worker": args.worker,
+        "limit": args.limit,
+        "lease_s": args.lease_s,
         "wait": wait,
+        "kind": args.kind,
+        "temperature": args.temperature,
     }
-    if host is not None:  # only when there is one: a server before locality takes it
-        body["host"] = host
+    if args.host is not None:  # only when there is one: a server before locality takes it
+        body["host"] = args.host
+    if args.free is not None:  # only when sent: a server before resources refuses it
+        body["free"] = args.free
     return body

@@ -15,7 +15,7 @@ from typing import Any
 from .. import signing
 from ..errors import DispatchError
 from ..plane.base import Plane
-from ..types import Ack, Claim
+from ..types import Ack, Claim, ClaimArgs
 from .config import Claimer, WorkerConfig
 from .notice import Preemptible
 from .retry import is_transient
@@ -111,20 +111,19 @@ class Claiming(Settling, Preemptible):
     ) -> list[Claim]:
         if self._claimer is not None:
             return self._claimer(queues, room, wait_s)
-        claiming: dict[str, Any] = dict(
-            worker=self.config.name,
-            limit=room,
+        args = ClaimArgs(
+            queues,
+            self.config.name,
             lease_s=self.config.lease_s,
+            limit=room,
             kind=self.config.kind,
-            wait_s=wait_s,
             host=self.host,
+            free=self._offer(),
         )
-        offer = self._offer()
-        if offer is not None:
-            claiming["free"] = offer
         if not riders:
-            return self.plane.claim_many(queues, **claiming)
-        errors, claims = self.plane.ack_and_claim([ack for _, ack in riders], queues, **claiming)
+            return self.plane.claim_many(args, wait_s=wait_s)
+        acks = [ack for _, ack in riders]
+        errors, claims = self.plane.ack_and_claim(acks, args, wait_s=wait_s)
         self._report_acks(riders, errors)
         return claims
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..types import Claim
+from ..types import DEFAULT_LEASE_S, Claim
 
 #: An idle claim waits this long on the plane's wake-up before the loop looks around again
 #: (membership, drain): the bound on how late an idle worker notices either.
@@ -91,7 +91,7 @@ class WorkerConfig:
     burst_wait_s: float = 0.0
     #: Stop claiming after this many jobs (`run_worker(once=True)` is 1), then drain.
     max_jobs: int | None = None
-    lease_s: float = 60.0
+    lease_s: float = DEFAULT_LEASE_S
     #: The order jobs are claimed in; None: each queue's own kind.
     kind: str | None = None
     drain_timeout_s: float = 60.0

@@ -26,7 +26,6 @@ from ..attempt import AttemptLink, Preempted
 from ..execute import Handler, run_body
 from ..types import Claim
 from .slot import (
-    DEADLINE_WAIT_CHUNK_S,
     JobSink,
     Outcome,
     SlotBase,
@@ -115,16 +114,13 @@ class InlineSlot(SlotBase):
         return outcome
 
     def _wait(self, claim: Claim, body: _Body) -> Outcome:
-        deadline = None if claim.timeout_s is None else time.monotonic() + claim.timeout_s
+        deadline = self._run_deadline(claim, time.monotonic())
         with self._changed:
             while body.outcome is None and self._abort is None:
-                if deadline is not None and time.monotonic() >= deadline:
+                if (timed_out := self._timed_out(claim, deadline)) is not None:
                     body.abandon()
-                    return Outcome(
-                        "timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s"
-                    )
-                left = None if deadline is None else deadline - time.monotonic()
-                self._changed.wait(None if left is None else min(left, DEADLINE_WAIT_CHUNK_S))
+                    return timed_out
+                self._changed.wait(self._until(deadline))
             if body.outcome is not None:
                 return body.outcome
             assert self._abort is not None

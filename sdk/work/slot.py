@@ -206,6 +206,31 @@ class SlotBase(abc.ABC):
             "pid": pid,
         }
 
+    # -- the run timeout: every kind of slot times its jobs here --------------------------------
+
+    @staticmethod
+    def _run_deadline(claim: Claim, began: float) -> float | None:
+        """When the attempt runs out of time (`time.monotonic()`): `began`, when its body got
+        the job, plus its timeout_s; None without one."""
+        return None if claim.timeout_s is None else began + claim.timeout_s
+
+    @staticmethod
+    def _timed_out(claim: Claim, deadline: float | None) -> Outcome | None:
+        """The attempt's `timeout` outcome once `deadline` has passed; None before it, or
+        without one. The kind then ends the body its own way (a child is killed, a thread
+        is abandoned)."""
+        if deadline is None or time.monotonic() < deadline:
+            return None
+        return Outcome("timeout", error=f"exceeded its timeout_s of {claim.timeout_s:g}s")
+
+    @staticmethod
+    def _until(deadline: float | None) -> float | None:
+        """How long a slot may wait for its body before it looks at `deadline` again (None:
+        until the body or an end request wakes it)."""
+        if deadline is None:
+            return None
+        return min(DEADLINE_WAIT_CHUNK_S, max(0.0, deadline - time.monotonic()))
+
     def _finished(self) -> None:
         """The job is over (settled next): the slot is free."""
         with self._lock:

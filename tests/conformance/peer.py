@@ -23,7 +23,7 @@ from typing import Any
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import ERRORS_BY_CODE, DispatchError
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.types import Ack
+from dreamlake.lakeshore.types import Ack, ClaimArgs
 
 #: How long the test process waits for a peer's answer before calling the peer stuck.
 ANSWER_TIMEOUT_S = 30.0
@@ -125,16 +125,14 @@ class PeerOps:
         self, queue: str, host: str | None, wait: float = 0.0, limit: int = 1
     ) -> list[str]:
         """Ids claimed by a worker that names `host` (locality), in claim order."""
-        claims = self.plane.claim_many(
-            [queue], worker=f"peer-{os.getpid()}", limit=limit, wait_s=wait, host=host
-        )
+        args = ClaimArgs([queue], f"peer-{os.getpid()}", limit=limit, host=host)
+        claims = self.plane.claim_many(args, wait_s=wait)
         return [c.id for c in claims]
 
     def op_claim_many(self, queues: list[str], limit: int = 1, wait: float = 0.0) -> list[str]:
         """Ids claimed by a worker of `queues` (its first is its primary), in claim order."""
-        claims = self.plane.claim_many(
-            queues, worker=f"peer-{os.getpid()}", limit=limit, wait_s=wait
-        )
+        args = ClaimArgs(queues, f"peer-{os.getpid()}", limit=limit)
+        claims = self.plane.claim_many(args, wait_s=wait)
         return [c.id for c in claims]
 
     def op_ack_and_claim(
@@ -143,9 +141,8 @@ class PeerOps:
         """Settle `acks` ({id, lease}) and claim as `op_claim_many`, as a daemon's worker
         does when a job ends; a refused ack raises."""
         settled = [Ack(a["id"], a["lease"], dls.encode(None)) for a in acks]
-        errors, claims = self.plane.ack_and_claim(
-            settled, queues, worker=f"peer-{os.getpid()}", limit=limit, wait_s=wait
-        )
+        args = ClaimArgs(queues, f"peer-{os.getpid()}", limit=limit)
+        errors, claims = self.plane.ack_and_claim(settled, args, wait_s=wait)
         for error in errors:
             if error is not None:
                 raise error

@@ -14,6 +14,7 @@ from planes import PlaneEnv
 
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 NUL = "a\x00b"
 SURROGATE = "a\ud800b"
@@ -85,7 +86,7 @@ def test_a_frame_cursor_past_64_bits_is_refused(plane: PlaneEnv) -> None:
 
 def test_a_workers_error_text_is_stored_with_nul_and_surrogates_escaped(plane: PlaneEnv) -> None:
     inv = plane.queue("escaped").submit(1)
-    claim = plane.dispatch.claim(["escaped"], worker="w")
+    claim = claiming.claim(plane.dispatch, ["escaped"], worker="w")
     assert claim is not None and claim.id == inv
 
     plane.dispatch.nack(claim.id, claim.lease, error="boom\x00 at \udcff", retry=False)

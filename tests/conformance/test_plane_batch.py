@@ -12,6 +12,7 @@ from planes import PlaneEnv
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost, NotFound
 from dreamlake.lakeshore.types import Ack, Claim
+from tests.support import claiming
 
 
 def test_claim_many_takes_up_to_limit_in_queue_order_each_fenced_on_its_own(
@@ -20,14 +21,14 @@ def test_claim_many_takes_up_to_limit_in_queue_order_each_fenced_on_its_own(
     q = plane.queue("batch")
     ids = q.submit_many(list(range(5)))
 
-    got = plane.dispatch.claim_many(["batch"], worker="w", limit=3)
+    got = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=3)
 
     assert [c.id for c in got] == ids[:3]
     assert all(c.attempt == 1 and c.queue == "batch" and c.lease for c in got)
     assert q.count("running") == 3 and q.count("queued") == 2
     plane.dispatch.ack(got[1].id, got[1].lease, dls.encode("one"))
     assert [q.status(c.id).state for c in got] == ["running", "succeeded", "running"]
-    rest = plane.dispatch.claim_many(["batch"], worker="w", limit=10)
+    rest = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=10)
     assert [c.id for c in rest] == ids[3:]
 
 
@@ -35,7 +36,7 @@ def test_claim_many_over_several_queues_keeps_each_queues_order(plane: PlaneEnv)
     a = plane.queue("batch-a").submit_many(["a0", "a1"])
     b = plane.queue("batch-b").submit_many(["b0", "b1"])
 
-    got = plane.dispatch.claim_many(["batch-a", "batch-b"], worker="w", limit=10)
+    got = claiming.claim_many(plane.dispatch, ["batch-a", "batch-b"], worker="w", limit=10)
 
     assert sorted(c.id for c in got) == sorted(a + b)
     order = [c.id for c in got]
@@ -47,7 +48,7 @@ def test_claim_many_honours_priority_like_single_claims(plane: PlaneEnv) -> None
     low = q.submit("low", priority=1)
     high = q.submit("high", priority=9)
 
-    got = plane.dispatch.claim_many(["batch-prio"], worker="w", limit=2)
+    got = claiming.claim_many(plane.dispatch, ["batch-prio"], worker="w", limit=2)
 
     assert [c.id for c in got] == [high, low]
 
@@ -55,7 +56,7 @@ def test_claim_many_honours_priority_like_single_claims(plane: PlaneEnv) -> None
 def test_claim_many_on_an_empty_queue_waits_then_returns_nothing(plane: PlaneEnv) -> None:
     started = time.monotonic()
 
-    assert plane.dispatch.claim_many(["batch"], worker="w", limit=4, wait_s=0.2) == []
+    assert claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=4, wait_s=0.2) == []
     assert time.monotonic() - started >= 0.19
 
 
@@ -65,14 +66,14 @@ def test_claim_many_refuses_a_limit_out_of_range(plane: PlaneEnv, limit: int) ->
     q.submit(1)
 
     with pytest.raises(InvalidArgument, match=r"1 to 1000|\[1, 1000\]"):
-        plane.dispatch.claim_many(["batch"], worker="w", limit=limit)
+        claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=limit)
     assert q.count("queued") == 1
 
 
 def test_ack_many_settles_each_and_refuses_only_the_bad_ones(plane: PlaneEnv) -> None:
     q = plane.queue("batch")
     ids = q.submit_many(["a", "b", "c"])
-    a, b, c = plane.dispatch.claim_many(["batch"], worker="w", limit=3)
+    a, b, c = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=3)
     ghost = "01J00000000000000000000000"
 
     errors = plane.dispatch.ack_many(
@@ -94,7 +95,7 @@ def test_ack_many_settles_each_and_refuses_only_the_bad_ones(plane: PlaneEnv) ->
 def test_ack_many_repeated_is_idempotent(plane: PlaneEnv) -> None:
     q = plane.queue("batch")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=1)
     acks = [Ack(job.id, job.lease, dls.encode("once"))]
 
     assert plane.dispatch.ack_many(acks) == [None]
@@ -113,7 +114,7 @@ def test_batches_and_single_claims_share_a_queue_exactly_once(plane: PlaneEnv) -
     with plane.extra_peers(1) as peers:
         pending = peers[0].start("serve", queue="batch", n=60, wait=0.5)
         local = 0
-        while got := plane.dispatch.claim_many(["batch"], worker="w", limit=7):
+        while got := claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=7):
             acks = [Ack(c.id, c.lease, None) for c in got]
             assert plane.dispatch.ack_many(acks) == [None] * len(got)
             local += len(got)
@@ -130,10 +131,10 @@ def test_batches_and_single_claims_share_a_queue_exactly_once(plane: PlaneEnv) -
 def test_ack_and_claim_settles_the_finished_job_and_takes_the_next(plane: PlaneEnv) -> None:
     q = plane.queue("batch")
     first, second = q.submit_many(["a", "b"])
-    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=1)
 
-    errors, got = plane.dispatch.ack_and_claim(
-        [Ack(job.id, job.lease, dls.encode("A"))], ["batch"], worker="w", limit=1
+    errors, got = claiming.ack_and_claim(
+        plane.dispatch, [Ack(job.id, job.lease, dls.encode("A"))], ["batch"], worker="w", limit=1
     )
 
     assert errors == [None]
@@ -145,10 +146,11 @@ def test_ack_and_claim_settles_the_finished_job_and_takes_the_next(plane: PlaneE
 def test_ack_and_claim_refuses_only_the_bad_acks_and_still_claims(plane: PlaneEnv) -> None:
     q = plane.queue("batch")
     first, second = q.submit_many(["a", "b"])
-    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=1)
     ghost = "01J00000000000000000000000"
 
-    errors, got = plane.dispatch.ack_and_claim(
+    errors, got = claiming.ack_and_claim(
+        plane.dispatch,
         [Ack(job.id, "f" * 32, dls.encode("forged")), Ack(ghost, "f" * 32, None)],
         ["batch"],
         worker="w",
@@ -164,10 +166,13 @@ def test_ack_and_claim_refuses_only_the_bad_acks_and_still_claims(plane: PlaneEn
 def test_ack_and_claim_repeated_is_idempotent(plane: PlaneEnv) -> None:
     q = plane.queue("batch")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=1)
     acks = [Ack(job.id, job.lease, dls.encode("once"))]
 
-    assert plane.dispatch.ack_and_claim(acks, ["batch"], worker="w", limit=1) == ([None], [])
+    assert claiming.ack_and_claim(plane.dispatch, acks, ["batch"], worker="w", limit=1) == (
+        [None],
+        [],
+    )
     assert plane.dispatch.ack_many(acks) == [None]  # its answer lost: sent again on its own
     assert q.result(inv, timeout=1) == "once"
 
@@ -175,12 +180,17 @@ def test_ack_and_claim_repeated_is_idempotent(plane: PlaneEnv) -> None:
 def test_ack_and_claim_commits_the_acks_before_it_waits(plane: PlaneEnv) -> None:
     q = plane.queue("batch")
     done = q.submit("done")
-    (job,) = plane.dispatch.claim_many(["batch"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["batch"], worker="w", limit=1)
     answer: list[tuple[list[Any], list[Claim]]] = []
     waiting = threading.Thread(
         target=lambda: answer.append(
-            plane.dispatch.ack_and_claim(
-                [Ack(job.id, job.lease, dls.encode("D"))], ["batch"], worker="w", limit=1, wait_s=30
+            claiming.ack_and_claim(
+                plane.dispatch,
+                [Ack(job.id, job.lease, dls.encode("D"))],
+                ["batch"],
+                worker="w",
+                limit=1,
+                wait_s=30,
             )
         )
     )
@@ -200,5 +210,7 @@ def test_ack_and_claim_commits_the_acks_before_it_waits(plane: PlaneEnv) -> None
 def test_ack_and_claim_of_no_acks_is_a_claim(plane: PlaneEnv) -> None:
     inv = plane.queue("batch").submit(1)
 
-    assert plane.dispatch.ack_and_claim([], ["batch"], worker="w", limit=1)[1][0].id == inv
-    assert plane.dispatch.ack_and_claim([], ["batch"], worker="w", limit=1) == ([], [])
+    assert (
+        claiming.ack_and_claim(plane.dispatch, [], ["batch"], worker="w", limit=1)[1][0].id == inv
+    )
+    assert claiming.ack_and_claim(plane.dispatch, [], ["batch"], worker="w", limit=1) == ([], [])

@@ -13,6 +13,7 @@ from planes import PlaneEnv
 
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 
 def test_a_delayed_job_is_scheduled_and_no_claim_takes_it_early(plane: PlaneEnv) -> None:
@@ -25,7 +26,7 @@ def test_a_delayed_job_is_scheduled_and_no_claim_takes_it_early(plane: PlaneEnv)
     job = q.claim()
     assert job is not None and job.id == now
     assert q.claim() is None
-    many = plane.dispatch.claim_many(["later"], worker="w", limit=10)
+    many = claiming.claim_many(plane.dispatch, ["later"], worker="w", limit=10)
     assert many == []
 
 

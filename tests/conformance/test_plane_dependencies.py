@@ -16,6 +16,7 @@ from planes import PlaneEnv, eventually
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, NotFound
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 
 def _run_one(plane: PlaneEnv, queue: str, result: object = None) -> str:
@@ -170,14 +171,14 @@ def test_a_lost_worker_cancels_the_dependent_within_a_sweep(plane: PlaneEnv) -> 
     # No preemption left: a lease that runs out ends it failed ("for good"), not requeued.
     parent = q.submit("p", max_attempts=1, max_preemptions=0)
     plane.dispatch.submit("lost", [SubmitRequest(payload=b"\xc0", after=(parent,))])
-    claim = plane.dispatch.claim(["lost"], worker="gone", lease_s=0.2)
+    claim = claiming.claim(plane.dispatch, ["lost"], worker="gone", lease_s=0.2)
     assert claim is not None and claim.id == parent
     # Nobody settles it: the lease runs out; a sweep (any claim's) ends the parent and, in the
     # same transaction, cancels the dependent.
     child = plane.dispatch.invocations(state="waiting")[0].id
 
     def cancelled() -> bool:
-        plane.dispatch.claim(["lost"], worker="sweeper", lease_s=5)
+        claiming.claim(plane.dispatch, ["lost"], worker="sweeper", lease_s=5)
         return plane.dispatch.invocation(child).state == "cancelled"
 
     eventually(cancelled, timeout=30, every=0.2)
@@ -191,7 +192,7 @@ def test_output_hands_the_parents_result_to_the_worker(plane: PlaneEnv) -> None:
     evaluated = q.submit(dls.thunk(_evaluate, {"model": dls.output(trained)}))
     assert plane.dispatch.invocation(evaluated).state == "waiting"
     for _ in range(3):
-        job = plane.dispatch.claim(["pipeline"], worker="w", lease_s=30)
+        job = claiming.claim(plane.dispatch, ["pipeline"], worker="w", lease_s=30)
         assert job is not None
         from dreamlake.lakeshore import codec, spill
         from dreamlake.lakeshore.execute import run_body
@@ -243,7 +244,7 @@ def test_a_parent_ended_by_its_daemon_cancels_the_dependent(plane: PlaneEnv, sta
     q = plane.queue(f"ended-{state}")
     parent = q.submit("p")
     child = q.submit("c", after=[parent])
-    job = plane.dispatch.claim([f"ended-{state}"], worker="w", lease_s=30)
+    job = claiming.claim(plane.dispatch, [f"ended-{state}"], worker="w", lease_s=30)
     assert job is not None and job.id == parent
     plane.dispatch.end(job.id, job.lease, state=state, error=f"the daemon ended it: {state}")
     inv = plane.dispatch.invocation(child)

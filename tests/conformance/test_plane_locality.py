@@ -15,6 +15,7 @@ from planes import PlaneEnv
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 LONG_S = 60.0
 
@@ -27,7 +28,8 @@ def hinted(plane: PlaneEnv, queue: str, host: str | None, *, priority: float = 0
 
 def claimed(plane: PlaneEnv, queue: str, host: str | None, **kw: object) -> list[str]:
     """Ids claimed by a worker in this process that names `host`."""
-    return [c.id for c in plane.dispatch.claim_many([queue], worker="w-here", host=host, **kw)]
+    got = claiming.claim_many(plane.dispatch, [queue], worker="w-here", host=host, **kw)
+    return [c.id for c in got]
 
 
 def test_a_hinted_job_waits_for_a_worker_on_its_host(plane: PlaneEnv) -> None:
@@ -93,7 +95,7 @@ def test_a_bad_host_is_refused_naming_it(plane: PlaneEnv, host: str) -> None:
     with pytest.raises(InvalidArgument, match=r"host'? must be a host id"):
         plane.dispatch.submit("loc", [SubmitRequest(payload=dls.encode(1), host=host)])
     with pytest.raises(InvalidArgument, match=r"host'? must be a host id"):
-        plane.dispatch.claim(["loc"], worker="w-here", host=host)
+        claiming.claim(plane.dispatch, ["loc"], worker="w-here", host=host)
     with pytest.raises(InvalidArgument, match=r"host'? must be a host id"):
         plane.dispatch.register_worker("w-bad-host", queues=["loc"], host=host)
     assert plane.dispatch.count("loc") == 0

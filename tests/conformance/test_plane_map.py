@@ -13,6 +13,7 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.types import SubmitRequest
 from dreamlake.lakeshore.worker import run_worker
+from tests.support import claiming
 
 
 def triple(x: int) -> int:
@@ -54,11 +55,11 @@ def test_stats_show_the_progress_of_a_map_in_flight(plane: PlaneEnv) -> None:
     plane.dispatch.submit("mapped", [SubmitRequest(payload=b"\xc0")] * 3)  # not a map's
     reqs = [SubmitRequest(payload=b"\xc0", map_id="M1")] * 3
     mapped = plane.dispatch.submit("mapped", reqs)
-    claimed = plane.dispatch.claim_many(["mapped"], worker="w", limit=4)
+    claimed = claiming.claim_many(plane.dispatch, ["mapped"], worker="w", limit=4)
     assert [c.id for c in claimed][-1] == mapped[0]
     (progress,) = plane.dispatch.stats("mapped")["maps"]
     assert progress == {"map_id": "M1", "jobs": 3, "states": {"running": 1, "queued": 2}}
-    for c in plane.dispatch.claim_many(["mapped"], worker="w", limit=2):
+    for c in claiming.claim_many(plane.dispatch, ["mapped"], worker="w", limit=2):
         plane.dispatch.ack(c.id, c.lease, None)
     assert plane.dispatch.stats("mapped")["maps"] == [
         {"map_id": "M1", "jobs": 3, "states": {"running": 1, "succeeded": 2}}

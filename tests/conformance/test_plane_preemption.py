@@ -12,6 +12,7 @@ from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost
 from dreamlake.lakeshore.objects.plane import is_plane_url, tier_for
 from dreamlake.lakeshore.storage import sniff_ref
 from dreamlake.lakeshore.work.checkpoints import store_checkpoint
+from tests.support import claiming
 
 
 def test_a_preempted_job_is_requeued_at_once_without_spending_an_attempt(
@@ -27,7 +28,7 @@ def test_a_preempted_job_is_requeued_at_once_without_spending_an_attempt(
     row = q.status(inv)
     assert (row.state, row.attempt, row.preemptions, row.ended_by) == ("queued", 1, 1, "notice")
     # At once: no backoff delay before the next claim sees it (a nack's retry waits 0.5 s).
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w2", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w2", limit=1)
     assert again.id == inv and again.attempt == 2 and again.preemptions == 1
     plane.dispatch.ack(again.id, again.lease, None)
     done = q.status(inv)
@@ -48,7 +49,7 @@ def test_a_preempted_job_keeps_its_place_ahead_of_later_submits(plane: PlaneEnv)
 
     plane.peer.call("release", id=job.id, lease=job.lease, outcome="preempted", cause="notice")
 
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w2", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w2", limit=1)
     assert again.id == first
 
 
@@ -206,7 +207,7 @@ def _stored(plane: PlaneEnv, blob: bytes) -> bool:
 def test_a_checkpoint_replaced_by_a_newer_one_is_deleted_from_storage(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
 
     # The worker's own path: the object to storage (the plane tier over HTTP, the box's
     # storage on an embedded plane), then its Ref to the row, then the old one deleted.
@@ -231,7 +232,7 @@ def _checkpoint_blob(n: int) -> bytes:
 def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     first, second = _checkpoint_blob(1), _checkpoint_blob(2)
 
     assert plane.dispatch.checkpoint(job.id, job.lease, first) is None
@@ -239,7 +240,7 @@ def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -
     assert q.status(inv).checkpoint == second
 
     plane.dispatch.release(job.id, job.lease, outcome="preempted")
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     assert again.checkpoint == second  # the next attempt is handed its state's Ref
     with pytest.raises(LeaseLost, match="the previous checkpoint stays"):
         plane.dispatch.checkpoint(job.id, job.lease, first)  # the old attempt's lease
@@ -250,7 +251,7 @@ def test_a_checkpoint_is_the_last_one_written_under_the_lease(plane: PlaneEnv) -
 def test_a_checkpoint_that_is_not_a_ref_is_refused(plane: PlaneEnv, bad: bytes) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     plane.dispatch.checkpoint(job.id, job.lease, _checkpoint_blob(1))
 
     with pytest.raises(InvalidArgument, match="encoded Ref of an object in durable storage"):
@@ -264,10 +265,10 @@ def test_a_resume_frame_continues_the_journal_and_streams_pass_over_it(
 ) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     plane.dispatch.post(job.id, "VALUE", dls.encode("before"), lease=job.lease)
     plane.dispatch.release(job.id, job.lease, outcome="preempted")
-    (again,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (again,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     plane.dispatch.post(again.id, "RESUME", dls.encode({"attempt": 2}), lease=again.lease)
     plane.dispatch.post(again.id, "VALUE", dls.encode("after"), lease=again.lease)
     plane.dispatch.ack(again.id, again.lease, dls.encode("done"))
@@ -280,7 +281,7 @@ def test_a_resume_frame_continues_the_journal_and_streams_pass_over_it(
 def test_the_cause_is_noted_under_the_lease_before_the_end(plane: PlaneEnv) -> None:
     q = plane.queue("gpu")
     inv = q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
 
     assert plane.dispatch.note_cause(job.id, job.lease, "timeout") is True
 
@@ -298,7 +299,7 @@ def test_a_jobs_last_checkpoint_goes_with_its_row_at_retention(plane: PlaneEnv) 
 
     q = plane.queue("gpu")
     q.submit(1)
-    (job,) = plane.dispatch.claim_many(["gpu"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["gpu"], worker="w", limit=1)
     last = store_checkpoint(plane.dispatch, None, job, dls.encode({"step": 30}))
     plane.dispatch.ack(job.id, job.lease, dls.encode("done"))
     assert _stored(plane, last)  # a finished job keeps it until retention
@@ -336,10 +337,10 @@ def test_a_preempted_job_is_taken_next_among_its_priority_on_every_kind(
 def test_a_batch_claim_takes_the_preempted_job_first(plane: PlaneEnv) -> None:
     q = plane.queue("order")
     first = q.submit("first")
-    (job,) = plane.dispatch.claim_many(["order"], worker="w", limit=1)
+    (job,) = claiming.claim_many(plane.dispatch, ["order"], worker="w", limit=1)
     q.submit_many(["a", "b", "c"])
     plane.dispatch.release(job.id, job.lease, outcome="preempted")
-    batch = plane.dispatch.claim_many(["order"], worker="w2", limit=3)
+    batch = claiming.claim_many(plane.dispatch, ["order"], worker="w2", limit=3)
 
     assert batch[0].id == first and len(batch) == 3
     assert batch[0].attempt == 2 and batch[0].preemptions == 1

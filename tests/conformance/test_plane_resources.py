@@ -14,6 +14,7 @@ from planes import PlaneEnv, eventually
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -117,16 +118,20 @@ def test_a_claim_with_free_figures_takes_only_what_fits(plane: PlaneEnv) -> None
     cpus = q.submit("cpus", resources={"cpus": 64})
     half = q.submit("half", resources={"gpus": 0.5, "gpu_type": ["A100", "h100"]})
 
-    got = plane.dispatch.claim_many(
-        ["res-fit"], worker="w", limit=5, free=free(gpu_share=0.5, gpus_whole=0, cpus=16)
+    got = claiming.claim_many(
+        plane.dispatch,
+        ["res-fit"],
+        worker="w",
+        limit=5,
+        free=free(gpu_share=0.5, gpus_whole=0, cpus=16),
     )
     assert [c.id for c in got] == [half]
     assert got[0].resources == {"gpus": 0.5, "gpu_type": ["A100", "h100"]}
 
     # A plain claim (no figures) takes the head as it always did.
-    head = plane.dispatch.claim(["res-fit"], worker="w")
+    head = claiming.claim(plane.dispatch, ["res-fit"], worker="w")
     assert head is not None and head.id == big
-    rest = plane.dispatch.claim_many(["res-fit"], worker="w", limit=5, free=free(cpus=64))
+    rest = claiming.claim_many(plane.dispatch, ["res-fit"], worker="w", limit=5, free=free(cpus=64))
     assert [c.id for c in rest] == [cpus]  # one job per fitted claim; the others do not fit
     assert {q.status(i).state for i in (a100, hungry)} == {"queued"}
 
@@ -135,24 +140,27 @@ def test_a_job_that_states_no_gpus_asks_for_the_workers_default(plane: PlaneEnv)
     q = plane.queue("res-per-job")
     job = q.submit("x")
 
-    assert plane.dispatch.claim(["res-per-job"], worker="w", free=free(default_gpus=2)) is None
-    got = plane.dispatch.claim(["res-per-job"], worker="w", free=free(default_gpus=1))
+    assert (
+        claiming.claim(plane.dispatch, ["res-per-job"], worker="w", free=free(default_gpus=2))
+        is None
+    )
+    got = claiming.claim(plane.dispatch, ["res-per-job"], worker="w", free=free(default_gpus=1))
     assert got is not None and got.id == job and got.resources == {}
 
 
 def test_bad_free_figures_are_refused(plane: PlaneEnv) -> None:
     plane.queue("res-free-bad").submit("x")
     with pytest.raises(InvalidArgument, match="unknown free key"):
-        plane.dispatch.claim(["res-free-bad"], worker="w", free={"gpu": 1})
+        claiming.claim(plane.dispatch, ["res-free-bad"], worker="w", free={"gpu": 1})
     with pytest.raises(InvalidArgument, match=r"free\.gpus_whole must be a number"):
-        plane.dispatch.claim(["res-free-bad"], worker="w", free={"gpus_whole": "8"})
+        claiming.claim(plane.dispatch, ["res-free-bad"], worker="w", free={"gpus_whole": "8"})
     assert plane.dispatch.count("res-free-bad", "queued") == 1
 
 
 def test_placement_is_written_under_the_lease_and_read_back(plane: PlaneEnv) -> None:
     q = plane.queue("res-place")
     job = q.submit("x", resources={"gpus": 1})
-    got = plane.dispatch.claim(["res-place"], worker="w", free=free())
+    got = claiming.claim(plane.dispatch, ["res-place"], worker="w", free=free())
     assert got is not None
     placement = {"worker": "w", "gpus": [{"index": 3, "uuid": "GPU-1234", "name": H100}]}
 
@@ -174,8 +182,11 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
     box = {"gpus_whole": 4, "gpu_share": 1.0, "gpu_names": [H100], "gpu_memory_gb": 80}
     soon = time.time() + 60  # the running jobs' timeouts free all four GPUs by then
 
-    held = plane.dispatch.claim(
-        ["res-reserve"], worker="w", free=free(gpus_whole=2, box={**box, "whole_free_at": []})
+    held = claiming.claim(
+        plane.dispatch,
+        ["res-reserve"],
+        worker="w",
+        free=free(gpus_whole=2, box={**box, "whole_free_at": []}),
     )
     assert held is None  # no running job surely ends: nothing may delay the head
     # the head says it waits for resources, the jobs it holds back name it (issue 34, item 7)
@@ -188,15 +199,19 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
     )
     assert q.status(big).pending_reason == "resources"
     assert (q.status(big).unschedulable_reason or "").startswith("worker w has reserved for it")
-    backfill = plane.dispatch.claim(
+    backfill = claiming.claim(
+        plane.dispatch,
         ["res-reserve"],
         worker="w",
         free=free(gpus_whole=2, box={**box, "whole_free_at": [[soon, 4]]}),
     )
     assert backfill is not None and backfill.id == quick  # ends (30 s) before 60 s
     assert q.status(small).state == "queued"
-    head = plane.dispatch.claim(
-        ["res-reserve"], worker="w", free=free(gpus_whole=4, box={**box, "whole_free_at": []})
+    head = claiming.claim(
+        plane.dispatch,
+        ["res-reserve"],
+        worker="w",
+        free=free(gpus_whole=4, box={**box, "whole_free_at": []}),
     )
     assert head is not None and head.id == big
     assert eventually(lambda: q.status(small).pending_reason is None)  # the reservation is over

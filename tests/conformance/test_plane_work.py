@@ -16,6 +16,7 @@ from dreamlake.lakeshore.errors import (
     LeaseLost,
     NotFound,
 )
+from tests.support import claiming
 
 
 def test_a_multiprocess_plane_really_has_a_second_process(plane: PlaneEnv) -> None:
@@ -453,7 +454,9 @@ def test_one_claim_can_serve_several_queues_in_priority_order(plane: PlaneEnv) -
     plane.queue("gamma").submit("c-ignored", priority=9.0)
 
     got = []
-    while (c := plane.dispatch.claim(["alpha", "beta"], worker="w", kind="fifo")) is not None:
+    while (
+        c := claiming.claim(plane.dispatch, ["alpha", "beta"], worker="w", kind="fifo")
+    ) is not None:
         got.append((c.queue, dls.decode(c.payload)))
 
     assert got == [("beta", "b-high"), ("alpha", "a-low")]
@@ -465,21 +468,21 @@ def test_a_claim_without_a_kind_uses_the_queue_kind(plane: PlaneEnv) -> None:
     for tag in ("old", "new"):
         q.submit(tag)
 
-    claim = plane.dispatch.claim(["stack"], worker="w")
+    claim = claiming.claim(plane.dispatch, ["stack"], worker="w")
 
     assert claim is not None and dls.decode(claim.payload) == "new"
 
 
 def test_claim_with_a_bad_queue_name_or_kind_is_refused(plane: PlaneEnv) -> None:
     with pytest.raises(InvalidArgument, match="name"):
-        plane.dispatch.claim(["Bad Queue"], worker="w")
+        claiming.claim(plane.dispatch, ["Bad Queue"], worker="w")
     with pytest.raises(InvalidArgument, match="unknown queue kind 'lifo'"):
-        plane.dispatch.claim(["gpu"], worker="w", kind="lifo")
+        claiming.claim(plane.dispatch, ["gpu"], worker="w", kind="lifo")
 
 
 def test_a_claim_records_the_worker(plane: PlaneEnv) -> None:
     inv = plane.queue("gpu").submit(1)
 
-    plane.dispatch.claim(["gpu"], worker="box-7:123")
+    claiming.claim(plane.dispatch, ["gpu"], worker="box-7:123")
 
     assert plane.dispatch.invocation(inv).worker == "box-7:123"

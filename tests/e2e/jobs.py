@@ -164,12 +164,14 @@ def act_as_a_worker(queue: str, follow_up: int) -> dict[str, Any]:
     its worker does, then what a job may: say what each met."""
     import dreamlake.lakeshore as dls
     from dreamlake.lakeshore.errors import DispatchError
+    from dreamlake.lakeshore.plane import claim
+    from dreamlake.lakeshore.types import ClaimArgs
 
     me = dls.run.id
     out: dict[str, Any] = {"token": os.environ.get("LAKESHORE_TOKEN")}
     with dls.HttpDispatch() as plane:
         attempts = {
-            "claim": lambda: plane.claim([queue], worker="thief"),
+            "claim": lambda: claim(plane, ClaimArgs([queue], "thief")),
             "ack": lambda: plane.ack(me, "a-guessed-lease", None),
             "renew": lambda: plane.renew(["a-guessed-lease"], lease_s=60),
             "register": lambda: plane.register_worker("thief", queues=[queue]),

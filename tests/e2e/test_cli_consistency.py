@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from dreamlake.lakeshore import codec
 from dreamlake.lakeshore.cli.main import cli
 from dreamlake.lakeshore.plane.default import open_plane
+from tests.support import claiming
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_submit_payload_options(run):
     legacy_id = legacy.stdout.strip()
     plane = open_plane(None, None, None)
     try:  # claimed in submit order: each payload as a worker receives it
-        claims = [plane.claim(["default"], worker="w", wait_s=1.0) for _ in range(3)]
+        claims = [claiming.claim(plane, ["default"], worker="w", wait_s=1.0) for _ in range(3)]
     finally:
         plane.close()
     assert [c.id for c in claims if c] == [text, as_json, legacy_id]

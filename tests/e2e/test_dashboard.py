@@ -21,6 +21,7 @@ from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.scheduling import schedule
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
@@ -58,7 +59,7 @@ def test_snapshot_needs_the_token_and_reflects_the_plane(server, tenant, plane):
     plane.create_queue("snap", elasticity={"kind": "fixed", "max": 2})
     plane.register_worker("snap-w", queues=["snap"], info={"concurrency": 3, "gpus": []})
     ids = plane.submit("snap", [SubmitRequest(payload=codec.encode(i)) for i in range(3)])
-    job = plane.claim(["snap"], worker="snap-w", wait_s=10.0)
+    job = claiming.claim(plane, ["snap"], worker="snap-w", wait_s=10.0)
     assert job is not None
     plane.ack(job.id, job.lease, None)
     headers = {"authorization": f"Bearer {tenant.token}", "accept": "application/json"}
@@ -168,7 +169,7 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
                     '#queues tr[data-queue="browser-q"] span.depth[data-state="queued"]'
                 ).textContent === '1'"""
             )
-            job = plane.claim(["browser-q"], worker="browser-worker", wait_s=10.0)
+            job = claiming.claim(plane, ["browser-q"], worker="browser-worker", wait_s=10.0)
             assert job is not None and job.id == inv
             # where it runs: half of GPU 1, shown as in use beside the worker's GPUs
             share = {"index": 1, "uuid": "u1", "name": gpus[1]["name"], "share": 0.5}

@@ -23,6 +23,7 @@ from dreamlake.lakeshore.errors import (
 )
 from dreamlake.lakeshore.plane import HttpDispatch, Plane
 from dreamlake.lakeshore.types import Claim, Invocation, QueueInfo, SubmitRequest, WorkerInfo
+from tests.support import claiming
 
 
 def test_is_a_plane(http_plane):
@@ -134,7 +135,9 @@ def test_cancel_and_count(http_plane):
 def test_claim_long_poll_wakes_on_submit(http_plane):
     plane = http_plane()
     got: list[Claim | None] = []
-    thread = threading.Thread(target=lambda: got.append(plane.claim(["lp"], worker="w", wait_s=30)))
+    thread = threading.Thread(
+        target=lambda: got.append(claiming.claim(plane, ["lp"], worker="w", wait_s=30))
+    )
     thread.start()
     producer = http_plane(namespace=plane.namespace)
     inv = producer.submit("lp", [SubmitRequest(payload=dls.encode(1))])[0]
@@ -145,19 +148,19 @@ def test_claim_long_poll_wakes_on_submit(http_plane):
 def test_settle_verbs_and_stale_lease(http_plane):
     plane = http_plane()
     ids = plane.submit("s", [SubmitRequest(payload=b"\x01") for _ in range(3)])
-    c1 = plane.claim(["s"], worker="w")
+    c1 = claiming.claim(plane, ["s"], worker="w")
     assert c1 is not None and c1.id == ids[0]
     with pytest.raises(LeaseLost):
         plane.ack(c1.id, "stale", None)
     plane.ack(c1.id, c1.lease, b"\xc0")
     plane.ack(c1.id, c1.lease, b"\xc0")  # the same settle again is idempotent
-    c2 = plane.claim(["s"], worker="w")
+    c2 = claiming.claim(plane, ["s"], worker="w")
     assert c2 is not None
     assert plane.release(c2.id, c2.lease) is True
-    c2 = plane.claim(["s"], worker="w")
+    c2 = claiming.claim(plane, ["s"], worker="w")
     assert c2 is not None
     assert plane.nack(c2.id, c2.lease, error="e", retry=True) == "queued"
-    c3 = plane.claim(["s"], worker="w")
+    c3 = claiming.claim(plane, ["s"], worker="w")
     assert c3 is not None
     plane.end(c3.id, c3.lease, state="timeout", error="too slow")
     assert plane.invocation(c3.id).state == "timeout"
@@ -200,7 +203,7 @@ def test_blocking_submit_waits_for_room(http_plane):
         target=lambda: got.append(plane.submit("blk", [SubmitRequest(payload=b"3")], wait_s=30))
     )
     thread.start()
-    assert plane.claim(["blk"], worker="w") is not None
+    assert claiming.claim(plane, ["blk"], worker="w") is not None
     thread.join(timeout=30)
     assert got and len(got[0]) == 1
 

@@ -21,6 +21,7 @@ from dreamlake.lakeshore import codec
 from dreamlake.lakeshore.cli.main import cli
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.types import Claim
+from tests.support import claiming
 from tests.support.server import LAUNCH
 
 DEADLINE_S = 30.0
@@ -70,7 +71,7 @@ def spawn(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
 
 
 def claim(plane: HttpDispatch, queue: str) -> Claim:
-    got = plane.claim([queue], worker="test-worker", wait_s=DEADLINE_S)
+    got = claiming.claim(plane, [queue], worker="test-worker", wait_s=DEADLINE_S)
     assert got is not None, f"nothing to claim on {queue} within {DEADLINE_S}s"
     return got
 

@@ -21,6 +21,7 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.types import Ack, SubmitRequest
+from tests.support import claiming
 
 WAIT_S = 10.0
 #: Jobs the daemon test runs: enough that most settle on the daemon's next claim.
@@ -56,14 +57,14 @@ def test_metrics_count_known_traffic(server, tenant):
         ids = plane.submit("work", [SubmitRequest(payload=b"\x90") for _ in range(4)])
         plane.submit("other", [SubmitRequest(payload=b"\x90")])
         assert plane.cancel(ids[3]) is True  # queued -> cancelled
-        claims = [plane.claim(["work"], worker="w", wait_s=WAIT_S) for _ in range(3)]
+        claims = [claiming.claim(plane, ["work"], worker="w", wait_s=WAIT_S) for _ in range(3)]
         assert all(c is not None for c in claims)
         a, b, c = claims
         plane.ack(a.id, a.lease, None)
         assert plane.nack(b.id, b.lease, error="boom", retry=False) == "failed"
         assert plane.nack(c.id, c.lease, error="flaky", retry=True) == "queued"
         plane.register_worker("metrics-w", queues=["work"])
-        d = plane.claim(["other"], worker="w", wait_s=WAIT_S)
+        d = claiming.claim(plane, ["other"], worker="w", wait_s=WAIT_S)
         assert d is not None
         plane.end(d.id, d.lease, state="timeout", error="too slow")
         plane.retry(d.id)
@@ -108,7 +109,7 @@ def test_batch_claims_and_acks_are_counted_like_single_ones(server, tenant):
     plane = HttpDispatch(server.url, token=tenant.token, namespace=ns)
     try:
         plane.submit("batch", [SubmitRequest(payload=b"\x90") for _ in range(5)])
-        claims = plane.claim_many(["batch"], worker="w", limit=4, wait_s=WAIT_S)
+        claims = claiming.claim_many(plane, ["batch"], worker="w", limit=4, wait_s=WAIT_S)
         assert len(claims) == 4
         forged = Ack(claims[3].id, "f" * 32, None)
         errors = plane.ack_many([Ack(c.id, c.lease, None) for c in claims[:3]] + [forged])
@@ -190,12 +191,14 @@ def test_acks_riding_a_claim_are_counted_when_they_commit_not_when_the_claim_end
     riding = {"namespace": ns, "queue": "riding"}
     try:
         plane.submit("riding", [SubmitRequest(payload=b"\x90") for _ in range(3)])
-        a, b, c = plane.claim_many(["riding"], worker="w", limit=3, wait_s=WAIT_S)
+        a, b, c = claiming.claim_many(plane, ["riding"], worker="w", limit=3, wait_s=WAIT_S)
         acks = [Ack(a.id, a.lease, None), Ack(b.id, b.lease, None), Ack(c.id, "f" * 32, None)]
         answer: dict[str, object] = {}
         claimer = threading.Thread(
             target=lambda: answer.update(
-                got=plane.ack_and_claim(acks, ["riding"], worker="w", limit=1, wait_s=60.0)
+                got=claiming.ack_and_claim(
+                    plane, acks, ["riding"], worker="w", limit=1, wait_s=60.0
+                )
             )
         )
         claimer.start()

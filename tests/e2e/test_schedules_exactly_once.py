@@ -27,6 +27,7 @@ import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane.cron import CLOCK_ENV, slot_key
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.plane.schedules import ScheduleInfo
+from tests.support import claiming
 from tests.support.postgres import postgres_schema
 from tests.support.server import LAUNCH, _wait_ready, free_port, server_env
 
@@ -121,7 +122,7 @@ def _claims(url: str, token: str, stop: threading.Event) -> None:
     """Claims on an empty queue: each one fires what is due on the replica it reaches."""
     with dls.HttpDispatch(url, token=token, namespace=NS) as plane:
         while not stop.is_set():
-            plane.claim_many(["idle"], worker="hammer", limit=1)
+            claiming.claim_many(plane, ["idle"], worker="hammer", limit=1)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

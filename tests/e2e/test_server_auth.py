@@ -26,6 +26,7 @@ from dreamlake.lakeshore.errors import Forbidden
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.plane.auth import DEFAULT_SCOPES, JOB, SCOPES
 from dreamlake.lakeshore.plane.dispatch import open_store
+from tests.support import claiming
 from tests.support.client import Api
 
 ROUTES = [
@@ -365,7 +366,7 @@ def test_the_sdk_with_a_producer_token_and_a_worker_token(server, scoped):
         with pytest.raises(Forbidden, match=r"carries a thunk.*'submit-code' scope"):
             q.submit(dls.thunk(math.sqrt, 4.0))
         with pytest.raises(Forbidden, match="'work' scope"):
-            producer.claim(["sdk-scopes"], worker="not-me")
+            claiming.claim(producer, ["sdk-scopes"], worker="not-me")
         ran = dls.run_worker(worker, ["sdk-scopes"], once=True, handler=_answer)
         assert ran == 1
         assert q.result(inv, timeout=30) == {"echo": {"x": 2}}

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from dreamlake.lakeshore.cli.main import cli
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.queue import SyncQueue
+from tests.support import claiming
 
 
 def test_status_over_http(server, tenant, tmp_path):
@@ -31,7 +32,7 @@ def test_status_over_http(server, tenant, tmp_path):
         for i in range(3):
             q.submit({"i": i})
         worker = plane.register_worker("w-1", queues=["work"], info={"concurrency": 4})
-        claim = plane.claim(["work"], worker=worker.id, lease_s=30.0, wait_s=5.0)
+        claim = claiming.claim(plane, ["work"], worker=worker.id, lease_s=30.0, wait_s=5.0)
         assert claim is not None
         plane.ack(claim.id, claim.lease, None)
     finally:

@@ -22,6 +22,7 @@ from dreamlake.lakeshore.errors import DispatchError, LeaseLost
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.types import SubmitRequest
 from dreamlake.lakeshore.work.retry import is_transient
+from tests.support import claiming
 
 RETRY_S = 0.05
 T = TypeVar("T")
@@ -116,8 +117,8 @@ class LoopWorker(threading.Thread):
 
     def _once(self) -> None:
         try:
-            claim = self.plane.claim(
-                [self.queue], worker=self.name, lease_s=self.lease_s, wait_s=0.5
+            claim = claiming.claim(
+                self.plane, [self.queue], worker=self.name, lease_s=self.lease_s, wait_s=0.5
             )
         except DispatchError as exc:
             if not is_transient(exc):

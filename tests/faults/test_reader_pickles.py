@@ -21,6 +21,7 @@ import pytest
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.codec import EXT_THUNK
 from dreamlake.lakeshore.errors import DecodeError
+from tests.support import claiming
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def trap(marker: Path) -> bytes:
 def acked_with(plane: dls.Dispatch, q: dls.SyncQueue, result: bytes) -> str:
     """A job whose worker (a hostile one) acks it with `result`."""
     inv = q.submit({"x": 1})
-    claim = plane.claim([q.name], worker="hostile")
+    claim = claiming.claim(plane, [q.name], worker="hostile")
     assert claim is not None and claim.id == inv
     plane.ack(claim.id, claim.lease, result)
     return inv
@@ -46,7 +47,7 @@ def acked_with(plane: dls.Dispatch, q: dls.SyncQueue, result: bytes) -> str:
 
 def posted_with(plane: dls.Dispatch, q: dls.SyncQueue, frame: bytes, kind: str) -> str:
     inv = q.submit({"x": 1})
-    claim = plane.claim([q.name], worker="hostile")
+    claim = claiming.claim(plane, [q.name], worker="hostile")
     assert claim is not None
     plane.post(claim.id, kind, frame, lease=claim.lease)
     plane.ack(claim.id, claim.lease, dls.encode(None))
@@ -59,7 +60,7 @@ def read_result(plane: dls.Dispatch, q: dls.SyncQueue, bad: bytes, **kw: Any) ->
 
 def read_call(plane: dls.Dispatch, q: dls.SyncQueue, bad: bytes, **kw: Any) -> Any:
     def hostile_worker() -> None:
-        claim = plane.claim([q.name], worker="hostile", wait_s=10)
+        claim = claiming.claim(plane, [q.name], worker="hostile", wait_s=10)
         assert claim is not None
         plane.ack(claim.id, claim.lease, bad)
 

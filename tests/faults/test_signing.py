@@ -9,6 +9,7 @@ import pytest
 from dreamlake.lakeshore import signing
 from dreamlake.lakeshore.plane.dispatch import Dispatch
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 KEY = bytes(range(32))
 FIELDS = ("ns", "queue", "01J0000000000000000000000Z", b"payload")
@@ -53,12 +54,12 @@ def test_an_embedded_plane_with_a_key_signs_what_it_enqueues(
     monkeypatch.setenv(signing.KEY_ENV, KEY.hex())
     with Dispatch(tmp_path / "plane.db") as plane:
         (inv,) = plane.submit("q", [SubmitRequest(b"body")])
-        claim = plane.claim(["q"], worker="w")
+        claim = claiming.claim(plane, ["q"], worker="w")
         assert claim is not None and claim.id == inv
         signing.verify(KEY, plane.namespace, "q", inv, b"body", claim.signature)
     monkeypatch.delenv(signing.KEY_ENV)
     monkeypatch.setenv("LAKESHORE_HOME", str(tmp_path / "keyless-home"))
     with Dispatch(":memory:") as bare:  # no key anywhere: nothing signed
         bare.submit("q", [SubmitRequest(b"body")])
-        claim = bare.claim(["q"], worker="w")
+        claim = claiming.claim(bare, ["q"], worker="w")
         assert claim is not None and claim.signature is None

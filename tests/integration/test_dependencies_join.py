@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:  # `tests.support` is importable however pytest wa
 
 import dreamlake.lakeshore as dls  # noqa: E402
 from dreamlake.lakeshore.types import Claim, SubmitRequest  # noqa: E402
+from tests.support import claiming  # noqa: E402
 from tests.support.postgres import postgres_schema  # noqa: E402
 
 pytest.importorskip("psycopg")
@@ -49,7 +50,7 @@ def test_a_join_over_many_parents_acked_at_once_releases_its_child_once(url: str
         assert first.invocation(child).waiting_on == PARENTS
         claims: list[Claim] = []
         while len(claims) < PARENTS:
-            got = first.claim_many(["parents"], worker="w", lease_s=300, limit=1000)
+            got = claiming.claim_many(first, ["parents"], worker="w", lease_s=300, limit=1000)
             assert got, f"claimed {len(claims)} of {PARENTS}"
             claims.extend(got)
         start = threading.Barrier(THREADS)
@@ -68,9 +69,9 @@ def test_a_join_over_many_parents_acked_at_once_releases_its_child_once(url: str
         assert first.count("join", "queued") == 1 and first.count("join", "waiting") == 0
         assert first.count("parents", "succeeded") == PARENTS
         assert list(first.store.recount_check()) == []
-        job = first.claim(["join"], worker="w")
+        job = claiming.claim(first, ["join"], worker="w")
         assert job is not None and job.id == child
-        assert first.claim(["join"], worker="w") is None
+        assert claiming.claim(first, ["join"], worker="w") is None
     finally:
         for p in planes:
             p.close()

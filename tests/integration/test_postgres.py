@@ -46,6 +46,7 @@ from dreamlake.lakeshore.plane.postgres import (  # noqa: E402
     advisory_leader,
     parse_url,
 )
+from tests.support import claiming  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -253,7 +254,9 @@ class BlockedClaim:
     def __init__(self, plane: dls.Dispatch, queue: str) -> None:
         self._got: list[Claim | None] = []
         self._thread = threading.Thread(
-            target=lambda: self._got.append(plane.claim([queue], worker="waiter", wait_s=WINDOW_S)),
+            target=lambda: self._got.append(
+                claiming.claim(plane, [queue], worker="waiter", wait_s=WINDOW_S)
+            ),
             daemon=True,
         )
         self._thread.start()

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support import claiming
+
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -274,7 +276,7 @@ def claim_all_worker(url: str, queue: str) -> list[str]:
 
     got: list[str] = []
     with dls.Dispatch(url) as plane:
-        while (claim := plane.claim([queue], worker=f"w{os.getpid()}")) is not None:
+        while (claim := claiming.claim(plane, [queue], worker=f"w{os.getpid()}")) is not None:
             plane.ack(claim.id, claim.lease, None)
             got.append(claim.id)
     return got

@@ -13,6 +13,7 @@ import pytest
 from dreamlake.lakeshore.plane.sqlite import SqliteTransaction
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.types import Ack, SubmitRequest
+from tests.support import claiming
 from tests.unit import test_handoff
 
 store = test_handoff.store  # the fixture: a SQLite file plane with namespace `default`
@@ -46,7 +47,12 @@ def _submit(store: SqlStore, queue: str) -> str:
 
 
 def _claim(store: SqlStore, queues: list[str]) -> list[str]:
-    return [c.id for c in store.claim_many("default", queues, worker="w1", limit=1, lease_s=60)]
+    return [
+        c.id
+        for c in claiming.store_claim_many(
+            store, "default", queues, worker="w1", limit=1, lease_s=60
+        )
+    ]
 
 
 def test_a_claim_on_empty_queues_runs_no_claim_statement(
@@ -72,10 +78,10 @@ def test_an_ack_riding_on_a_claim_of_an_empty_queue_settles_and_claims_nothing(
     store: SqlStore, statements: list[str]
 ) -> None:
     inv_id = _submit(store, "a")
-    (job,) = store.claim_many("default", ["a"], worker="w1", limit=1, lease_s=60)
+    (job,) = claiming.store_claim_many(store, "default", ["a"], worker="w1", limit=1, lease_s=60)
     statements.clear()
-    errors, claims = store.ack_and_claim(
-        "default", [Ack(inv_id, job.lease, b"ok")], ["a"], worker="w1", lease_s=60, limit=1
+    errors, claims = claiming.store_ack_and_claim(
+        store, "default", [Ack(inv_id, job.lease, b"ok")], ["a"], worker="w1", lease_s=60, limit=1
     )
     assert errors == [None] and claims == []
     assert not CLAIMS & set(statements)
@@ -85,7 +91,7 @@ def test_an_ack_riding_on_a_claim_of_an_empty_queue_settles_and_claims_nothing(
 def test_a_job_the_claims_own_sweep_requeued_is_claimed(store: SqlStore) -> None:
     """The sweep runs first in the claim's transaction and its requeue is counted there."""
     inv_id = _submit(store, "a")
-    (job,) = store.claim_many("default", ["a"], worker="w1", limit=1, lease_s=0.001)
+    (job,) = claiming.store_claim_many(store, "default", ["a"], worker="w1", limit=1, lease_s=0.001)
     deadline = time.monotonic() + 5
     while time.time() <= job.lease_expires_at:  # the lease runs out on the wall clock
         assert time.monotonic() < deadline

@@ -18,6 +18,7 @@ import pytest
 from dreamlake.lakeshore.plane.queries import POSTGRES, SQLITE, expand_fragments, queries
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 from tests.unit import test_handoff
 
 store = test_handoff.store  # the fixture: a SQLite file plane with namespace `default`
@@ -94,7 +95,9 @@ def test_every_claim_statement_passes_by_a_job_past_its_deadline(
 ) -> None:
     inv_id, deadline = _late_job(store)
     if name == "resumed_head":  # it finds only a job a preemption requeued
-        (claim,) = store.claim_many("default", ["q"], worker="w0", limit=1, lease_s=60)
+        (claim,) = claiming.store_claim_many(
+            store, "default", ["q"], worker="w0", limit=1, lease_s=60
+        )
         assert store.release(claim.id, claim.lease, outcome="preempted")
     params = {"ns": "default", "queues": ["q"], "host": None, **CLAIMING[name]}
     if name not in READING:
@@ -128,7 +131,7 @@ def test_a_boltzmann_claim_between_sweeps_passes_by_a_job_past_its_deadline(
     (fresh,) = store.submit("default", "b", [SubmitRequest(payload=msgpack.packb("fresh"))])
     store._swept_at = time.time()  # a sweep a moment ago: this claim does not sweep
 
-    claims = store.claim_many("default", ["b"], worker="w1", limit=1, lease_s=60)
+    claims = claiming.store_claim_many(store, "default", ["b"], worker="w1", limit=1, lease_s=60)
 
     assert [c.id for c in claims] == [fresh]
     assert store.invocation("default", late).state == "queued"  # for the next sweep to end

@@ -19,6 +19,7 @@ from dreamlake.lakeshore.cli.status import OLDEST_PRECISION, oldest_queued_age
 from dreamlake.lakeshore.plane.default import open_plane
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.queue import SyncQueue
+from tests.support import claiming
 
 NOW = 1_800_000_000.0
 
@@ -160,7 +161,9 @@ def test_status_shows_the_progress_of_a_map_in_flight(home):
         reqs = [replace(q._request(payload={"item": i}), map_id=map_id) for i in range(4)]
         ids = set(plane.submit("train", reqs))
         # the fixture's three jobs are older: five claims take them and two of the map's
-        claimed = [c for c in plane.claim_many(["train"], worker="w", limit=5) if c.id in ids]
+        claimed = [
+            c for c in claiming.claim_many(plane, ["train"], worker="w", limit=5) if c.id in ids
+        ]
         assert len(claimed) == 2
         plane.ack_many([Ack(claimed[0].id, claimed[0].lease, None)])
     finally:

@@ -18,6 +18,7 @@ from dreamlake.lakeshore.plane import Dispatch
 from dreamlake.lakeshore.plane.leader import FileLeader
 from dreamlake.lakeshore.providers.fake import FakeProvider
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 
 class Clock:
@@ -52,7 +53,7 @@ def submit(d: Dispatch, queue: str, n: int) -> None:
 
 
 def drain_jobs(d: Dispatch, queues: list[str]) -> None:
-    while (claim := d.claim(queues, worker="test")) is not None:
+    while (claim := claiming.claim(d, queues, worker="test")) is not None:
         d.ack(claim.id, claim.lease, None)
 
 
@@ -122,7 +123,7 @@ def test_only_idle_workers_are_drained(d: Dispatch, fake: FakeProvider) -> None:
     c.tick()
     names = fake.register_all(d.store)
     # one job stays running on the first daemon; the others finish
-    busy = d.claim(["q"], worker=names[0])
+    busy = claiming.claim(d, ["q"], worker=names[0])
     assert busy is not None
     drain_jobs(d, ["q"])
 

@@ -29,6 +29,7 @@ from dreamlake.lakeshore.errors import LeaseLost
 from dreamlake.lakeshore.plane import Dispatch
 from dreamlake.lakeshore.work.retry import PlaneUnreachable
 from dreamlake.lakeshore.work.slot import Outcome
+from tests.support import claiming
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
@@ -252,9 +253,11 @@ def test_a_burst_run_whose_claims_cannot_reach_the_plane_gives_up_at_its_bound(
 def test_a_late_settle_refused_with_lease_lost_is_dropped(plane: Dispatch) -> None:
     q = dls.SyncQueue("q", dispatch=plane)
     q.submit(dls.thunk(operator.add, 1, 1))
-    stale = plane.claim(["q"], worker="old", lease_s=0.05)
+    stale = claiming.claim(plane, ["q"], worker="old", lease_s=0.05)
     assert stale is not None
-    fresh = wait_until(lambda: plane.claim(["q"], worker="new", lease_s=30), what="re-dispatch")
+    fresh = wait_until(
+        lambda: claiming.claim(plane, ["q"], worker="new", lease_s=30), what="re-dispatch"
+    )
     daemon = Daemon(plane, DaemonConfig(name="late"), gpus=[])
     daemon.settle(stale, Outcome("ok", result=dls.encode(2)))  # queued for the ack thread
     daemon._acks.close()

@@ -19,6 +19,7 @@ from dreamlake.lakeshore.plane import sqlite as sqlite_module
 from dreamlake.lakeshore.plane import waiting as waiting_module
 from dreamlake.lakeshore.plane.wakeup import SAFETY_POLL_S
 from dreamlake.lakeshore.types import Ack, Invocation
+from tests.support import claiming
 from tests.support.daemons import wait_until
 from tests.support.spies import counted
 
@@ -148,14 +149,14 @@ def test_a_worker_reads_the_store_again_only_when_work_comes_to_its_queues(
     worker, producer = pair
     q = dls.SyncQueue("gpu", dispatch=producer)
     first = q.submit(1)
-    job = worker.claim(["gpu"], worker="w")
+    job = claiming.claim(worker, ["gpu"], worker="w")
     assert job is not None
     claims = counted(worker.store, "claim_many")
     box: dict[str, Any] = {}
 
     def ack_and_claim() -> None:
         acks = [Ack(job.id, job.lease, encode("one"))]
-        box["got"] = worker.ack_and_claim(acks, ["gpu"], worker="w", limit=1, wait_s=30.0)
+        box["got"] = claiming.ack_and_claim(worker, acks, ["gpu"], worker="w", limit=1, wait_s=30.0)
 
     claimer = threading.Thread(target=ack_and_claim)
     claimer.start()
@@ -185,7 +186,7 @@ def test_a_claim_on_the_default_queue_wakes_on_a_submit_there(
     worker, producer = pair
     box: dict[str, Any] = {}
     claimer = threading.Thread(
-        target=lambda: box.update(got=worker.claim([], worker="w", wait_s=60.0))
+        target=lambda: box.update(got=claiming.claim(worker, [], worker="w", wait_s=60.0))
     )
     claimer.start()
     eventually_listening(worker)
@@ -206,7 +207,7 @@ def test_a_claim_wakes_nobody_but_a_submit_blocked_for_room(
     worker, producer = pair
     notifies = counted(worker.store.waker, "notify")
     dls.SyncQueue("open", dispatch=producer).submit(1)
-    assert worker.claim(["open"], worker="w") is not None
+    assert claiming.claim(worker, ["open"], worker="w") is not None
     assert notifies() == 0
 
     producer.create_queue("narrow", admission={"max_depth": 1, "on_full": "block"})
@@ -225,7 +226,7 @@ def test_a_claim_wakes_nobody_but_a_submit_blocked_for_room(
     blocked = threading.Thread(target=lambda: q.submit("second", block_s=30.0))
     blocked.start()
     assert waiting.wait(10), "the submit never waited for room"
-    assert worker.claim(["narrow"], worker="w") is not None
+    assert claiming.claim(worker, ["narrow"], worker="w") is not None
     blocked.join(timeout=30)
 
     assert not blocked.is_alive()

@@ -25,6 +25,7 @@ from dreamlake.lakeshore.plane.wakeup import reading
 from dreamlake.lakeshore.server.app import create_app
 from dreamlake.lakeshore.server.handoff import Readers, Seats, hand
 from dreamlake.lakeshore.types import Ack, Claim, ClaimArgs, SubmitRequest
+from tests.support import claiming
 from tests.support.spies import counted
 
 NS = "/v1/namespaces/default"
@@ -333,14 +334,20 @@ def test_a_refused_ack_wakes_no_reader_of_its_invocation(store: SqlStore) -> Non
     """It changed nothing: its readers would only read the row they hold again. The same for
     an ack that rides on a claim, whose claim still runs."""
     (inv_id,) = store.submit("default", "q", [SubmitRequest(payload=b"\x01")])
-    (job,) = store.claim_many("default", ["q"], worker="w1", lease_s=60.0, limit=1)
+    (job,) = claiming.store_claim_many(store, "default", ["q"], worker="w1", lease_s=60.0, limit=1)
     readers = reading(inv_id)
     before = store.waker.generation
 
     with pytest.raises(DispatchError):
         store.ack(inv_id, "not-the-lease", b"x", ns="default")
-    errors, _ = store.ack_and_claim(
-        "default", [Ack(inv_id, "not-the-lease", b"x")], ["q"], worker="w1", lease_s=60.0, limit=1
+    errors, _ = claiming.store_ack_and_claim(
+        store,
+        "default",
+        [Ack(inv_id, "not-the-lease", b"x")],
+        ["q"],
+        worker="w1",
+        lease_s=60.0,
+        limit=1,
     )
 
     assert errors[0] is not None

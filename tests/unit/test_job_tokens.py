@@ -26,6 +26,7 @@ from dreamlake.lakeshore.plane.auth import DEFAULT_SCOPES, JOB, READ, WORK, Toke
 from dreamlake.lakeshore.plane.dispatch import open_store
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.types import Claim, SubmitRequest
+from tests.support import claiming
 
 KEY = b"k" * 32
 
@@ -52,7 +53,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
 def claimed(store: SqlStore, holder: TokenScope, queue: str = "q") -> Claim:
     store.ensure_namespace("ns")
     store.submit("ns", queue, [SubmitRequest(payload=dls.encode(1))])
-    got = store.claim_many("ns", [queue], worker="w", lease_s=60, limit=1)
+    got = claiming.store_claim_many(store, "ns", [queue], worker="w", lease_s=60, limit=1)
     (claim,) = job_token.with_job_tokens(KEY, got, holder)
     return claim
 
@@ -94,7 +95,7 @@ def test_a_released_attempts_token_stays_dead_when_the_job_is_claimed_again(
 ) -> None:
     first = claimed(store, worker(*DEFAULT_SCOPES))
     store.release(first.id, first.lease)  # back to the queue, the same attempt number
-    (again,) = store.claim_many("ns", ["q"], worker="w2", lease_s=60, limit=1)
+    (again,) = claiming.store_claim_many(store, "ns", ["q"], worker="w2", lease_s=60, limit=1)
     assert again.attempt == first.attempt
 
     with pytest.raises(Unauthorized):

@@ -18,6 +18,7 @@ from dreamlake.lakeshore.plane.wakeup import Waker
 from dreamlake.lakeshore.ref import Ref
 from dreamlake.lakeshore.types import SubmitRequest
 from dreamlake.lakeshore.worker import inline_worker
+from tests.support import claiming
 
 MiB = 1 << 20
 
@@ -102,8 +103,10 @@ def test_a_submit_sends_its_hint_and_a_claim_elsewhere_passes_the_job_by(
     inv = q.submit({"weights": far_ref("box-b", 8 * MiB)})
     many = q.submit_many([{"w": far_ref("box-b", 8 * MiB, 1)}, {"plain": 1}])
 
-    assert [c.id for c in d.claim_many(["loc"], worker="w", limit=5, host="box-c")] == [many[1]]
-    got = d.claim_many(["loc"], worker="w", limit=5, host="box-b")
+    assert [c.id for c in claiming.claim_many(d, ["loc"], worker="w", limit=5, host="box-c")] == [
+        many[1]
+    ]
+    got = claiming.claim_many(d, ["loc"], worker="w", limit=5, host="box-b")
     assert [c.id for c in got] == [inv, many[0]]
 
 
@@ -124,7 +127,7 @@ def test_an_idle_claim_wakes_when_the_window_ends_not_at_its_safety_poll(
     (inv,) = d.submit("loc", [SubmitRequest(payload=b"\x01", host="box-a")])
 
     start = time.monotonic()
-    got = d.claim(["loc"], worker="w", host="box-b", wait_s=20, kind=kind)
+    got = claiming.claim(d, ["loc"], worker="w", host="box-b", wait_s=20, kind=kind)
 
     assert got is not None and got.id == inv
     assert time.monotonic() - start < 5
@@ -152,8 +155,8 @@ def test_stealing_an_aged_job_still_respects_its_host(d: Dispatch) -> None:
     (held,) = d.submit("theirs", [SubmitRequest(payload=b"t", host="box-a")])
     time.sleep(0.02)  # age the job past the steal delay (the delay itself is not tested here)
 
-    assert d.claim(["mine", "theirs"], worker="w", host="box-b") is None
-    stolen = d.claim(["mine", "theirs"], worker="w", host="box-a")
+    assert claiming.claim(d, ["mine", "theirs"], worker="w", host="box-b") is None
+    stolen = claiming.claim(d, ["mine", "theirs"], worker="w", host="box-a")
     assert stolen is not None and stolen.id == held
 
 

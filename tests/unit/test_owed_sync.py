@@ -23,6 +23,7 @@ from dreamlake.lakeshore.plane.sqlite import SqliteConnector
 from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.plane.store.base import new_id
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 from tests.unit import test_handoff
 from tests.unit.test_handoff import NS, Client, serve, until
 
@@ -108,7 +109,7 @@ def test_a_claim_owes_nothing(store: SqlStore, flushes: list[str]) -> None:
     writes nothing after it flushes nothing."""
     connector = _connector(store)
     store.submit("default", "q", [_request()])
-    assert store.claim_many("default", ["q"], worker="w1", limit=1, lease_s=60)
+    assert claiming.store_claim_many(store, "default", ["q"], worker="w1", limit=1, lease_s=60)
     with connector.transaction() as tx:
         tx.one("get_queue", ns="default", name="q")
     assert flushes == []

@@ -13,6 +13,7 @@ from dreamlake.lakeshore.providers import registry
 from dreamlake.lakeshore.providers.base import LaunchSpec, ProviderError, merged_settings
 from dreamlake.lakeshore.providers.fake import FakeProvider
 from dreamlake.lakeshore.types import SubmitRequest
+from tests.support import claiming
 
 
 @pytest.fixture
@@ -96,16 +97,16 @@ def test_a_worker_steals_from_a_non_primary_queue_only_after_the_delay(d: Dispat
     d.create_queue("theirs", elasticity={**pool, "steal_delay_s": 0.2})
     d.submit("theirs", [SubmitRequest(payload=b"t")])
 
-    assert d.claim(["mine", "theirs"], worker="w") is None  # too fresh to steal
+    assert claiming.claim(d, ["mine", "theirs"], worker="w") is None  # too fresh to steal
     # its own workers (primary first) take it at once
-    own = d.claim(["theirs", "mine"], worker="own")
+    own = claiming.claim(d, ["theirs", "mine"], worker="own")
     assert own is not None and own.queue == "theirs"
     d.release(own.id, own.lease)
 
     deadline = time.monotonic() + 5
     stolen = None
     while stolen is None and time.monotonic() < deadline:
-        stolen = d.claim(["mine", "theirs"], worker="w", wait_s=0.05)
+        stolen = claiming.claim(d, ["mine", "theirs"], worker="w", wait_s=0.05)
     assert stolen is not None and stolen.queue == "theirs"
 
 
@@ -115,7 +116,7 @@ def test_the_primary_queue_is_served_before_aged_work_elsewhere(d: Dispatch) -> 
     d.submit("theirs", [SubmitRequest(payload=b"t")])
     time.sleep(0.02)  # age the job past the delay (the delay itself is what is tested)
     d.submit("mine", [SubmitRequest(payload=b"m")])
-    first = d.claim(["mine", "theirs"], worker="w")
+    first = claiming.claim(d, ["mine", "theirs"], worker="w")
     assert first is not None and first.queue == "mine"
 
 

@@ -16,6 +16,7 @@ from dreamlake.lakeshore.plane.dispatch import Dispatch
 from dreamlake.lakeshore.plane.retention import BATCH, BATCH_MIN, BATCH_TARGET_S, RECLAIM_EVERY_S
 from dreamlake.lakeshore.plane.store import retention as store_retention
 from dreamlake.lakeshore.types import Ack, SubmitRequest
+from tests.support import claiming
 
 JOBS = 2000
 
@@ -35,7 +36,7 @@ def test_trim_gives_the_freed_pages_back(tmp_path: Path) -> None:
     plane = Dispatch(str(path))
     try:
         plane.submit("history", [SubmitRequest(payload=b"x" * 2048) for _ in range(JOBS)])
-        while claimed := plane.claim_many(["history"], worker="w", limit=500):
+        while claimed := claiming.claim_many(plane, ["history"], worker="w", limit=500):
             plane.ack_many([Ack(job.id, job.lease, b"done") for job in claimed])
         mode, full, _ = _pages(path)
 

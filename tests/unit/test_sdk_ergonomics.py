@@ -23,6 +23,7 @@ from dreamlake.lakeshore.queue import (
     SyncQueue,
     UnknownQueueWarning,
 )
+from dreamlake.lakeshore.types import ClaimArgs
 
 
 @pytest.fixture
@@ -46,9 +47,9 @@ class Recording:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.plane, name)
 
-    def claim(self, queues: Any, **kw: Any) -> Any:
-        self.temperatures.append(kw["temperature"])
-        return self.plane.claim(queues, **kw)
+    def claim_many(self, args: ClaimArgs, **kw: Any) -> Any:
+        self.temperatures.append(args.temperature)
+        return self.plane.claim_many(args, **kw)
 
 
 def echo(payload: Any) -> Any:

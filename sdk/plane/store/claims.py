@@ -18,6 +18,7 @@ from ...resources import check_free, fit_params
 from ...types import (
     DEFAULT_QUEUE,
     Claim,
+    ClaimArgs,
     Kind,
     QueueInfo,
     check_host,
@@ -53,20 +54,8 @@ class ClaimStore(PreemptionStore, QueueStore):
     """Claims: the jobs a worker takes, in its kind's order, and the sweep a claim runs on its
     way."""
 
-    def claim_many(
-        self,
-        ns: str,
-        queues: Sequence[str],
-        *,
-        worker: str,
-        lease_s: float,
-        limit: int,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        host: str | None = None,
-        free: dict[str, Any] | None = None,
-    ) -> list[Claim]:
-        """Up to `limit` jobs in `kind` order in one transaction; exactly one worker gets each.
+    def claim_many(self, ns: str, args: ClaimArgs) -> list[Claim]:
+        """Up to `args.limit` jobs in `kind` order in one transaction; exactly one worker gets each.
 
         One commit for the batch is the point: a daemon that prefetches pays one durable write
         per batch instead of one per job. Each job is picked as a single claim would pick it,
@@ -75,33 +64,24 @@ class ClaimStore(PreemptionStore, QueueStore):
         is what the claimer has free (`resources.check_free`): then only a job that fits is
         taken, and one at most, since the next one's fit depends on where this one goes.
         """
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
+        claiming = self._claiming(ns, args)
         # Not durable: a claim that a power cut undoes only puts its jobs back in the queue
         # (the worker's settle is then refused and they run again), and skipping its fsync
         # takes one of the three disk flushes out of every job's path.
         with self.connector.transaction(durable=False) as tx:
-            claimed = self._claim_in(tx, claiming, kind, temperature, limit)
+            claimed = self._claim_in(tx, claiming, args.kind, args.temperature, args.limit)
         self._claimed(claimed)
         return [claim_of(row) for row in claimed.rows]
 
-    def _claiming(
-        self,
-        ns: str,
-        queues: Sequence[str],
-        worker: str,
-        lease_s: float,
-        limit: int,
-        host: str | None,
-        free: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    def _claiming(self, ns: str, args: ClaimArgs) -> dict[str, Any]:
         """A claim's checked parameters, as its statements bind them (with `free`, the
         `fits` fragment's too: `fitted` tells)."""
-        names = [check_name(q) for q in queues] or [DEFAULT_QUEUE]
-        if not 1 <= limit <= MAX_BATCH:
-            raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {limit}")
-        check_host(host)
+        names = [check_name(q) for q in args.queues] or [DEFAULT_QUEUE]
+        if not 1 <= args.limit <= MAX_BATCH:
+            raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {args.limit}")
+        check_host(args.host)
         now = time.time()
-        checked = None if free is None else check_free(free)
+        checked = None if args.free is None else check_free(args.free)
         fit = {} if checked is None else fit_params(checked)
         if checked is not None and checked["box"] is not None:
             fit[BOX] = checked["box"]  # taken out before any statement binds it
@@ -109,9 +89,9 @@ class ClaimStore(PreemptionStore, QueueStore):
             "ns": ns,
             "queues": names,
             "now": now,
-            "expires": now + lease_s,
-            "worker": worker,
-            "host": host,
+            "expires": now + args.lease_s,
+            "worker": args.worker,
+            "host": args.host,
             **fit,
         }
 

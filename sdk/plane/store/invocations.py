@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import msgpack
 
@@ -96,10 +95,7 @@ class InvocationStore(ClaimStore):
         # deadlock each other (Postgres holds each inserted key's index entry to commit).
         ids = [req.id or new_id() for req in requests]
         order = sorted(range(len(requests)), key=lambda i: requests[i].key or "")
-        claiming = [
-            (self._claiming(ns, c.queues, c.worker, c.lease_s, c.limit, c.host, c.free), c)
-            for c in claimers
-        ]
+        claiming = [(self._claiming(ns, c), c) for c in claimers]
         handed: list[Claimed] = []
         minted = [req.id for req in requests if req.id is not None]
         with self.connector.transaction(sync_later=sync_later) as tx:
@@ -271,16 +267,9 @@ class InvocationStore(ClaimStore):
         self,
         ns: str,
         acks: Sequence[Ack],
-        queues: Sequence[str],
+        args: ClaimArgs,
         *,
-        worker: str,
-        lease_s: float,
-        limit: int,
-        kind: str | None = None,
-        temperature: float = 1.0,
-        host: str | None = None,
         on_ended: OnEnded | None = None,
-        free: dict[str, Any] | None = None,
     ) -> tuple[list[DispatchError | None], list[Claim]]:
         """Settle `acks` as succeeded and claim as `claim_many` does, in one transaction:
         the worker that just finished a job takes its next one with the commit that records the
@@ -288,13 +277,13 @@ class InvocationStore(ClaimStore):
         itself, and the claim still runs. `on_ended` as `ack_many` takes it."""
         if len(acks) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks in one call, not {len(acks)}")
-        claiming = self._claiming(ns, queues, worker, lease_s, limit, host, free)
+        claiming = self._claiming(ns, args)
         ended: dict[str, Invocation] | None = {} if on_ended is not None and ns else None
         with self.connector.transaction() as tx:
             # Claim, then settle: the counter rows (and, on Postgres, their locks) are then
             # taken queued, running, ended, the order every other transaction takes them in;
             # the other way round deadlocked against a plain claim.
-            claimed = self._claim_in(tx, claiming, kind, temperature, limit)
+            claimed = self._claim_in(tx, claiming, args.kind, args.temperature, args.limit)
             released: list[str] = []
             errors = self._ack_in(tx, acks, ns, claiming["now"], ended, released)
         work = self._released_work(released)

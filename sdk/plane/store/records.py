@@ -8,7 +8,8 @@ import random
 import re
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import MISSING, fields
+from typing import Any, TypeVar
 
 from ...errors import InvalidArgument
 from ...ids import ulid_time
@@ -35,6 +36,7 @@ from .base import ELASTICITY_KINDS, ON_FULL
 #: orders the queue among equal priorities, so an old one must not jump the line.
 CLIENT_ID_SKEW_S = 600.0
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+R = TypeVar("R")
 
 
 def check_client_id(value: object, now: float) -> None:
@@ -227,31 +229,34 @@ def boltzmann_level(levels: Sequence[tuple[float, int]], temperature: float) -> 
     return random.choices([p for p, _ in levels], weights=weights)[0]
 
 
+def record_of(cls: type[R], row: Row, **converted: Any) -> R:
+    """A record from a row, field by field: each field is the column of its name, except the
+    ones `converted` gives (JSON, bytes, a column named otherwise). A field with a default may
+    be missing from the row (a statement that does not select it); one without may not."""
+    spec = _SPECS.get(cls)
+    if spec is None:  # once per class: every row read passes through here
+        spec = _SPECS[cls] = tuple(
+            (f.name, f.default is MISSING and f.default_factory is MISSING)
+            for f in fields(cls)  # type: ignore[arg-type]
+        )
+    values = dict(converted)
+    for name, required in spec:
+        if name not in values and (required or name in row):
+            values[name] = row[name]
+    return cls(**values)
+
+
+_SPECS: dict[type[Any], tuple[tuple[str, bool], ...]] = {}
+
+
 def invocation_of(row: Row) -> Invocation:
-    return Invocation(
-        id=row["id"],
-        namespace=row["namespace"],
-        queue=row["queue"],
-        state=row["state"],
-        priority=row["priority"],
-        key=row["key"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        timeout_s=row["timeout_s"],
+    return record_of(
+        Invocation,
+        row,
         kill_requested=bool(row["kill_requested"]),
-        worker=row["worker"],
-        error=row["error"],
-        result=bytes(row["result"]) if row["result"] is not None else None,
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
+        result=_blob(row["result"]),
         resources=json_object(row.get("resources")),
         placement=json_object(row.get("placement")) or None,
-        pending_reason=row.get("pending_reason"),
-        unschedulable_reason=row.get("unschedulable_reason"),
-        preemptions=row["preemptions"],
-        max_preemptions=row["max_preemptions"],
-        ended_by=row["ended_by"],
         checkpoint=_blob(row["checkpoint"]),
         waiting_on=row.get("open_parents"),
     )
@@ -263,19 +268,11 @@ def json_object(text: str | None) -> dict[str, Any]:
 
 
 def claim_of(row: Row) -> Claim:
-    return Claim(
-        signature=row["signature"],
-        id=row["id"],
-        namespace=row["namespace"],
-        queue=row["queue"],
+    return record_of(
+        Claim,
+        row,
         payload=bytes(row["payload"]),
-        attempt=row["attempt"],
-        lease=row["lease"],
-        lease_expires_at=row["lease_expires_at"],
-        timeout_s=row["timeout_s"],
-        priority=row["priority"],
         resources=json_object(row.get("resources")),
-        preemptions=row["preemptions"],
         checkpoint=_blob(row["checkpoint"]),
         inputs=row.get("input_results"),
     )
@@ -287,33 +284,22 @@ def _blob(value: Any) -> bytes | None:
 
 
 def queue_info_of(row: Row) -> QueueInfo:
-    return QueueInfo(
-        namespace=row["namespace"],
-        name=row["name"],
-        kind=row["kind"],
-        state=row["state"],
-        description=row["description"],
+    return record_of(
+        QueueInfo,
+        row,
         elasticity=json.loads(row["elasticity"]),
         admission=json.loads(row["admission"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
         resources=json_object(row.get("resources")),
     )
 
 
 def worker_info_of(row: Row) -> WorkerInfo:
-    return WorkerInfo(
-        id=row["id"],
-        namespace=row["namespace"],
-        name=row["name"],
+    return record_of(
+        WorkerInfo,
+        row,
         queues=json.loads(row["queues"]),
-        host=row["host"],
-        pid=row["pid"],
         info=json.loads(row["info"]),
         load=json.loads(row["load"]),
-        state=row["state"],
-        created_at=row["created_at"],
-        heartbeat_at=row["heartbeat_at"],
     )
 
 
