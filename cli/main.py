@@ -15,8 +15,9 @@ from typing import NamedTuple
 
 import click
 
-from .. import __version__
-from ..extras import missing_extra
+from dreamlake.lakeshore import __version__
+from dreamlake.lakeshore.extras import missing_extra
+
 from .errors import OneLineGroup
 
 
@@ -102,7 +103,7 @@ COMMANDS = [
         "status",
         "status",
         "status",
-        "One screen: queues, daemons and the controller's last decisions.",
+        "One screen: queues, maps and schedules, daemons and the controller's last decisions.",
     ),
 ]
 
