@@ -17,9 +17,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..plane.admin import Admin
-from ..plane.options import IN_PS, token_file_option
-from ..plane.token_file import TOKEN_FILE_ENV
+from dreamlake.lakeshore.plane.admin import Admin
+from dreamlake.lakeshore.plane.options import IN_PS, token_file_option
+from dreamlake.lakeshore.plane.token_file import TOKEN_FILE_ENV
+
 from .server import open_cli_store, store_option
 
 _EXPLICIT = (ParameterSource.COMMANDLINE,)
@@ -65,7 +66,7 @@ def admin_target(url: str | None, token: str | None, store: str | None) -> Itera
     """The admin API the flags name, closed afterwards."""
     target: Admin
     if _over_http(url, store):
-        from ..plane.admin import HttpAdmin
+        from dreamlake.lakeshore.plane.admin import HttpAdmin
 
         target = HttpAdmin(url, token=token)
     else:

@@ -23,10 +23,18 @@ from typing import Any
 
 import click
 
-from ..compose import Change, ComposeError, ComposeFile, apply, load, plan, plan_down
-from ..plane.base import Plane
-from ..plane.default import open_plane
-from ..plane.options import plane_options
+from dreamlake.lakeshore.compose import (
+    Change,
+    ComposeError,
+    ComposeFile,
+    apply,
+    load,
+    plan,
+    plan_down,
+)
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
 
 DEFAULT_FILE = "lakeshore.yaml"
 SYMBOL = {

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..plane.base import Plane
+from dreamlake.lakeshore.plane.base import Plane
 
 CONTROLLER_EVENTS = (
     "scaled",
@@ -50,6 +50,6 @@ def controller_figures(plane: Plane, queue: str) -> dict[str, Any]:
 @click.pass_context
 def controller(ctx: click.Context) -> None:
     """Run the elastic controller (same as `lakeshore-controller`; --help for its options)."""
-    from ..controller.main import controller_command
+    from dreamlake.lakeshore.controller.main import controller_command
 
     controller_command.main(args=ctx.args, prog_name="lakeshore controller")

@@ -12,10 +12,11 @@ from typing import Any
 
 import click
 
-from ..plane.base import Plane
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..types import WorkerInfo
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.types import WorkerInfo
+
 from .output import emit_json, hidden_alias, json_option, plain_table
 from .params import seconds
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..errors import DispatchError
+from dreamlake.lakeshore.errors import DispatchError
 
 #: Set to show the traceback of an unexpected error instead of its one line.
 DEBUG_ENV = "LAKESHORE_DEBUG"

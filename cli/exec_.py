@@ -13,12 +13,13 @@ import sys
 
 import click
 
-from ..envelope import Envelope
-from ..errors import DispatchError
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..queue import SyncQueue
-from ..types import DEFAULT_QUEUE
+from dreamlake.lakeshore.envelope import Envelope
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.queue import SyncQueue
+from dreamlake.lakeshore.types import DEFAULT_QUEUE
+
 from .params import Finite, seconds
 
 

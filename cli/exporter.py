@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 import click
 
-from ..extras import needs_extra
+from dreamlake.lakeshore.extras import needs_extra
 
 
 class Exporter(Protocol):

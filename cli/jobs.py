@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dreamlake.lakeshore import codec
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
 from dreamlake.lakeshore.resources import describe
+from dreamlake.lakeshore.types import STATES, TERMINAL_STATES, Frame, Invocation
 
-from .. import codec
-from ..errors import DispatchError
-from ..plane.base import Plane
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..types import STATES, TERMINAL_STATES, Frame, Invocation
 from . import output
 from .output import hidden_alias, plain_table, when
 from .params import count

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from ..errors import InvalidArgument
-from ..workflow import epoch_of_text
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.workflow import epoch_of_text
 
 INT64_MAX = 2**63 - 1
 

@@ -19,13 +19,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..home import home
-from ..plane.base import Plane
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..plane.providers import ProviderInfo
-from ..providers import registry
-from ..providers.base import (
+from dreamlake.lakeshore.home import home
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.providers import ProviderInfo
+from dreamlake.lakeshore.providers import registry
+from dreamlake.lakeshore.providers.base import (
     TAG_GROUP,
     TAG_NAMESPACE,
     Instance,
@@ -33,7 +33,8 @@ from ..providers.base import (
     Provider,
     ProviderError,
 )
-from ..shapes import launch_shape
+from dreamlake.lakeshore.shapes import launch_shape
+
 from .daemon import daemon
 from .output import emit_json, hidden_alias, json_option
 from .params import seconds
@@ -144,7 +145,7 @@ def add(
         missing = [m for m in missing if m.lstrip("-").replace("-", "_") not in config]
         if missing:
             raise click.UsageError(f"--kind ec2 needs {', '.join(missing)}")
-        from ..providers.ec2 import check_config
+        from dreamlake.lakeshore.providers.ec2 import check_config
 
         try:
             check_config(config)
@@ -165,8 +166,8 @@ def add(
 
 def _check_slurm(config: dict[str, Any]) -> None:
     """The slurm plugin's own check, before anything is stored: it names the bad setting."""
-    from ..providers.base import ProviderError
-    from ..providers.slurmscript import check_config
+    from dreamlake.lakeshore.providers.base import ProviderError
+    from dreamlake.lakeshore.providers.slurmscript import check_config
 
     try:
         check_config(config)
@@ -309,7 +310,7 @@ def launch(
         )
         names = spec.daemon_names(count)
         for n in names:  # refuse a bad name before anything starts
-            from ..types import check_name
+            from dreamlake.lakeshore.types import check_name
 
             check_name(n, "daemon")
         provider = _build(info)

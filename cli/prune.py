@@ -13,10 +13,10 @@ from dataclasses import asdict
 
 import click
 
-from ..errors import InvalidArgument
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..prune import parse_duration, prune_run_queues
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.prune import parse_duration, prune_run_queues
 
 
 @click.command("prune")
@@ -56,7 +56,9 @@ def prune(
         seconds = parse_duration(older_than)
     except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
-    from .. import retention  # the object store behind it: only this verb pays for it
+    from dreamlake.lakeshore import (
+        retention,  # the object store behind it: only this verb pays for it
+    )
 
     plane = open_plane(url, token, namespace)
     try:

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.locality import DEFAULT_WAIT_S as DEFAULT_LOCALITY_WAIT_S
+from dreamlake.lakeshore.plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
+from dreamlake.lakeshore.plane.options import plane_options
 from dreamlake.lakeshore.resources import describe
+from dreamlake.lakeshore.types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 
-from ..plane.base import Plane
-from ..plane.default import open_plane
-from ..plane.locality import DEFAULT_WAIT_S as DEFAULT_LOCALITY_WAIT_S
-from ..plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
-from ..plane.options import plane_options
-from ..types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .controller import controller_figures
 from .output import emit_json, hidden_alias, plain_table, when
 from .params import count, seconds

@@ -13,7 +13,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-from ..extras import MissingExtra, missing_extra
+from dreamlake.lakeshore.extras import MissingExtra, missing_extra
 
 
 def _fail(error: MissingExtra) -> NoReturn:

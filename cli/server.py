@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import DispatchError
-from ..plane.store import SqlStore
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.store import SqlStore
+
 from .params import seconds
 
 if TYPE_CHECKING:
@@ -35,8 +36,8 @@ def store_option(fn: Any) -> Any:
 
 
 def open_cli_store(store: str | None) -> SqlStore:
-    from ..home import home
-    from ..plane.dispatch import open_store
+    from dreamlake.lakeshore.home import home
+    from dreamlake.lakeshore.plane.dispatch import open_store
 
     return open_store(store or home() / "lakeshore.db")
 
@@ -180,18 +181,18 @@ def server(
     try:
         import uvicorn
 
-        from ..server.app import configure_logging, create_app
-        from ..server.client_timeouts import timed_protocol
-        from ..server.memory import return_big_blocks
+        from dreamlake.lakeshore.server.app import configure_logging, create_app
+        from dreamlake.lakeshore.server.client_timeouts import timed_protocol
+        from dreamlake.lakeshore.server.memory import return_big_blocks
     except ModuleNotFoundError as exc:
         raise click.ClickException(
             f"the server needs the 'server' extra ({exc.name} is missing): "
             "pip install 'dreamlake-lakeshore[server]'"
         ) from None
-    from ..home import home
-    from ..plane.auth import bootstrap
-    from ..signing import load_key
-    from ..storage import storage as open_storage
+    from dreamlake.lakeshore.home import home
+    from dreamlake.lakeshore.plane.auth import bootstrap
+    from dreamlake.lakeshore.signing import load_key
+    from dreamlake.lakeshore.storage import storage as open_storage
 
     try:
         objects = open_storage(storage)  # a bad URL is refused here, not at a first upload
@@ -257,8 +258,8 @@ def _home_token_of(sql: SqlStore, made: tuple[str, Path] | None) -> str | None:
     """The token in `$LAKESHORE_HOME/token` when this server's store issued it (it wrote it
     now, or the store knows it), else None: a server records where it listens only beside its
     own token, never beside the token of another store under the same home."""
-    from ..home import home
-    from ..plane.home_token import TOKEN_FILE
+    from dreamlake.lakeshore.home import home
+    from dreamlake.lakeshore.plane.home_token import TOKEN_FILE
 
     if made is not None and made[1].name == TOKEN_FILE:
         return made[0]
@@ -275,8 +276,8 @@ def serve(config: uvicorn.Config, scheme: str, issued: str | None) -> None:
     token it issued (plane/home_token.py): clients send that token to these sockets only."""
     import uvicorn
 
-    from ..home import home
-    from ..plane.home_token import forget_listener
+    from dreamlake.lakeshore.home import home
+    from dreamlake.lakeshore.plane.home_token import forget_listener
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -301,8 +302,8 @@ def serve(config: uvicorn.Config, scheme: str, issued: str | None) -> None:
 
 
 def _record(issued: str, scheme: str, bound: list[tuple[str, int]]) -> None:
-    from ..home import home
-    from ..plane.home_token import record_listener
+    from dreamlake.lakeshore.home import home
+    from dreamlake.lakeshore.plane.home_token import record_listener
 
     try:
         record_listener(home(), issued, scheme, bound)

@@ -33,11 +33,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..plane.base import Plane
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..plane.schedules import ScheduleInfo
-from ..types import WorkerInfo
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.schedules import ScheduleInfo
+from dreamlake.lakeshore.types import WorkerInfo
+
 from .controller import CONTROLLER_EVENTS
 from .output import age, json_option, plain
 from .params import count, seconds

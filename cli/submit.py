@@ -23,10 +23,11 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..plane.base import Plane
-from ..plane.options import plane_options
-from ..queue import SyncQueue
-from ..types import TERMINAL_STATES, Invocation
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.queue import SyncQueue
+from dreamlake.lakeshore.types import TERMINAL_STATES, Invocation
+
 from .jobs import (
     EXIT_STILL_RUNNING,
     POLL_S,

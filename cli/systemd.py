@@ -13,10 +13,10 @@ from pathlib import Path
 
 import click
 
-from ..daemon import unitfiles
-from ..errors import DispatchError, InvalidArgument
-from ..plane.options import token_file_option
-from ..types import check_name
+from dreamlake.lakeshore.daemon import unitfiles
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument
+from dreamlake.lakeshore.plane.options import token_file_option
+from dreamlake.lakeshore.types import check_name
 
 
 @click.group("systemd")
@@ -145,7 +145,7 @@ def _plan(
     bin_dir: str,
 ) -> list[unitfiles.UnitFile]:
     """Every file to write, each once (the daemon's template unit serves every queue)."""
-    from ..plane.http import check_token, check_url, split_urls
+    from dreamlake.lakeshore.plane.http import check_token, check_url, split_urls
 
     files: dict[Path, unitfiles.UnitFile] = {}
     for kind, queue in services:

@@ -17,9 +17,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import DispatchError
-from ..plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes, hash_token
-from ..prune import parse_duration
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes, hash_token
+from dreamlake.lakeshore.prune import parse_duration
+
 from .admin_target import admin_options, admin_target
 from .output import emit_json, json_option
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..providers.base import TAG_SPEC, Instance
-from ..shapes import Shape
+from dreamlake.lakeshore.providers.base import TAG_SPEC, Instance
+from dreamlake.lakeshore.shapes import Shape
+
 from .observe import Snapshot, WorkerRow
 from .packing import Demand, Packing
 from .policy import Policy, merge_pool

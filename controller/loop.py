@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ..logs import EventLog
-from ..plane.leader import Leader
-from ..plane.providers import ProviderInfo
-from ..plane.store import WORKER_STALE_S
-from ..providers import registry
-from ..providers.base import (
+from dreamlake.lakeshore.logs import EventLog
+from dreamlake.lakeshore.plane.leader import Leader
+from dreamlake.lakeshore.plane.providers import ProviderInfo
+from dreamlake.lakeshore.plane.store import WORKER_STALE_S
+from dreamlake.lakeshore.providers import registry
+from dreamlake.lakeshore.providers.base import (
     TAG_NAMESPACE,
     TAG_OWNER,
     Instance,
@@ -34,7 +34,8 @@ from ..providers.base import (
     merged_settings,
     shape_of,
 )
-from ..shapes import launch_shape
+from dreamlake.lakeshore.shapes import launch_shape
+
 from .fleet import Fleet, Target, Timeouts, classify, pick_primaries, targets
 from .observe import FleetSource, Snapshot, observe
 from .observed import ObservedProvider

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import __version__
-from ..cli.errors import OneLineCommand
-from ..cli.exporter import start_exporter
-from ..cli.params import count, seconds
-from ..extras import needs_extra
-from ..home import home
-from ..plane.dispatch import open_store
-from ..plane.http import HttpFleet
-from ..plane.leader import Leader, LeaseLeader, leader_for
-from ..plane.options import IN_PS, token_file_option
-from ..plane.store import SqlStore
-from ..signals import stop_signals
+from dreamlake.lakeshore import __version__
+from dreamlake.lakeshore.cli.errors import OneLineCommand
+from dreamlake.lakeshore.cli.exporter import start_exporter
+from dreamlake.lakeshore.cli.params import count, seconds
+from dreamlake.lakeshore.extras import needs_extra
+from dreamlake.lakeshore.home import home
+from dreamlake.lakeshore.plane.dispatch import open_store
+from dreamlake.lakeshore.plane.http import HttpFleet
+from dreamlake.lakeshore.plane.leader import Leader, LeaseLeader, leader_for
+from dreamlake.lakeshore.plane.options import IN_PS, token_file_option
+from dreamlake.lakeshore.plane.store import SqlStore
+from dreamlake.lakeshore.signals import stop_signals
 
 if TYPE_CHECKING:
     from .metrics import ControllerMetrics
@@ -159,7 +159,8 @@ def controller_command(
 ) -> None:
     """Scale worker daemons to each queue's elasticity policy, through provider plugins."""
     with needs_extra("lakeshore-controller", "controller"):
-        from .. import logs
+        from dreamlake.lakeshore import logs
+
         from .loop import Controller, Settings
 
     logs.configure(json=log_json, level=log_level)
@@ -220,7 +221,7 @@ def _metrics(port: int, addr: str) -> ControllerMetrics | None:
     started = start_exporter(load, port, addr, script="lakeshore-controller", extra="controller")
     if started is None:
         return None
-    from ..logs import EventLog
+    from dreamlake.lakeshore.logs import EventLog
 
     EventLog("lakeshore.controller").info("controller.metrics_serving", addr=addr, port=started[1])
     return started[0]

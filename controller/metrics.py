@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..plane.providers import ProviderInfo
+from dreamlake.lakeshore.plane.providers import ProviderInfo
+
 from .loop import Decision
 
 #: Seconds: a local process start to a slow cloud API.

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..plane.providers import ProviderInfo
-from ..plane.store.schedulable import asked
-from ..types import WorkerInfo
+from dreamlake.lakeshore.plane.providers import ProviderInfo
+from dreamlake.lakeshore.plane.store.schedulable import asked
+from dreamlake.lakeshore.types import WorkerInfo
+
 from .packing import Demand
 from .policy import Policy
 

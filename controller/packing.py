@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..resources import describe
-from ..shapes import Shape
+from dreamlake.lakeshore.resources import describe
+from dreamlake.lakeshore.shapes import Shape
 
 #: Shares are counted in millionths of a GPU, as the placer counts them.
 _UNITS = 1_000_000

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from ..providers.base import TAG_PROVIDER, Instance
+from dreamlake.lakeshore.providers.base import TAG_PROVIDER, Instance
+
 from .fleet import Target
 
 

@@ -1,6 +1,6 @@
 """`python -m dreamlake.lakeshore.daemon`: the same as the `lakeshore-daemon` script."""
 
-from ..cli.scripts import daemon
+from dreamlake.lakeshore.cli.scripts import daemon
 
 if __name__ == "__main__":
     daemon()

@@ -18,8 +18,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..attempt import AttemptLink
-from ..errors import ERRORS_BY_CODE, DispatchError
+from dreamlake.lakeshore.attempt import AttemptLink
+from dreamlake.lakeshore.errors import ERRORS_BY_CODE, DispatchError
 
 #: A run message and the link of its attempt, or None: the parent closed the pipe, exit.
 Job = tuple[tuple[Any, ...], AttemptLink] | None

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 
 import psutil
 
-from ..work.slot import Slot
+from dreamlake.lakeshore.work.slot import Slot
+
 from .inventory import Gpu
 from .placement import Placer
 

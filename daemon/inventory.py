@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from .. import __version__
+from dreamlake.lakeshore import __version__
 
 #: How long `nvidia-smi` may take before the daemon starts without GPUs rather than hang.
 NVIDIA_SMI_TIMEOUT_S = 15.0

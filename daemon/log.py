@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..logs import LEVELS, configure
-from ..logs import get_logger as _named
+from dreamlake.lakeshore.logs import LEVELS, configure
+from dreamlake.lakeshore.logs import get_logger as _named
 
 __all__ = ["LEVELS", "configure", "get_logger"]
 

@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 
 import click
 
+from dreamlake.lakeshore import __version__, signing
+from dreamlake.lakeshore.cli.errors import OneLineCommand
+from dreamlake.lakeshore.cli.exporter import start_exporter
+from dreamlake.lakeshore.cli.params import Finite, seconds
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.default import open_plane
+from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.storage import open_storage
+from dreamlake.lakeshore.types import DEFAULT_QUEUE, check_name
 from dreamlake.lakeshore.work.core import BURST_GIVE_UP_S
+from dreamlake.lakeshore.worker import default_name
 
-from .. import __version__, signing
-from ..cli.errors import OneLineCommand
-from ..cli.exporter import start_exporter
-from ..cli.params import Finite, seconds
-from ..errors import DispatchError
-from ..plane.default import open_plane
-from ..plane.options import plane_options
-from ..storage import open_storage
-from ..types import DEFAULT_QUEUE, check_name
-from ..worker import default_name
 from . import log
 from .credentials import seal_process
 from .systemd import Notifier
@@ -332,7 +332,7 @@ def _check_storage(url: str | None) -> None:
 
 
 def _signing_key(path: str | None) -> bytes | None:
-    from ..home import home
+    from dreamlake.lakeshore.home import home
 
     try:
         return signing.read_key_file(Path(path)) if path else signing.load_key(home())

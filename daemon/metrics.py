@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..work.slot import Outcome, Slot
+from dreamlake.lakeshore.work.slot import Outcome, Slot
 
 #: Seconds: a no-op job to a day-long training run.
 RUN_BUCKETS = (0.01, 0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..work.slot import OOM_ERROR, Outcome
+from dreamlake.lakeshore.work.slot import OOM_ERROR, Outcome
 
 #: A reading: the value of each counter found, by where it was read.
 Reading = Mapping[str, int]

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..resources import gpu_types, preferred_type, type_matches
+from dreamlake.lakeshore.resources import gpu_types, preferred_type, type_matches
+
 from .inventory import Gpu
 
 #: Shares are kept in 1/EPS units, so 0.25 + 0.25 + 0.5 is exactly one GPU.

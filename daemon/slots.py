@@ -53,9 +53,9 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from ..errors import DispatchError
-from ..types import Claim
-from ..work.slot import (
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.types import Claim
+from dreamlake.lakeshore.work.slot import (
     ABORT_CAUSES,
     AbortReason,
     JobSink,
@@ -65,6 +65,7 @@ from ..work.slot import (
     crash_outcome,
     error_outcome,
 )
+
 from .credentials import job_credentials
 from .inventory import Gpu
 from .log import get_logger
@@ -113,9 +114,10 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
         os.setsid()
     _die_with_parent()
     _import_from_working_directory()
-    from .. import codec, spill
-    from ..attempt import Preempted
-    from ..execute import run_body
+    from dreamlake.lakeshore import codec, spill
+    from dreamlake.lakeshore.attempt import Preempted
+    from dreamlake.lakeshore.execute import run_body
+
     from .childlink import ChildPipe
 
     try:

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 #: The unit file of each process, by the name `lakeshore systemd` uses for it.
 UNITS: Final = {

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DispatchError
-from ..objects.plane import child_environment
-from ..plane.base import Plane
-from ..signals import stop_signals
-from ..types import Ack, Claim
-from ..work.core import (
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.objects.plane import child_environment
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.signals import stop_signals
+from dreamlake.lakeshore.types import Ack, Claim
+from dreamlake.lakeshore.work.core import (
     EXIT_CONFIG,
     EXIT_CRASHED,
     EXIT_OK,
@@ -28,8 +28,9 @@ from ..work.core import (
     WorkerConfig,
     WorkerCore,
 )
-from ..work.retry import Retrier, is_transient
-from ..work.slot import JobSink, Outcome, Slot, SlotFactory
+from dreamlake.lakeshore.work.retry import Retrier, is_transient
+from dreamlake.lakeshore.work.slot import JobSink, Outcome, Slot, SlotFactory
+
 from .gpuwatch import GpuWatch, open_reader
 from .inventory import (
     Gpu,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..shapes import Shape, launch_shape
+from dreamlake.lakeshore.shapes import Shape, launch_shape
 
 #: Tag keys on every instance. EC2 allows ':' in keys; "aws:" is the only reserved prefix.
 TAG_NAMESPACE = "lakeshore:namespace"

@@ -25,8 +25,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..extras import needs_extra
-from ..shapes import Shape, ec2_shape, overridden, with_defaults
+from dreamlake.lakeshore.extras import needs_extra
+from dreamlake.lakeshore.shapes import Shape, ec2_shape, overridden, with_defaults
+
 from .base import TAG_ENDED_BY, TAG_PROVIDER, Instance, LaunchSpec, ProviderError, matches
 from .userdata import render
 

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..home import home
-from ..shapes import launch_shape
+from dreamlake.lakeshore.home import home
+from dreamlake.lakeshore.shapes import launch_shape
+
 from .base import Instance, LaunchSpec, ProviderError, matches
 
 KILL_AFTER_S = 30.0

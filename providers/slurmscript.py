@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..shapes import check_shape
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.shapes import check_shape
+
 from .base import TAG_DAEMON, LaunchSpec, ProviderError
 
 #: Setting -> what it must be, for the error that names a bad one.
@@ -151,7 +152,7 @@ def check_config(config: Mapping[str, Any]) -> None:
 
 
 def state_dir(name: str, settings: Mapping[str, Any]) -> Path:
-    from ..home import home
+    from dreamlake.lakeshore.home import home
 
     return Path(settings.get("state_dir") or home() / "providers" / name)
 
@@ -221,7 +222,7 @@ def sbatch_lines(
 def plane_exports(spec: LaunchSpec, token_file: str | None) -> list[str]:
     """How the daemon finds the plane: an http(s) URL and the token read from its file, or a
     SQLite file's directory as LAKESHORE_HOME (a one-box cluster, or a shared filesystem)."""
-    from ..home import home
+    from dreamlake.lakeshore.home import home
 
     url = spec.plane_url
     lines = [f"export LAKESHORE_NAMESPACE={shlex.quote(spec.namespace)}"]

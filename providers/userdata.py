@@ -17,8 +17,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .. import __version__
-from ..daemon import unitfiles
+from dreamlake.lakeshore import __version__
+from dreamlake.lakeshore.daemon import unitfiles
+
 from .base import LaunchSpec
 
 

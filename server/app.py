@@ -22,13 +22,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import __version__, codec, logs, protocols
-from ..errors import DispatchError, NotFound
-from ..logs import EventLog
-from ..plane import routes
-from ..plane.store import SqlStore
-from ..storage import Storage
-from ..storage import storage as open_storage
+from dreamlake.lakeshore import __version__, codec, logs, protocols
+from dreamlake.lakeshore.errors import DispatchError, NotFound
+from dreamlake.lakeshore.logs import EventLog
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.store import SqlStore
+from dreamlake.lakeshore.storage import Storage
+from dreamlake.lakeshore.storage import storage as open_storage
+
 from . import (
     metrics,
     routes_admin,

@@ -23,9 +23,10 @@ from collections import OrderedDict
 
 from starlette.requests import Request
 
-from ..errors import Forbidden, Unauthorized
-from ..plane.auth import ADMIN, TokenScope, hash_token
-from ..plane.store import SqlStore
+from dreamlake.lakeshore.errors import Forbidden, Unauthorized
+from dreamlake.lakeshore.plane.auth import ADMIN, TokenScope, hash_token
+from dreamlake.lakeshore.plane.store import SqlStore
+
 from .blocking import run_blocking
 
 GRANT_TTL_S = 5.0

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import DispatchError, PayloadTooLarge, ServerBusy
+from dreamlake.lakeshore.errors import DispatchError, PayloadTooLarge, ServerBusy
+
 from .wire import error_response, wants_json
 
 #: What a connection buffers regardless (uvicorn's high-water mark): exempt from the budget.

@@ -50,7 +50,8 @@ from starlette.requests import Request
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..errors import DispatchError
+from dreamlake.lakeshore.errors import DispatchError
+
 from .wire import error_response, wants_json
 
 log = logging.getLogger("lakeshore.server")

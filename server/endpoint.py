@@ -20,10 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import DispatchError
-from ..plane import routes
-from ..plane.auth import TokenScope
-from ..plane.store import SqlStore
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import TokenScope
+from dreamlake.lakeshore.plane.store import SqlStore
+
 from .auth import Grants, authenticate, require
 from .blocking import run_blocking
 from .handoff import Readers, Seats

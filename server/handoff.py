@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..types import Claim, ClaimArgs, Invocation
+from dreamlake.lakeshore.types import Claim, ClaimArgs, Invocation
 
 
 class Seat:

@@ -14,11 +14,12 @@ from typing import Protocol, TypeVar
 
 from starlette.requests import Request
 
-from ..errors import QueueFullError
-from ..plane.store import SqlStore
-from ..plane.waiting import Deadline, room_wait
-from ..plane.wakeup import work_key
-from ..types import DEFAULT_QUEUE, Claim, ClaimArgs, SubmitRequest
+from dreamlake.lakeshore.errors import QueueFullError
+from dreamlake.lakeshore.plane.store import SqlStore
+from dreamlake.lakeshore.plane.waiting import Deadline, room_wait
+from dreamlake.lakeshore.plane.wakeup import work_key
+from dreamlake.lakeshore.types import DEFAULT_QUEUE, Claim, ClaimArgs, SubmitRequest
+
 from .blocking import run_blocking
 from .client_timeouts import client_gone
 from .handoff import Seats, hand

@@ -38,10 +38,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import DispatchError
-from ..ids import ulid_time
-from ..plane.store import WORKER_STALE_S, SqlStore
-from ..types import TERMINAL_STATES
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.ids import ulid_time
+from dreamlake.lakeshore.plane.store import WORKER_STALE_S, SqlStore
+from dreamlake.lakeshore.types import TERMINAL_STATES
+
 from .blocking import run_blocking
 from .body_budget import BodyLedger
 from .endpoint import Api, Call, Handler

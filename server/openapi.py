@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
-from ..types import END_CAUSES, END_STATE_CAUSES
+from dreamlake.lakeshore import __version__
+from dreamlake.lakeshore.types import END_CAUSES, END_STATE_CAUSES
+
 from .endpoint import Api
 
 BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import msgpack
 
-from ..codec import (
+from dreamlake.lakeshore.codec import (
     CODEC_VERSION,
     EXT_BIGINT,
     EXT_DATE,
@@ -50,8 +50,8 @@ from ..codec import (
     EXT_TUPLE,
     EXT_UUID,
 )
-from ..errors import InvalidArgument
-from ..storage import SPILLED_PREFIXES
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.storage import SPILLED_PREFIXES
 
 #: Tuples, sets and envelopes inside one another, at most; a deeper payload is refused (400).
 #: Each level inside one ext is also bounded, by msgpack's own limit of 1024 nested containers.

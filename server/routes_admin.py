@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..plane import routes
-from ..plane.auth import ADMIN, SCOPES
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import ADMIN, SCOPES
+
 from .endpoint import Api, Call
 from .openapi import BOOL, NUM, STR, STRS, _nullable, _obj
 from .openapi import SCHEMAS as _SCHEMAS

@@ -30,13 +30,14 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import InvalidArgument
-from ..plane import routes
-from ..plane.auth import READ, format_scopes
-from ..plane.connector import Row
-from ..plane.schedules import ScheduleInfo
-from ..plane.store import WORKER_STALE_S, SqlStore
-from ..types import STATES, Invocation
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import READ, format_scopes
+from dreamlake.lakeshore.plane.connector import Row
+from dreamlake.lakeshore.plane.schedules import ScheduleInfo
+from dreamlake.lakeshore.plane.store import WORKER_STALE_S, SqlStore
+from dreamlake.lakeshore.types import STATES, Invocation
+
 from .auth import bearer
 from .endpoint import Api, Call
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..plane import routes
-from ..plane.auth import ADMIN
-from ..types import WorkerInfo
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import ADMIN
+from dreamlake.lakeshore.types import WorkerInfo
+
 from .endpoint import Api, Call
 
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .. import codec
-from ..errors import DispatchError, Forbidden, InvalidArgument
-from ..plane import routes
-from ..plane.auth import JOB, MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
-from ..plane.job_token import with_job_tokens
-from ..plane.store import MAX_BATCH, SqlStore, topic_channel
-from ..plane.wakeup import reading
-from ..storage import StorageRef
-from ..types import (
+from dreamlake.lakeshore import codec
+from dreamlake.lakeshore.errors import DispatchError, Forbidden, InvalidArgument
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import JOB, MANAGE, READ, SUBMIT_CODE, SUBMIT_DATA, WORK
+from dreamlake.lakeshore.plane.job_token import with_job_tokens
+from dreamlake.lakeshore.plane.store import MAX_BATCH, SqlStore, topic_channel
+from dreamlake.lakeshore.plane.wakeup import reading
+from dreamlake.lakeshore.storage import StorageRef
+from dreamlake.lakeshore.types import (
     Ack,
     Claim,
     ClaimArgs,
@@ -29,7 +29,8 @@ from ..types import (
     check_host,
     check_name,
 )
-from ..workflow import epoch_of_text
+from dreamlake.lakeshore.workflow import epoch_of_text
+
 from .auth import require
 from .endpoint import Api, Call
 from .longpoll import (

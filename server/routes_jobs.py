@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plane import routes
-from ..plane.auth import MANAGE, READ, SUBMIT_DATA
-from ..types import Invocation
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import MANAGE, READ, SUBMIT_DATA
+from dreamlake.lakeshore.types import Invocation
+
 from .endpoint import Api, Call
 
 #: The most rows one listing returns; older ones page with `?before=<last id>`.

@@ -35,12 +35,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Scope
 
-from ..errors import Conflict, InvalidArgument, NotFound, PayloadTooLarge
-from ..objects.layout import ALIGN, MAGIC, PREFIX, ObjectCorrupt
-from ..objects.plane import is_plane_url, split
-from ..plane import routes
-from ..plane.auth import JOB, READ, SUBMIT_DATA, WORK
-from ..storage import OBJECTS_PREFIX, Storage, StorageRef, sniff_ref
+from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound, PayloadTooLarge
+from dreamlake.lakeshore.objects.layout import ALIGN, MAGIC, PREFIX, ObjectCorrupt
+from dreamlake.lakeshore.objects.plane import is_plane_url, split
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import JOB, READ, SUBMIT_DATA, WORK
+from dreamlake.lakeshore.storage import OBJECTS_PREFIX, Storage, StorageRef, sniff_ref
+
 from .blocking import run_blocking
 from .body_budget import ClientGone
 from .endpoint import Api, Call
@@ -153,7 +154,9 @@ def drop_superseded(tier: ObjectTier, ns: str, previous: bytes) -> None:
     (`delete_owned`): a spilled object of this namespace only; a checkpoint in another tier is
     the worker's to delete (sdk/work/checkpoints.py), and any trouble is logged, never the
     checkpoint's refusal (it is stored already)."""
-    from ..spill import is_spilled  # the object store's names: imported at the first one
+    from dreamlake.lakeshore.spill import (
+        is_spilled,  # the object store's names: imported at the first one
+    )
 
     ref = sniff_ref(previous)
     if ref is None or not is_plane_url(ref.url) or not is_spilled(ref):

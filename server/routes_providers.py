@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plane import routes
-from ..plane.auth import MANAGE
-from ..plane.providers import ProviderInfo
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import MANAGE
+from dreamlake.lakeshore.plane.providers import ProviderInfo
+
 from .endpoint import Api, Call
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..plane import routes
-from ..plane.auth import MANAGE, READ, WORK
-from ..plane.store import SqlStore, check_elasticity
-from ..types import QueueInfo, WorkerInfo
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import MANAGE, READ, WORK
+from dreamlake.lakeshore.plane.store import SqlStore, check_elasticity
+from dreamlake.lakeshore.types import QueueInfo, WorkerInfo
+
 from .endpoint import Api, Call
 
 QUEUE_FIELDS = ("name", "kind", "description", "elasticity", "admission", "resources")

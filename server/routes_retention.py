@@ -16,11 +16,12 @@ import contextlib
 import logging
 from typing import Any
 
-from ..objects import expiry
-from ..plane import routes
-from ..plane.auth import MANAGE
-from ..plane.store import SqlStore
-from ..spill import delete_refs
+from dreamlake.lakeshore.objects import expiry
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import MANAGE
+from dreamlake.lakeshore.plane.store import SqlStore
+from dreamlake.lakeshore.spill import delete_refs
+
 from .blocking import run_blocking
 from .endpoint import Api, Call
 from .openapi import INT, NUM, SCHEMAS, STR, _nullable, _obj

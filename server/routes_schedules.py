@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plane import routes
-from ..plane.auth import READ, SUBMIT_DATA
-from ..plane.schedules import ScheduleInfo
-from ..types import SubmitRequest
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import READ, SUBMIT_DATA
+from dreamlake.lakeshore.plane.schedules import ScheduleInfo
+from dreamlake.lakeshore.types import SubmitRequest
+
 from .endpoint import Api, Call
 from .routes_invocations import _max_preemptions, _payload, refuse_code
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plane import routes
-from ..plane.auth import MANAGE, READ, WORK
-from ..types import WorkerInfo, check_host
+from dreamlake.lakeshore.plane import routes
+from dreamlake.lakeshore.plane.auth import MANAGE, READ, WORK
+from dreamlake.lakeshore.types import WorkerInfo, check_host
+
 from .endpoint import Api, Call
 
 REGISTER_FIELDS = ("name", "queues", "host", "pid", "info")

@@ -22,7 +22,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import DispatchError, InvalidArgument, QueueFullError, ServerBusy
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, QueueFullError, ServerBusy
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"

@@ -46,12 +46,13 @@ from typing import IO, Any, Final
 
 from ulid import ULID
 
-from ..errors import InvalidArgument, NotFound
-from ..home import home
-from ..plane.default import default_plane, env_url
-from ..ref import Ref
-from ..storage import OBJECTS_PREFIX, Storage
-from ..storage import storage as open_storage
+from dreamlake.lakeshore.errors import InvalidArgument, NotFound
+from dreamlake.lakeshore.home import home
+from dreamlake.lakeshore.plane.default import default_plane, env_url
+from dreamlake.lakeshore.ref import Ref
+from dreamlake.lakeshore.storage import OBJECTS_PREFIX, Storage
+from dreamlake.lakeshore.storage import storage as open_storage
+
 from . import layout
 from .arena import Arena, arena_at
 from .layout import ObjectCorrupt, body_of, checked_body, digest_of, prefix_of, value_of

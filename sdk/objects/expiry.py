@@ -16,8 +16,9 @@ from typing import Any, Final
 
 import msgpack
 
-from ..errors import DispatchError
-from ..storage import OBJECTS_PREFIX, Storage
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.storage import OBJECTS_PREFIX, Storage
+
 from .layout import MAGIC, PREFIX
 
 __all__ = ["expires_at", "sweep"]

@@ -22,9 +22,9 @@ from typing import Any, Final
 import msgpack
 import xxhash
 
-from .. import codec
-from ..errors import DecodeError
-from ..ref import Ref
+from dreamlake.lakeshore import codec
+from dreamlake.lakeshore.errors import DecodeError
+from dreamlake.lakeshore.ref import Ref
 
 MAGIC: Final = b"LKOBJ001"
 #: The body starts at a multiple of this: aligned for any dtype and for SIMD loads.

@@ -47,11 +47,12 @@ from contextvars import ContextVar
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 from urllib.parse import quote, unquote, urlsplit
 
-from ..errors import DispatchError, InvalidArgument, NotFound, Unavailable
-from ..plane.routes import GET_OBJECT, NS_PREFIX, PUT_OBJECT, Route
-from ..plane.wire import decode_answer, error_of
-from ..storage import Storage
-from ..storage import storage as open_storage
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, NotFound, Unavailable
+from dreamlake.lakeshore.plane.routes import GET_OBJECT, NS_PREFIX, PUT_OBJECT, Route
+from dreamlake.lakeshore.plane.wire import decode_answer, error_of
+from dreamlake.lakeshore.storage import Storage
+from dreamlake.lakeshore.storage import storage as open_storage
+
 from .layout import ObjectCorrupt
 
 if TYPE_CHECKING:

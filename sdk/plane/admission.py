@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import QueueFullError
-from ..types import QueueInfo, SubmitRequest
+from dreamlake.lakeshore.errors import QueueFullError
+from dreamlake.lakeshore.types import QueueInfo, SubmitRequest
+
 from .connector import Transaction
 
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from .store import SqlStore
 
-from ..errors import InvalidArgument, Unauthorized
-from ..types import DEFAULT_NAMESPACE
+from dreamlake.lakeshore.errors import InvalidArgument, Unauthorized
+from dreamlake.lakeshore.types import DEFAULT_NAMESPACE
 
 #: Every token starts with this, so a secret scanner (and a person) can recognise one.
 TOKEN_PREFIX = "lks_"

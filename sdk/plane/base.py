@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import DispatchError
-from ..types import (
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.types import (
     Ack,
     Claim,
     ClaimArgs,
@@ -20,6 +20,7 @@ from ..types import (
     SubmitRequest,
     WorkerInfo,
 )
+
 from .providers import ProviderInfo
 from .schedules import ScheduleInfo
 

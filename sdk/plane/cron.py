@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from croniter import croniter as Croniter

@@ -11,8 +11,9 @@ import os
 import threading
 from pathlib import Path
 
-from ..home import home
-from ..types import DEFAULT_NAMESPACE
+from dreamlake.lakeshore.home import home
+from dreamlake.lakeshore.types import DEFAULT_NAMESPACE
+
 from .base import Plane
 
 #: The environment that names a process's control plane. Each is read by one function below and

@@ -28,8 +28,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidArgument, NotFound
-from ..types import LIVE_STATES, SubmitRequest
+from dreamlake.lakeshore.errors import InvalidArgument, NotFound
+from dreamlake.lakeshore.types import LIVE_STATES, SubmitRequest
+
 from .connector import Row, Transaction
 
 #: The most parents one job may name (a join over more is a map's reduce).

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self, TypeVar
 
-from .. import signing
-from ..errors import DispatchError, NotFound, QueueFullError
-from ..extras import needs_extra
-from ..home import home
-from ..types import (
+from dreamlake.lakeshore import signing
+from dreamlake.lakeshore.errors import DispatchError, NotFound, QueueFullError
+from dreamlake.lakeshore.extras import needs_extra
+from dreamlake.lakeshore.home import home
+from dreamlake.lakeshore.types import (
     DEFAULT_NAMESPACE,
     DEFAULT_QUEUE,
     Ack,
@@ -32,6 +32,7 @@ from ..types import (
     WorkerInfo,
     check_name,
 )
+
 from .default import box_plane_path, env_namespace, env_url, open_plane
 from .providers import ProviderInfo
 from .retention import Trimmed

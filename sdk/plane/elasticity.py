@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..shapes import check_shape
-from ..types import check_name, unsendable
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.shapes import check_shape
+from dreamlake.lakeshore.types import check_name, unsendable
 
 #: Every field an elasticity object may carry.
 FIELDS = (

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..home import home
+from dreamlake.lakeshore.home import home
+
 from . import http11
 from .auth import hash_token
 

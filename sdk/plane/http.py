@@ -18,13 +18,13 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..errors import (
+from dreamlake.lakeshore.errors import (
     DispatchError,
     InvalidArgument,
     QueueFullError,
 )
-from ..ids import new_id
-from ..types import (
+from dreamlake.lakeshore.ids import new_id
+from dreamlake.lakeshore.types import (
     Ack,
     Claim,
     ClaimArgs,
@@ -35,6 +35,7 @@ from ..types import (
     WorkerInfo,
     storable_text,
 )
+
 from . import routes
 from .default import env_namespace, env_token, env_url
 from .providers import ProviderInfo
@@ -63,7 +64,7 @@ from .wire import submit_item as _submit_item
 if TYPE_CHECKING:
     import httpx
 
-    from ..objects.plane import PlaneTier
+    from dreamlake.lakeshore.objects.plane import PlaneTier
 
 #: Names callers import from here; the transport's moved to transport.py and wire.py (issue 38).
 __all__ = [
@@ -139,7 +140,9 @@ class HttpPlane(HttpTransport):
     def object_tier(self) -> PlaneTier:
         """This plane's objects (the plane tier, objects/plane.py): streamed up and down with
         this client's token, over the same transport choice as its other requests."""
-        from ..objects.plane import PlaneTier  # the object store: not imported with the SDK
+        from dreamlake.lakeshore.objects.plane import (
+            PlaneTier,  # the object store: not imported with the SDK
+        )
 
         # Plain http with no proxy: straight from and into the caller's buffers (http.client);
         # TLS, proxies and test transports: this client, which holds their settings.

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..types import Claim
+from dreamlake.lakeshore.types import Claim
+
 from .auth import JOB, READ, SUBMIT_CODE, SUBMIT_DATA, TokenScope
 
 PREFIX: Final = "lksj_"

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

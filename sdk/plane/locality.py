@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..types import QueueInfo
+from dreamlake.lakeshore.types import QueueInfo
+
 from .wakeup import Waker, work_key
 
 #: The wait when a queue sets none: about what fetching a big object (64 MiB from S3 or through

@@ -19,7 +19,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..errors import DispatchError
+from dreamlake.lakeshore.errors import DispatchError
+
 from .token_file import TOKEN_FILE_ENV, read_token_file
 
 #: What every --token's help says after what the token is for.

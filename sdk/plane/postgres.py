@@ -47,7 +47,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import DispatchError, InvalidArgument, NotFound, Unavailable
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, NotFound, Unavailable
+
 from .connector import Row
 from .queries import POSTGRES, bind, engine_queries, migrations, queries, split_statements
 from .wakeup import Waker

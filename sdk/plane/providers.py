@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..shapes import check_shape
-from ..types import check_name, unsendable
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.shapes import check_shape
+from dreamlake.lakeshore.types import check_name, unsendable
 
 #: A config is small: a few settings, not a payload.
 MAX_CONFIG_BYTES = 16_384

@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 _SECTION = re.compile(r"^-- (name|migration|fragment): *(\S+)\s*$", re.MULTILINE)
 _WORD = re.compile(r"\{([a-z_]+)\}")

@@ -16,7 +16,8 @@ import threading
 import weakref
 from typing import Any
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
+
 from .base import Plane
 
 _lock = threading.Lock()

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..errors import InvalidArgument
-from ..storage import StorageRef
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.storage import StorageRef
 
 #: Defaults for the server's retention task (`lakeshore server --retain-*`).
 DEFAULT_RETAIN_FRAMES_S: Final = 7 * 86400.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import quote
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 #: Methods that do the same thing when sent twice (RFC 9110), whatever the route.
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})

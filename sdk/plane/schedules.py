@@ -28,9 +28,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import InvalidArgument
-from ..resources import check_optional
-from ..types import SubmitRequest, check_name
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.resources import check_optional
+from dreamlake.lakeshore.types import SubmitRequest, check_name
+
 from .cron import Cron
 
 if TYPE_CHECKING:

@@ -24,7 +24,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import DispatchError, InvalidArgument, NotFound, StoreDamaged, Unavailable
+from dreamlake.lakeshore.errors import (
+    DispatchError,
+    InvalidArgument,
+    NotFound,
+    StoreDamaged,
+    Unavailable,
+)
+
 from .checkpoint import Checkpointer
 from .connector import Row
 from .queries import SQLITE, bind, migrations, queries, split_statements

@@ -17,7 +17,7 @@ import ssl
 from pathlib import Path
 from typing import TypeAlias
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 #: The environment variable naming the CA bundle that signs the control plane's certificate.
 CA_BUNDLE_ENV = "LAKESHORE_CA_BUNDLE"

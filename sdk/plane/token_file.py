@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import InvalidArgument
+from dreamlake.lakeshore.errors import InvalidArgument
 
 #: The environment's name for the file (the deploy's entrypoint and compose file use it too).
 TOKEN_FILE_ENV = "LAKESHORE_TOKEN_FILE"

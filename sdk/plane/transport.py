@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import InvalidArgument, ServerBusy, Unavailable
-from ..types import unsendable
+from dreamlake.lakeshore.errors import InvalidArgument, ServerBusy, Unavailable
+from dreamlake.lakeshore.types import unsendable
+
 from . import http11
 from .routes import Route, Target
 from .routes import segment as segment  # its home was here: importers keep their name

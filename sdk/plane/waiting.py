@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..errors import QueueFullError, Unavailable
+from dreamlake.lakeshore.errors import QueueFullError, Unavailable
 
 T = TypeVar("T")
 

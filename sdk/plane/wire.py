@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from ..errors import (
+from dreamlake.lakeshore.errors import (
     ERRORS_BY_CODE,
     DispatchError,
     InvalidArgument,
@@ -22,7 +22,7 @@ from ..errors import (
     ServerBusy,
     Unavailable,
 )
-from ..types import ClaimArgs, SubmitRequest, unsendable
+from dreamlake.lakeshore.types import ClaimArgs, SubmitRequest, unsendable
 
 R = TypeVar("R")
 

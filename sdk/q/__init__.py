@@ -16,8 +16,8 @@ import threading as _threading
 from collections.abc import Callable as _Callable
 from typing import TypeVar as _TypeVar
 
-from ..errors import InvalidArgument as _InvalidArgument
-from ..queue import Queue as _Queue
+from dreamlake.lakeshore.errors import InvalidArgument as _InvalidArgument
+from dreamlake.lakeshore.queue import Queue as _Queue
 
 _Q = _TypeVar("_Q", bound=_Queue)
 _SUBMODULES = ("priority", "boltzmann", "filo")

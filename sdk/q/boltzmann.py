@@ -5,7 +5,8 @@ schedule construct `BoltzmannQueue(name, temperature=..., anneal=...)`. See
 `dreamlake.lakeshore.q`.
 """
 
-from ..queue import BoltzmannQueue as _BoltzmannQueue
+from dreamlake.lakeshore.queue import BoltzmannQueue as _BoltzmannQueue
+
 from . import _handle
 
 _handles: dict[str, _BoltzmannQueue] = {}

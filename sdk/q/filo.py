@@ -3,7 +3,8 @@
 Each attribute is a `FILOQueue`; see `dreamlake.lakeshore.q`.
 """
 
-from ..queue import FILOQueue as _FILOQueue
+from dreamlake.lakeshore.queue import FILOQueue as _FILOQueue
+
 from . import _handle
 
 _handles: dict[str, _FILOQueue] = {}

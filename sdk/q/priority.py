@@ -3,7 +3,8 @@
 Each attribute is a `PriorityQueue` (priority_field "priority"); see `dreamlake.lakeshore.q`.
 """
 
-from ..queue import PriorityQueue as _PriorityQueue
+from dreamlake.lakeshore.queue import PriorityQueue as _PriorityQueue
+
 from . import _handle
 
 _handles: dict[str, _PriorityQueue] = {}

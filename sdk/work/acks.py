@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..types import Ack, Claim
+from dreamlake.lakeshore.types import Ack, Claim
 
 #: Most acks in one request (the plane takes up to 1,000).
 MAX_ACKS = 256

@@ -20,10 +20,11 @@ import contextlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from .. import codec
-from ..errors import DispatchError
-from ..storage import sniff_ref
-from ..types import Claim
+from dreamlake.lakeshore import codec
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.storage import sniff_ref
+from dreamlake.lakeshore.types import Claim
+
 from .retry import GaveUp
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def store_checkpoint(plane: Any, storage: str | None, claim: Claim, data: bytes)
 
     Raises what the storage or the plane refused (too large, the lease lost); the row's
     previous checkpoint then stays, and the object this made is deleted again."""
-    from .. import objects  # the object store: imported by the first checkpoint
+    from dreamlake.lakeshore import objects  # the object store: imported by the first checkpoint
 
     ref = objects.put_encoded(data, durable=True, storage=_target(plane, storage), spilled=True)
     blob = codec.encode(ref)
@@ -98,7 +99,7 @@ def _target(plane: Any, storage: str | None) -> Any:
 def _delete(blob: bytes) -> None:
     """Delete a checkpoint's durable copy where this worker can; best effort (an orphan at
     worst, which retention does not find: the row no longer names it)."""
-    from ..objects.plane import is_plane_url
+    from dreamlake.lakeshore.objects.plane import is_plane_url
 
     ref = sniff_ref(blob)
     if ref is None or is_plane_url(ref.url):

@@ -12,10 +12,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from .. import signing
-from ..errors import DispatchError
-from ..plane.base import Plane
-from ..types import Ack, Claim, ClaimArgs
+from dreamlake.lakeshore import signing
+from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.types import Ack, Claim, ClaimArgs
+
 from .config import Claimer, WorkerConfig
 from .notice import Preemptible
 from .retry import is_transient

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..types import DEFAULT_LEASE_S, Claim
+from dreamlake.lakeshore.types import DEFAULT_LEASE_S, Claim
 
 #: An idle claim waits this long on the plane's wake-up before the loop looks around again
 #: (membership, drain): the bound on how late an idle worker notices either.

@@ -31,12 +31,12 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+from dreamlake.lakeshore import protocols
+from dreamlake.lakeshore.errors import DispatchError, NotFound
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.types import Claim, WorkerInfo
 from dreamlake.lakeshore.work.leases import KILL_POLL_S, keep_leases
 
-from .. import protocols
-from ..errors import DispatchError, NotFound
-from ..plane.base import Plane
-from ..types import Claim, WorkerInfo
 from . import checkpoints
 from .acks import AckQueue
 from .claiming import Claiming
@@ -228,7 +228,9 @@ class WorkerCore(Claiming, JobSink):
         return EXIT_OK
 
     def _register(self) -> WorkerInfo | None:
-        from ..objects import host_id  # the object store, imported when a worker starts
+        from dreamlake.lakeshore.objects import (
+            host_id,  # the object store, imported when a worker starts
+        )
 
         # The row advertises the box's host id and every claim names it: jobs whose objects
         # live in this box's tier come here first (plane/locality.py).

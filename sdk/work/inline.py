@@ -21,10 +21,11 @@ import threading
 import time
 from typing import Any
 
-from .. import codec, spill
-from ..attempt import AttemptLink, Preempted
-from ..execute import Handler, run_body
-from ..types import Claim
+from dreamlake.lakeshore import codec, spill
+from dreamlake.lakeshore.attempt import AttemptLink, Preempted
+from dreamlake.lakeshore.execute import Handler, run_body
+from dreamlake.lakeshore.types import Claim
+
 from .slot import (
     JobSink,
     Outcome,
@@ -187,7 +188,9 @@ class _Body:
             raise JobAbandoned(refused.error)
 
     def run(self) -> None:
-        from ..objects.plane import using  # the body's objects go through the worker's plane
+        from dreamlake.lakeshore.objects.plane import (
+            using,  # the body's objects go through the worker's plane
+        )
 
         with using(self._plane):
             self._run()

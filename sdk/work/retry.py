@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import DispatchError, Unavailable
+from dreamlake.lakeshore.errors import DispatchError, Unavailable
 
 T = TypeVar("T")
 

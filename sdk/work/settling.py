@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ..errors import DispatchError, LeaseLost
-from ..plane.base import Plane
-from ..types import END_STATE_CAUSES, Ack, Claim
+from dreamlake.lakeshore.errors import DispatchError, LeaseLost
+from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.types import END_STATE_CAUSES, Ack, Claim
+
 from .acks import AckQueue
 from .retry import GaveUp, Retrier
 from .slot import Outcome

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
-from ..types import Claim
+from dreamlake.lakeshore.types import Claim
 
 OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost", "preempted"]
 #: Why another thread ends a running job: a kill asked, its worker stopping, its lease gone;

@@ -279,3 +279,17 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert {"dreamlake.lakeshore.plane", "dreamlake.lakeshore.plane.wire"} <= graph[
         "dreamlake.lakeshore.objects.plane"
     ]
+
+
+def test_imports_across_folders_are_absolute() -> None:
+    """A folder's dependencies show in its own files: `from ..plane.store import SqlStore` in
+    server/app.py named a `..plane` that does not exist beside it (issue 38). Relative imports
+    stay only within a folder (level 1)."""
+    leaving = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for folder in SOURCE
+        for path in (ROOT / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level >= 2
+    ]
+    assert not leaving, f"relative imports that leave their folder: {leaving}"

@@ -150,4 +150,4 @@ def test_routes_module_is_light() -> None:
         if isinstance(node, ast.Import):
             assert {a.name for a in node.names} <= allowed
         elif isinstance(node, ast.ImportFrom):
-            assert (node.level == 2 and node.module == "errors") or node.module in allowed
+            assert node.module == "dreamlake.lakeshore.errors" or node.module in allowed

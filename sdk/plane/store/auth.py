@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ...errors import Forbidden, InvalidArgument, NotFound, Unauthorized
-from ...types import check_name
-from .. import job_token
-from ..auth import (
+from dreamlake.lakeshore.errors import Forbidden, InvalidArgument, NotFound, Unauthorized
+from dreamlake.lakeshore.plane import job_token
+from dreamlake.lakeshore.plane.auth import (
     ADMIN,
     DEFAULT_SCOPES,
     TokenScope,
@@ -24,6 +23,8 @@ from ..auth import (
     new_token,
     parse_scopes,
 )
+from dreamlake.lakeshore.types import check_name
+
 from .namespaces import NamespaceStore
 
 

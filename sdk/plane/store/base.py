@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...ids import new_id as new_id  # minted outside the store, so a topic needs no store
-from ..connector import Connector, Transaction
+from dreamlake.lakeshore.ids import (
+    new_id as new_id,  # minted outside the store, so a topic needs no store
+)
+from dreamlake.lakeshore.plane.connector import Connector, Transaction
 
 #: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
 RETRY_BASE_S = 0.5

@@ -13,9 +13,13 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from ...errors import InvalidArgument
-from ...resources import check_free, fit_params
-from ...types import (
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.plane import delays, dependencies, locality
+from dreamlake.lakeshore.plane.admission import waits_for_room
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.plane.steal import steal_aged, stealing
+from dreamlake.lakeshore.resources import check_free, fit_params
+from dreamlake.lakeshore.types import (
     DEFAULT_QUEUE,
     Claim,
     ClaimArgs,
@@ -25,10 +29,7 @@ from ...types import (
     check_name,
     normalize_kind,
 )
-from .. import delays, dependencies, locality
-from ..admission import waits_for_room
-from ..connector import Row, Transaction
-from ..steal import steal_aged, stealing
+
 from .base import MAX_BATCH, SWEEP_EVERY_S
 from .placement import BOX, fitted, scarce
 from .preemption import PreemptionStore

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import time
 
-from ...errors import Conflict, InvalidArgument, LeaseLost, NotFound
-from ...types import Frame
+from dreamlake.lakeshore.errors import Conflict, InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.types import Frame
+
 from .base import FRAME_PAGE, StoreBase
 
 

@@ -8,9 +8,13 @@ from dataclasses import replace
 
 import msgpack
 
-from ... import signing
-from ...errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
-from ...types import (
+from dreamlake.lakeshore import signing
+from dreamlake.lakeshore.errors import Conflict, DispatchError, InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.plane import dependencies, locality
+from dreamlake.lakeshore.plane.admission import admit, deadline_for
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.plane.wakeup import work_key
+from dreamlake.lakeshore.types import (
     END_STATE_CAUSES,
     Ack,
     Claim,
@@ -22,10 +26,7 @@ from ...types import (
     check_state,
     storable_text,
 )
-from .. import dependencies, locality
-from ..admission import admit, deadline_for
-from ..connector import Row, Transaction
-from ..wakeup import work_key
+
 from . import schedulable
 from .base import (
     MAX_BATCH,

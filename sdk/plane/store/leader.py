@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 
-from ...errors import InvalidArgument
-from ...types import check_name
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.types import check_name
+
 from .base import StoreBase
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from ...errors import NotFound
-from ...types import check_name
-from ..connector import Row
+from dreamlake.lakeshore.errors import NotFound
+from dreamlake.lakeshore.plane.connector import Row
+from dreamlake.lakeshore.types import check_name
+
 from .base import StoreBase
 
 

@@ -10,10 +10,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import InvalidArgument, LeaseLost, NotFound
-from ...resources import FREE_KEYS, check_resources, request_columns
-from ...types import QueueInfo
-from ..connector import Transaction
+from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.plane.connector import Transaction
+from dreamlake.lakeshore.resources import FREE_KEYS, check_resources, request_columns
+from dreamlake.lakeshore.types import QueueInfo
+
 from .base import StoreBase
 
 #: The CPUs or memory of a claimer that does not count them (`resources.FREE_KEYS`).

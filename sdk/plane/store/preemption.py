@@ -20,11 +20,12 @@ from typing import Any
 
 import msgpack
 
-from ...errors import InvalidArgument, LeaseLost, NotFound
-from ...storage import MAX_REF_BYTES, sniff_ref
-from ...types import DEFAULT_MAX_PREEMPTIONS, END_CAUSES, QueueInfo, SubmitRequest
-from ..connector import Row, Transaction
-from ..queries import INT64_MIN
+from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.plane.queries import INT64_MIN
+from dreamlake.lakeshore.storage import MAX_REF_BYTES, sniff_ref
+from dreamlake.lakeshore.types import DEFAULT_MAX_PREEMPTIONS, END_CAUSES, QueueInfo, SubmitRequest
+
 from .base import StoreBase
 from .placement import fitted
 

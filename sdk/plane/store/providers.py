@@ -6,8 +6,9 @@ import json
 import time
 from typing import Any
 
-from ...errors import Conflict, NotFound
-from ..providers import ProviderInfo, check_provider, provider_info
+from dreamlake.lakeshore.errors import Conflict, NotFound
+from dreamlake.lakeshore.plane.providers import ProviderInfo, check_provider, provider_info
+
 from .namespaces import NamespaceStore
 
 

@@ -7,9 +7,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import Conflict, InvalidArgument, NotFound
-from ...resources import check_resources
-from ...types import (
+from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound
+from dreamlake.lakeshore.plane import locality
+from dreamlake.lakeshore.plane.connector import Transaction
+from dreamlake.lakeshore.resources import check_resources
+from dreamlake.lakeshore.types import (
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_DESCRIPTION,
     QUEUE_STATES,
@@ -17,8 +19,7 @@ from ...types import (
     check_name,
     normalize_kind,
 )
-from .. import locality
-from ..connector import Transaction
+
 from .records import check_admission, check_elasticity, queue_info_of
 from .workers import WorkerStore
 

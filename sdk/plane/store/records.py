@@ -11,11 +11,16 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any, TypeVar
 
-from ...errors import InvalidArgument
-from ...ids import ulid_time
-from ...resources import check_optional
-from ...storage import StorageRef
-from ...types import (
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.ids import ulid_time
+from dreamlake.lakeshore.plane.connector import Row
+from dreamlake.lakeshore.plane.dependencies import check_after
+from dreamlake.lakeshore.plane.elasticity import check_scaling
+from dreamlake.lakeshore.plane.locality import MAX_WAIT_S
+from dreamlake.lakeshore.plane.queries import INT64_MAX
+from dreamlake.lakeshore.resources import check_optional
+from dreamlake.lakeshore.storage import StorageRef
+from dreamlake.lakeshore.types import (
     DEFAULT_MAX_PREEMPTIONS,
     MAX_PREEMPTIONS_LIMIT,
     Claim,
@@ -25,11 +30,7 @@ from ...types import (
     WorkerInfo,
     check_host,
 )
-from ..connector import Row
-from ..dependencies import check_after
-from ..elasticity import check_scaling
-from ..locality import MAX_WAIT_S
-from ..queries import INT64_MAX
+
 from .base import ELASTICITY_KINDS, ON_FULL
 
 #: A producer's id is a ULID minted this long ago at most (or ahead, for clock skew): its time

@@ -17,8 +17,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ...resources import fit_params
-from ..connector import Row, Transaction
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.resources import fit_params
 
 
 def claim_reserving(

@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ...storage import MAX_REF_BYTES, StorageRef, is_spilled, sniff_ref
-from ..queries import SQLITE
-from ..retention import (
+from dreamlake.lakeshore.plane.queries import SQLITE
+from dreamlake.lakeshore.plane.retention import (
     BATCH,
     BATCH_MIN,
     BATCH_TARGET_S,
@@ -23,6 +22,8 @@ from ..retention import (
     Trimmed,
     check_age,
 )
+from dreamlake.lakeshore.storage import MAX_REF_BYTES, StorageRef, is_spilled, sniff_ref
+
 from .base import StoreBase
 from .records import listed_objects
 

@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...resources import describe, gpu_types, type_matches
-from ...shapes import Shape, fits_words, launch_shape
-from ..connector import Row, Transaction
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.resources import describe, gpu_types, type_matches
+from dreamlake.lakeshore.shapes import Shape, fits_words, launch_shape
+
 from .base import WORKER_STALE_S
 
 #: The sweep runs at most this often per process: "within 10 s" with room to spare.

@@ -23,11 +23,10 @@ import math
 import time
 from typing import Any
 
-from ...errors import Conflict, InvalidArgument, NotFound, QueueFullError
-from ...types import LIVE_STATES, SubmitRequest, check_name
-from ..connector import Row, Transaction
-from ..cron import Cron, clock, real_clock, slot_key
-from ..schedules import (
+from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound, QueueFullError
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.plane.cron import Cron, clock, real_clock, slot_key
+from dreamlake.lakeshore.plane.schedules import (
     Firing,
     ScheduleInfo,
     check_choice,
@@ -38,7 +37,9 @@ from ..schedules import (
     schedule_info,
     template_of,
 )
-from ..wakeup import work_key
+from dreamlake.lakeshore.plane.wakeup import work_key
+from dreamlake.lakeshore.types import LIVE_STATES, SubmitRequest, check_name
+
 from .base import SWEEP_EVERY_S, new_id
 from .invocations import InvocationStore
 from .namespaces import NamespaceStore

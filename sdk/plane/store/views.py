@@ -7,10 +7,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidArgument
-from ...types import check_name
-from ..connector import Row
-from ..providers import ProviderInfo, provider_info
+from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.plane.connector import Row
+from dreamlake.lakeshore.plane.providers import ProviderInfo, provider_info
+from dreamlake.lakeshore.types import check_name
+
 from .base import StoreBase
 from .records import json_object
 

@@ -7,8 +7,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidArgument, NotFound
-from ...types import DEFAULT_QUEUE, WorkerInfo, check_host, check_name
+from dreamlake.lakeshore.errors import InvalidArgument, NotFound
+from dreamlake.lakeshore.types import DEFAULT_QUEUE, WorkerInfo, check_host, check_name
+
 from .base import WORKER_STALE_S, StoreBase, new_id
 from .records import worker_info_of
 
