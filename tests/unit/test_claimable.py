@@ -135,3 +135,19 @@ def test_a_boltzmann_claim_between_sweeps_passes_by_a_job_past_its_deadline(
 
     assert [c.id for c in claims] == [fresh]
     assert store.invocation("default", late).state == "queued"  # for the next sweep to end
+
+
+@pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=["sqlite", "postgres"])
+def test_every_claim_statement_returns_what_a_claim_is_read_from(dialect: Any) -> None:
+    """Every statement that takes a job returns the same columns (`{claimed_columns}`): the
+    filo resumed-head claim (`claim_by_id`) once returned no `inputs`, so a preempted job whose
+    arguments take a parent's result (`dls.output`) would have been handed none."""
+    taking = {
+        name: sql
+        for name, sql in queries(dialect).items()
+        if "state = 'running', attempt = attempt + 1" in sql
+    }
+    assert "claim_by_id" in taking and len(taking) >= 8
+    returned = {name: sql.split("RETURNING", 1)[1].strip() for name, sql in taking.items()}
+    assert len(set(returned.values())) == 1, returned
+    assert all("inputs" in cols for cols in returned.values())

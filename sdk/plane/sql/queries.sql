@@ -74,6 +74,17 @@ AND (COALESCE(gpus, :default_gpus) = 0 OR (
     AND (gpu_type IS NULL OR :gpu_names {regexp} gpu_type)))
 AND (cpus IS NULL OR cpus <= :cpus) AND (memory_gb IS NULL OR memory_gb <= :memory_gb)
 
+-- fragment: claim_running
+-- What every claim statement writes on the row it takes: one more attempt, under its lease.
+state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+
+-- fragment: claimed_columns
+-- What every claim statement returns of the row it took (`claim_of`, and `inputs` for
+-- `dependencies.with_inputs`): written once, so no claim path returns less than another.
+id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
+    signature, resources, preemptions, checkpoint, inputs
+
 -- fragment: claimable
 -- What a claim may take, written once for every claim statement (and the boltzmann levels a
 -- claim picks from), each of which adds only which queues: a queued job of the claimer's
@@ -93,41 +104,35 @@ GROUP BY priority;
 
 -- name: claim_fifo
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
       {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: claim_fifo_batch
 -- Up to :limit jobs of a fifo queue in one statement (claim_many's common case). The batch
 -- shares one lease: every settle is still fenced by id and lease, and one worker holds them all.
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id IN (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
       {fits}
     ORDER BY priority DESC, id ASC LIMIT :limit {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: claim_filo
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
       {fits}
     ORDER BY priority DESC, id DESC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: resumed_head
 -- Issue 35, a filo claim: the claimable job a preemption requeued that comes first among the
@@ -149,23 +154,19 @@ ORDER BY priority DESC LIMIT 1;
 -- name: claim_by_id
 -- Claim the one queued job `resumed_head` found (its row is this transaction's on Postgres).
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = :id AND state = 'queued'
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint;
+RETURNING {claimed_columns};
 
 -- name: claim_level
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND priority = :priority AND {claimable}
       {fits}
     ORDER BY id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: requeue_expired
 -- Every claim sweeps; {skip_locked} lets concurrent sweeps (Postgres) split the expired rows
@@ -535,15 +536,13 @@ SELECT name, elasticity FROM queues WHERE namespace = :ns AND name IN (:names);
 
 -- name: steal_aged
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue = :queue AND created_at <= :aged AND {claimable}
       {fits}
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: controller_queues
 SELECT namespace, name, state, elasticity FROM queues ORDER BY namespace, name;
@@ -749,26 +748,22 @@ ORDER BY priority DESC, id ASC LIMIT 1;
 -- name: claim_id
 -- Claim the head a worker reserved for, once it fits: still queued, or nothing.
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = :id AND state = 'queued'
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: claim_backfill
 -- While a worker reserves for its head, only a job that fits what is free and surely ends
 -- (its timeout_s) before the reservation could start (:start_bound) may run meanwhile.
 UPDATE invocations
-SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
-    worker = :worker, started_at = :now
+SET {claim_running}
 WHERE id = (
     SELECT id FROM invocations
     WHERE queue IN (:queues) AND {claimable}
       {fits}
       AND timeout_s IS NOT NULL AND timeout_s <= :start_bound - :now
     ORDER BY priority DESC, id ASC LIMIT 1 {skip_locked})
-RETURNING id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs;
+RETURNING {claimed_columns};
 
 -- name: queued_shapes
 -- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
