@@ -22,6 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dreamlake.lakeshore.types import Claim
+from dreamlake.lakeshore.work.observer import WorkerObserver
 from dreamlake.lakeshore.work.slot import Outcome, Slot
 
 #: Seconds: a no-op job to a day-long training run.
@@ -40,8 +42,8 @@ OUTCOME_NAMES = {
 }
 
 
-class DaemonMetrics:
-    """One daemon's registry; the daemon calls the `job_*` / `claim_*` / `plane_*` hooks."""
+class DaemonMetrics(WorkerObserver):
+    """One daemon's registry, fed as one of the worker's observers."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -83,22 +85,25 @@ class DaemonMetrics:
         )
         self._waiting_since: float | None = None
 
-    # -- hooks ----------------------------------------------------------------------------------
+    # -- the worker's observer hooks (sdk/work/observer.py) ----------------------------------
 
-    def job_ended(self, queue: str, outcome: Outcome, run_s: float) -> None:
-        self.jobs.labels(queue, OUTCOME_NAMES.get(outcome.kind, outcome.kind)).inc()
-        self.run_time.labels(queue).observe(run_s)
+    def job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
+        self.jobs.labels(claim.queue, OUTCOME_NAMES.get(outcome.kind, outcome.kind)).inc()
+        self.run_time.labels(claim.queue).observe(run_s)
         if outcome.kind == "lost":  # found gone at renewal, or a frame post refused for it
             self.losses.inc()
 
-    def claim_returned(self, jobs: int) -> None:
+    def claimed(self, claims: Sequence[Claim]) -> None:
         """One claim call answered; a wait spans every empty answer before the one with jobs."""
         now = time.monotonic()
         if self._waiting_since is None:
             self._waiting_since = now
-        if jobs:
+        if claims:
             self.claim_wait.observe(now - self._waiting_since)
             self._waiting_since = None
+
+    def renewed(self, held: int) -> None:
+        self.renewals.inc(held)
 
     def plane_error(self, call: str, kind: str) -> None:
         self.plane_errors.labels(call, kind).inc()

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dreamlake.lakeshore.resources import gpu_types, preferred_type, type_matches
+from dreamlake.lakeshore.types import Claim
+from dreamlake.lakeshore.work.observer import WorkerObserver
+from dreamlake.lakeshore.work.slot import Outcome
 
 from .inventory import Gpu
 
@@ -59,8 +62,9 @@ class Placed:
 
 
 @dataclass
-class Placer:
-    """The box's GPUs, CPUs and memory, and what each running job holds of them."""
+class Placer(WorkerObserver):
+    """The box's GPUs, CPUs and memory, and what each running job holds of them; as the
+    worker's observer, it frees a job's share when the job's run ends."""
 
     gpus: Sequence[Gpu]
     #: None: not counted (a job's cpus / memory_gb request is not checked against the box).
@@ -170,6 +174,9 @@ class Placer:
                 self._used[gpu.index] = self._used.get(gpu.index, 0) + round(share * _UNITS)
             self._held[inv_id] = placed
             return placed
+
+    def job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
+        self.release(claim.id)
 
     def release(self, inv_id: str) -> None:
         """Give back what the job held (nothing if it held nothing)."""

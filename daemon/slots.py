@@ -316,18 +316,15 @@ class ProcessSlot(SlotBase):
         gpus: Sequence[Gpu] = (),
         env: Mapping[str, str] | None = None,
         kill_grace_s: float = 10.0,
-        on_end: Callable[[Claim, Outcome, float], None] | None = None,
         gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
         oom: OomCounters | None = None,
     ) -> None:
-        """`on_end(claim, outcome, run_s)` hears of every attempt's end (the daemon's metrics,
-        and its placer, which frees the job's GPUs there). `gpus_for(claim)`: the GPUs a job
-        was placed on (issue 34); a child that sees others is replaced before the job runs,
-        since CUDA reads CUDA_VISIBLE_DEVICES once. None: the slot's `gpus` for every job.
+        """`gpus_for(claim)`: the GPUs a job was placed on (issue 34); a child that sees
+        others is replaced before the job runs, since CUDA reads CUDA_VISIBLE_DEVICES once.
+        None: the slot's `gpus` for every job.
         `oom`: the box's OOM-kill counters, to tell a job the kernel killed for memory from
         one that died otherwise (oom.py); None: every death is `died`."""
         super().__init__(index, kill_grace_s=kill_grace_s)
-        self._on_end = on_end
         self._gpus_for = gpus_for
         #: The GPUs the slot's child sees (its CUDA_VISIBLE_DEVICES).
         self.gpus = list(gpus)
@@ -346,8 +343,6 @@ class ProcessSlot(SlotBase):
         #: The job whose run message `_assigned` already wrote, to which child, and when: the
         #: attempt's clock (its timeout, its run time) starts when its child got the job.
         self._handed: tuple[str, Child, float] | None = None
-        #: When the slot's current attempt reached its child (`_run`).
-        self._began = 0.0
         self._oom = oom
         #: The OOM-kill counters as the current attempt was assigned (oom.py; `_assigned`).
         self._oom_before: dict[str, int] = {}
@@ -416,8 +411,6 @@ class ProcessSlot(SlotBase):
                     return
                 self._began = time.monotonic()
                 outcome = self._run_safely(claim)
-                if self._on_end is not None:
-                    self._on_end(claim, outcome, time.monotonic() - self._began)
                 self._end(self._sink, claim, outcome)
                 self._rewarm()
         finally:

@@ -14,11 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from dreamlake.lakeshore.errors import DispatchError
 from dreamlake.lakeshore.objects.plane import child_environment
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.signals import stop_signals
-from dreamlake.lakeshore.types import Ack, Claim
+from dreamlake.lakeshore.types import Claim
 from dreamlake.lakeshore.work.core import (
     EXIT_CONFIG,
     EXIT_CRASHED,
@@ -28,8 +27,7 @@ from dreamlake.lakeshore.work.core import (
     WorkerConfig,
     WorkerCore,
 )
-from dreamlake.lakeshore.work.retry import Retrier, is_transient
-from dreamlake.lakeshore.work.slot import JobSink, Outcome, Slot, SlotFactory
+from dreamlake.lakeshore.work.slot import JobSink, Slot, SlotFactory
 
 from .gpuwatch import GpuWatch, open_reader
 from .inventory import (
@@ -98,17 +96,17 @@ class Daemon(WorkerCore):
         metrics: DaemonMetrics | None = None,
     ) -> None:
         super().__init__(
-            plane, config, notifier=notifier or Notifier(None), log=get_logger(worker=config.name)
+            plane,
+            config,
+            notifier=notifier or Notifier(None),
+            log=get_logger(worker=config.name),
+            observers=[] if metrics is None else [metrics],
         )
         self._gpus = None if gpus is None else list(gpus)
         self._placer: Placer | None = None
         self._gpuwatch: GpuWatch | None = None
         self._meter: LoadMeter | None = None
         self._metrics = metrics
-        if metrics is not None:
-            self._retry = _CountingRetrier(
-                self._log, metrics, give_up_s=config.give_up_unreachable_s
-            )
 
     def run(self, *, install_signals: bool = True) -> int:
         """Serve until drained or stopped; SIGTERM/SIGINT handlers live only inside this call."""
@@ -146,6 +144,7 @@ class Daemon(WorkerCore):
             raise ConfigError(problem)
         self._gpus = gpus
         self._placer = Placer(gpus, config.cpus, config.memory_gb, float(per_job))
+        self.observers.add(self._placer)  # an ended run's resources are free again
         ctx = spawn_context()
         env = {"LAKESHORE_STORAGE": config.storage} if config.storage else {}
         env |= child_environment(self.plane)  # its jobs' objects go through this plane
@@ -160,7 +159,6 @@ class Daemon(WorkerCore):
                 gpus=slot_gpus(gpus, index, config.gpus_per_job),
                 env=env,
                 kill_grace_s=config.kill_grace_s,
-                on_end=self._job_ended,
                 gpus_for=self._gpus_for,
                 oom=oom,
             )
@@ -298,52 +296,3 @@ class Daemon(WorkerCore):
         if self.fatal is not None and not isinstance(self.fatal, ChildFailed):
             self.fatal = ChildFailed(str(self.fatal))
         return started
-
-    # -- what the metrics see (daemon/metrics.py); nothing here when they are off -------------
-
-    def _job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
-        """The one place a job's run ends, however it ended: its resources are free again."""
-        if self._placer is not None:
-            self._placer.release(claim.id)
-        if self._metrics is not None:
-            self._metrics.job_ended(claim.queue, outcome, run_s)
-
-    def _claim(
-        self,
-        queues: Sequence[str],
-        room: int,
-        wait_s: float,
-        riders: Sequence[tuple[Claim, Ack]] = (),
-    ) -> list[Claim]:
-        if self._metrics is None:
-            return super()._claim(queues, room, wait_s, riders)
-        try:
-            claims = super()._claim(queues, room, wait_s, riders)
-        except DispatchError as exc:
-            if not is_transient(exc):  # the transient ones are counted by the retrier
-                self._metrics.plane_error("claim", "refused")
-            raise
-        self._metrics.claim_returned(len(claims))
-        return claims
-
-    def _renew(self) -> bool:
-        if self._metrics is None:
-            return super()._renew()
-        with self._free:
-            held = sum(1 for s in self.slots if s.claim is not None) + len(self._buffer)
-        answered = super()._renew()
-        if held and answered:
-            self._metrics.renewals.inc(held)
-        return answered
-
-
-class _CountingRetrier(Retrier):
-    """The core's retrier, counting every failed try (it logs only the first of an outage)."""
-
-    def __init__(self, log: Any, metrics: DaemonMetrics, *, give_up_s: float | None) -> None:
-        super().__init__(log, give_up_s=give_up_s)
-        self._metrics = metrics
-
-    def unreachable(self, what: str, exc: BaseException) -> None:
-        self._metrics.plane_error(what, "unreachable")
-        super().unreachable(what, exc)

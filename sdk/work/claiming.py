@@ -19,6 +19,7 @@ from dreamlake.lakeshore.types import Ack, Claim, ClaimArgs
 
 from .config import Claimer, WorkerConfig
 from .notice import Preemptible
+from .observer import Observers
 from .retry import is_transient
 from .settling import Settling
 from .slot import Slot
@@ -38,6 +39,7 @@ class Claiming(Settling, Preemptible):
     _draining: threading.Event
     _free: threading.Condition
     _buffer: deque[Claim]
+    observers: Observers
 
     def _queues(self) -> list[str]:  # WorkerCore's: the worker row's membership
         raise NotImplementedError
@@ -73,18 +75,13 @@ class Claiming(Settling, Preemptible):
                 claims = self._claim(queues, room, self._claim_wait(buffered), riders)
             except Exception as exc:
                 self._acks.unride(riders)  # the acks thread sends them on its own
-                if is_transient(exc):
-                    self._retry.unreachable("claim", exc)
-                    self._retry.check("claim", exc)  # a burst run's bound
-                elif isinstance(exc, DispatchError) and not self.config.raise_refusals:
-                    self._log.warning("claim.refused", error=str(exc), queues=queues)
-                else:
-                    raise
+                self._claim_failed(exc, queues)
                 self._draining.wait(self._retry.pause("claim", backoff))
                 continue
             finally:
                 self._acks.done(riders)
             self._retry.reachable("claim")
+            self.observers.claimed(claims)
             backoff.reset()
             if not claims:
                 if buffered:
@@ -95,6 +92,20 @@ class Claiming(Settling, Preemptible):
                 continue
             if not self._take(claims):
                 return
+
+    def _claim_failed(self, exc: Exception, queues: Sequence[str]) -> None:
+        """A claim that failed: retried after a pause if the plane is away or refused it (a
+        refusal is logged), else raised (the worker stops: a bug, or `raise_refusals`)."""
+        if is_transient(exc):
+            self._retry.unreachable("claim", exc)
+            self._retry.check("claim", exc)  # a burst run's bound
+            return
+        if not isinstance(exc, DispatchError):
+            raise exc
+        self.observers.plane_error("claim", "refused")
+        if self.config.raise_refusals:
+            raise exc
+        self._log.warning("claim.refused", error=str(exc), queues=list(queues))
 
     def _claim_wait(self, buffered: bool) -> float:
         """How long this claim may wait for a job: not at all with a job in hand (it must not

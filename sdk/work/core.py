@@ -61,9 +61,10 @@ from .config import (
     WorkerConfig,
 )
 from .log import EventLogger
+from .observer import Observers, WorkerObserver
 from .retry import GaveUp, PlaneUnreachable, Retrier, is_transient
 from .settling import new_post_id
-from .slot import JobSink, Slot, SlotFactory
+from .slot import JobSink, Outcome, Slot, SlotFactory
 
 #: The names callers import from here, those that moved to config.py and settling.py included.
 __all__ = [
@@ -108,6 +109,7 @@ class WorkerCore(Claiming, JobSink):
         notifier: Notifier | None = None,
         log: Any = None,
         claimer: Claimer | None = None,
+        observers: Sequence[WorkerObserver] = (),
     ) -> None:
         self.plane = plane
         self.config = config
@@ -135,7 +137,11 @@ class WorkerCore(Claiming, JobSink):
         self._stop_reason = ""
         self._lease_tick_at = time.monotonic()
         self._threads: list[threading.Thread] = []
-        self._retry = Retrier(self._log, give_up_s=config.give_up_unreachable_s)
+        #: Who hears of claims, renewals, plane errors and ended runs (observer.py).
+        self.observers = Observers(observers, self._log)
+        self._retry = Retrier(
+            self._log, give_up_s=config.give_up_unreachable_s, observer=self.observers
+        )
         self._buffer: deque[Claim] = deque()  # claimed ahead of a free slot (under self._free)
         self._acks = AckQueue()
         self._init_notice()
@@ -397,6 +403,7 @@ class WorkerCore(Claiming, JobSink):
             self._retry.unreachable("renew", exc)
             return False
         self._retry.reachable("renew")
+        self.observers.renewed(len(leases))
         self._prune_buffer(buffered, alive)
         for slot, claim in held:
             if claim.id not in alive:
@@ -450,6 +457,9 @@ class WorkerCore(Claiming, JobSink):
         return f"{state} {queues}: {busy}/{len(self.slots)} slots busy"
 
     # -- JobSink: the slot-facing calls that are not settles (settling.py has those) --------
+
+    def job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
+        self.observers.job_ended(claim, outcome, run_s)
 
     def slot_free(self, slot: Slot) -> None:
         self._start_buffered()

@@ -81,6 +81,7 @@ class InlineSlot(SlotBase):
         self.started.set()
         try:
             while (claim := self._inbox.get()) is not None:
+                self._began = time.monotonic()
                 try:
                     outcome = self._run(claim)
                 except Exception as exc:  # around the body, not in it: end the attempt only

@@ -18,9 +18,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dreamlake.lakeshore.errors import DispatchError, Unavailable
+
+if TYPE_CHECKING:
+    from dreamlake.lakeshore.work.observer import WorkerObserver
 
 T = TypeVar("T")
 
@@ -70,8 +73,12 @@ class Retrier:
     a reminder now and then, not one per try; with `give_up_s`, `PlaneUnreachable` once an
     outage has lasted that long (`check`)."""
 
-    def __init__(self, log: Any, *, give_up_s: float | None = None) -> None:
+    def __init__(
+        self, log: Any, *, give_up_s: float | None = None, observer: WorkerObserver | None = None
+    ) -> None:
         self._log = log
+        #: Told of every failed try (the log hears of the first of an outage only).
+        self._observer = observer
         self.give_up_s = give_up_s
         self._since: dict[str, float] = {}  # the plane calls failing right now: since when
         self._remind_at: dict[str, float] = {}
@@ -115,6 +122,8 @@ class Retrier:
             return value
 
     def unreachable(self, what: str, exc: BaseException) -> None:
+        if self._observer is not None:
+            self._observer.plane_error(what, "unreachable")
         now = time.monotonic()
         since = self._since.setdefault(what, now)
         if now < self._remind_at.get(what, 0.0) or (since < now and self.left_s(what) == 0):

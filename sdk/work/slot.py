@@ -54,6 +54,9 @@ class JobSink(Protocol):
 
     def slot_free(self, slot: Slot) -> None: ...
 
+    def job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
+        """An attempt's run ended after `run_s` seconds in its slot (before its settle)."""
+
     def checkpoint(self, claim: Claim, data: bytes) -> bytes:
         """Store `data` as the job's checkpoint (issue 35); the encoded Ref its row now holds.
         Raises a `DispatchError` saying why it was refused (the previous one then stays)."""
@@ -119,6 +122,8 @@ class SlotBase(abc.ABC):
         self._lock = threading.Lock()
         self._claim: Claim | None = None
         self._since = 0.0
+        #: When the running attempt's body started (monotonic): its run time is measured from it.
+        self._began = 0.0
         #: (invocation id, why, grace): what other threads asked of the running job.
         self._abort: tuple[str, AbortReason, float] | None = None
         #: The error an abort asked the job to end with ("": the reason's own words).
@@ -245,6 +250,7 @@ class SlotBase(abc.ABC):
         request of its own: the slot is freed first, so that the next claim travels while the
         settle does. Either way the slot's next job waits in its inbox until this returns.
         """
+        sink.job_ended(claim, outcome, time.monotonic() - self._began)
         if outcome.kind == "ok":
             sink.settle(claim, outcome)
         self._finished()

@@ -19,7 +19,7 @@ from dreamlake.lakeshore.daemon.metrics import DaemonMetrics
 from dreamlake.lakeshore.plane import Dispatch
 from dreamlake.lakeshore.providers.base import ProviderError
 from dreamlake.lakeshore.providers.fake import FakeProvider
-from dreamlake.lakeshore.types import SubmitRequest
+from dreamlake.lakeshore.types import Claim, SubmitRequest
 from dreamlake.lakeshore.work.slot import Outcome
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -101,11 +101,13 @@ def test_a_failing_tick_is_counted_as_an_error_and_raises() -> None:
 def test_daemon_hooks_count_outcomes_run_time_losses_and_claim_wait() -> None:
     metrics = DaemonMetrics()
     metrics.watch(lambda: [], lambda: True)
-    metrics.job_ended("q", Outcome("ok"), 0.5)
-    metrics.job_ended("q", Outcome("error", error="boom"), 1.5)
-    metrics.job_ended("q", Outcome("lost", error="lease gone"), 2.0)
-    metrics.claim_returned(0)  # an empty long-poll: the wait goes on
-    metrics.claim_returned(2)  # work: one wait observed
+    claim = Claim("01J0", "default", "q", b"", 1, "lease", 0.0, None)
+    metrics.job_ended(claim, Outcome("ok"), 0.5)
+    metrics.job_ended(claim, Outcome("error", error="boom"), 1.5)
+    metrics.job_ended(claim, Outcome("lost", error="lease gone"), 2.0)
+    metrics.claimed([])  # an empty long-poll: the wait goes on
+    metrics.claimed([claim, claim])  # work: one wait observed
+    metrics.renewed(3)
     metrics.plane_error("renew", "unreachable")
 
     found = samples(metrics.registry)
@@ -116,6 +118,7 @@ def test_daemon_hooks_count_outcomes_run_time_losses_and_claim_wait() -> None:
     assert value(found, "lakeshore_daemon_job_run_seconds_sum", queue="q") == 4.0
     assert value(found, "lakeshore_daemon_lease_losses_total") == 1.0
     assert value(found, "lakeshore_daemon_claim_wait_seconds_count") == 1.0
+    assert value(found, "lakeshore_daemon_lease_renewals_total") == 3.0
     assert value(found, "lakeshore_daemon_plane_errors_total", call="renew", kind="unreachable")
     assert value(found, "lakeshore_daemon_slots", state="busy") == 0.0
     assert value(found, "lakeshore_daemon_draining") == 1.0
