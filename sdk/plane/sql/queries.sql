@@ -378,13 +378,18 @@ INSERT INTO rate_buckets (namespace, queue, tokens, updated_at)
 VALUES (:ns, :queue, :tokens, :now)
 ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now;
 
--- fragment: listed_columns
--- The columns of a listed invocation, written once for every list_invocations statement:
+-- fragment: listed
+-- The rows of a listed invocation, written once for every list_invocations statement:
 -- everything but the payload, and the result as NULL (a listing ships no bytes).
-id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
     resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
+FROM invocations
+
+-- fragment: newest_first
+-- A page of a listing: newest first, walking the statement's index backwards from the start.
+ORDER BY id DESC LIMIT :limit
 
 -- name: list_invocations
 -- `lakeshore jobs ls`, `GET .../invocations` and the dashboard's recent list: newest first,
@@ -396,65 +401,35 @@ id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
 -- of rows, with no sort. One statement with optional filters ("the queue parameter is NULL or
 -- queue equals it") let neither SQLite nor a generic Postgres plan seek on them: 2.3 s for 20
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns {newest_first};
 
 -- name: list_invocations_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND id < :before {newest_first};
 
 -- name: list_invocations_queue
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue {newest_first};
 
 -- name: list_invocations_queue_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue AND id < :before {newest_first};
 
 -- name: list_invocations_state
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND state = :state
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND state = :state {newest_first};
 
 -- name: list_invocations_state_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND state = :state AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND state = :state AND id < :before {newest_first};
 
 -- name: list_invocations_queue_state
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = :state
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue AND state = :state {newest_first};
 
 -- name: list_invocations_queue_state_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before {newest_first};
 
 -- name: list_invocations_map
 -- The jobs of one map (migration 27), newest first, on index invocations_map.
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND map_id = :map_id
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND map_id = :map_id {newest_first};
 
 -- name: list_invocations_map_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND map_id = :map_id AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND map_id = :map_id AND id < :before {newest_first};
 
 -- name: maps_in_flight
 -- The maps with jobs of `state` in a queue (`lakeshore status` shows their progress), looked for
