@@ -10,23 +10,21 @@ fast (see `output.plain_table`). rich is imported by the verbs that draw with it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
 from dreamlake.lakeshore.plane.locality import DEFAULT_WAIT_S as DEFAULT_LOCALITY_WAIT_S
 from dreamlake.lakeshore.plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 
 from .controller import controller_figures
-from .output import emit_json, hidden_alias, plain_table, when
+from .output import emit_json, hidden_alias, json_option, plain_table, when
 from .params import count, seconds
 
 if TYPE_CHECKING:
@@ -34,19 +32,6 @@ if TYPE_CHECKING:
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
-
-
-@contextmanager
-def _plane(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
-    plane = open_plane(url, token, namespace)
-    try:
-        yield plane
-    finally:
-        plane.close()
-
-
-def _json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
 
 
 def _locality_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,18 +43,6 @@ def _locality_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         f"for a worker there before any worker takes it (0: never; default "
         f"{DEFAULT_LOCALITY_WAIT_S:g}).",
     )(fn)
-
-
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _emit_json(value: Any) -> None:
-    emit_json(_plain(value))
 
 
 def _json_object(text: str, option: str) -> Any:
@@ -122,16 +95,16 @@ def queues() -> None:
 
 @queues.command("ls")
 @click.option("--state", type=click.Choice(QUEUE_STATES), default=None, help="Only this state.")
-@_json_option
+@json_option
 @plane_options
 def ls(
     state: str | None, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """List the queues of the namespace's org (the default queue appears on first use)."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         rows = plane.queues(state=state)
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     plain_table(
         ("namespace", "name", "kind", "state", "elasticity", "description"),
@@ -163,7 +136,7 @@ hidden_alias(queues, "ls", "list")
     "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
 )
 @_locality_option
-@_json_option
+@json_option
 @plane_options
 def add(
     name: str,
@@ -188,12 +161,12 @@ def add(
     if elasticity["kind"] in ("elastic", "fully_elastic") and "max" not in elasticity:
         raise click.UsageError(f"--elasticity {elasticity['kind']} needs --max N")
     admission = _admission(max_depth, on_full, locality_wait_s)
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         info = plane.create_queue(
             name, kind=kind, description=description, elasticity=elasticity, admission=admission
         )
     if as_json:
-        _emit_json(info)
+        emit_json(info)
     else:
         click.echo(f"created queue {info.name} ({info.kind}) in {info.namespace}")
 
@@ -213,17 +186,17 @@ def _admission(
 
 @queues.command("show")
 @click.argument("name")
-@_json_option
+@json_option
 @plane_options
 def show(
     name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """The full queue row and the workers pulling from it now."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         info = plane.queue(name)
         members = _members(plane, name)
     if as_json:
-        _emit_json({**asdict(info), "members": [asdict(m) for m in members]})
+        emit_json({**asdict(info), "members": [asdict(m) for m in members]})
         return
     from rich.console import Console
     from rich.table import Table
@@ -253,7 +226,7 @@ def show(
 )
 @click.option("--kind", "kind", default=None, hidden=True)
 @click.option("--elasticity", "elasticity", default=None, hidden=True)
-@_json_option
+@json_option
 @plane_options
 def patch(
     name: str,
@@ -288,10 +261,10 @@ def patch(
             "nothing to patch: pass --max-depth, --on-full, --locality-wait-s, --resources or "
             "--description"
         )
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         info = plane.patch_queue(name, changes)
     if as_json:
-        _emit_json(info)
+        emit_json(info)
     else:
         from rich.console import Console
 
@@ -301,15 +274,15 @@ def patch(
 def _lifecycle(action: str, help_text: str) -> None:
     @queues.command(action, help=help_text)
     @click.argument("name")
-    @_json_option
+    @json_option
     @plane_options
     def command(
         name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
     ) -> None:
-        with _plane(url, token, namespace) as plane:
+        with plane_session(url, token, namespace) as plane:
             info = plane.set_queue_state(name, action)
         if as_json:
-            _emit_json(info)
+            emit_json(info)
         else:
             click.echo(f"queue {info.name}: {info.state}")
 
@@ -322,7 +295,7 @@ _lifecycle("drain", "Stop admitting submits to NAME; in-flight work finishes.")
 @queues.command("rm")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Scrub NAME out of every worker's queues first.")
-@_json_option
+@json_option
 @plane_options
 def rm(
     name: str,
@@ -333,11 +306,11 @@ def rm(
     namespace: str | None,
 ) -> None:
     """Hard-delete NAME; refused while workers are members unless --force."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         plane.delete_queue(name, force=force)
         ns = plane.namespace
     if as_json:
-        _emit_json({"queue": name, "namespace": ns, "deleted": True, "forced": force})
+        emit_json({"queue": name, "namespace": ns, "deleted": True, "forced": force})
     else:
         click.echo(f"deleted queue {name}")
 
@@ -346,7 +319,7 @@ def rm(
 @click.argument("name")
 @click.option("--verbose", "-v", is_flag=True, help="Include each event's detail.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@_json_option
+@json_option
 @plane_options
 def events(
     name: str,
@@ -358,12 +331,12 @@ def events(
     namespace: str | None,
 ) -> None:
     """What happened to NAME, newest first (created, patched, drained, scaled, ...)."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         rows = plane.events(name, limit=limit)
     if not verbose:
         rows = [{k: v for k, v in r.items() if k != "detail"} for r in rows]
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     from rich.console import Console
     from rich.table import Table
@@ -377,17 +350,17 @@ def events(
 
 @queues.command("stats")
 @click.argument("name")
-@_json_option
+@json_option
 @plane_options
 def stats(
     name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """daemon_count / utilization / pending for NAME."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         figures = plane.stats(name)
         figures.update(controller_figures(plane, name))  # desired vs actual (cli/controller.py)
     if as_json:
-        _emit_json(figures)
+        emit_json(figures)
         return
     from rich.console import Console
     from rich.table import Table

@@ -16,12 +16,11 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.plane.schedules import CATCHUP, OVERLAP, ScheduleInfo
 from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.scheduling import schedule
 
-from .jobs import plane_session
 from .output import age, emit_json, hidden_alias, json_option, plain_table
 from .params import Finite, seconds
 from .submit import _choose_payload
