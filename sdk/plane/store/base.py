@@ -9,6 +9,7 @@ from dreamlake.lakeshore.ids import (
     new_id as new_id,  # minted outside the store, so a topic needs no store
 )
 from dreamlake.lakeshore.plane.connector import Connector, Transaction
+from dreamlake.lakeshore.types import topic_channel as topic_channel  # the store's export
 
 #: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
 RETRY_BASE_S = 0.5
@@ -26,10 +27,6 @@ FRAME_PAGE = 1000
 
 ELASTICITY_KINDS = ("none", "fixed", "elastic", "fully_elastic")
 ON_FULL = ("reject", "block")
-
-
-def topic_channel(namespace: str, queue: str, name: str) -> str:
-    return f"topic:{namespace}/{queue}/{name}"
 
 
 class StoreBase:
