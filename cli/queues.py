@@ -34,6 +34,14 @@ KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
 
 
+def _depth_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--max-depth and --on-full: how deep the queue may get, and what a submit then meets."""
+    fn = click.option(
+        "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
+    )(fn)
+    return click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")(fn)
+
+
 def _locality_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--locality-wait-s",
@@ -131,10 +139,7 @@ hidden_alias(queues, "ls", "list")
 @click.option("--min", "min_workers", type=count(0), default=None, help="elasticity.min (workers).")
 @click.option("--max", "max_workers", type=count(0), default=None, help="elasticity.max (workers).")
 @click.option("--description", default="", help="Free text.")
-@click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")
-@click.option(
-    "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
-)
+@_depth_options
 @_locality_option
 @json_option
 @plane_options
@@ -211,10 +216,7 @@ def show(
 
 @queues.command("patch")
 @click.argument("name")
-@click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")
-@click.option(
-    "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
-)
+@_depth_options
 @click.option("--description", default=None, help="Free text.")
 @_locality_option
 @click.option(
