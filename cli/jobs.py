@@ -39,7 +39,7 @@ from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import STATES, TERMINAL_STATES, Frame, Invocation
 
-from .output import emit_json, hidden_alias, json_option, plain_table, when
+from .output import emit_json, hidden_alias, json_option, plain_table, report, when
 from .params import count
 
 if TYPE_CHECKING:
@@ -391,7 +391,8 @@ def retry(
     """Requeue a failed, killed or timed-out job as a new attempt (same id)."""
     with plane_session(url, token, namespace) as plane:
         inv = plane.retry(inv_id)
-    if as_json:
-        emit_json(invocation_json(inv))
-    else:
-        click.echo(f"{inv.id}: queued again on {inv.queue} (attempt {inv.attempt + 1})")
+    report(
+        as_json,
+        invocation_json(inv),
+        f"{inv.id}: queued again on {inv.queue} (attempt {inv.attempt + 1})",
+    )

@@ -35,7 +35,7 @@ from dreamlake.lakeshore.providers.base import (
 from dreamlake.lakeshore.shapes import launch_shape
 
 from .daemon import daemon
-from .output import emit_json, hidden_alias, json_option
+from .output import emit_json, hidden_alias, json_option, report
 from .params import seconds
 
 #: How often `--wait` re-reads the worker rows.
@@ -154,10 +154,7 @@ def add(
         _check_slurm(config)
     with plane_session(url, token, namespace) as plane:
         info = plane.add_provider(name, kind, config)
-    if as_json:
-        emit_json(info)
-    else:
-        click.echo(f"added provider {info.name} ({info.kind}) in {info.namespace}")
+    report(as_json, info, f"added provider {info.name} ({info.kind}) in {info.namespace}")
 
 
 def _check_slurm(config: dict[str, Any]) -> None:
@@ -242,10 +239,9 @@ def rm(name: str, as_json: bool, url: str | None, token: str | None, namespace: 
     with plane_session(url, token, namespace) as plane:
         plane.delete_provider(name)
         ns = plane.namespace
-    if as_json:
-        emit_json({"provider": name, "namespace": ns, "deleted": True})
-    else:
-        click.echo(f"removed provider {name}")
+    report(
+        as_json, {"provider": name, "namespace": ns, "deleted": True}, f"removed provider {name}"
+    )
 
 
 # -- lakeshore daemon launch / stop -----------------------------------------------------------

@@ -24,7 +24,7 @@ from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 
 from .controller import controller_figures
-from .output import emit_json, hidden_alias, json_option, plain_table, when
+from .output import emit_json, hidden_alias, json_option, plain_table, report, when
 from .params import count, seconds
 
 if TYPE_CHECKING:
@@ -170,10 +170,7 @@ def add(
         info = plane.create_queue(
             name, kind=kind, description=description, elasticity=elasticity, admission=admission
         )
-    if as_json:
-        emit_json(info)
-    else:
-        click.echo(f"created queue {info.name} ({info.kind}) in {info.namespace}")
+    report(as_json, info, f"created queue {info.name} ({info.kind}) in {info.namespace}")
 
 
 def _admission(
@@ -283,10 +280,7 @@ def _lifecycle(action: str, help_text: str) -> None:
     ) -> None:
         with plane_session(url, token, namespace) as plane:
             info = plane.set_queue_state(name, action)
-        if as_json:
-            emit_json(info)
-        else:
-            click.echo(f"queue {info.name}: {info.state}")
+        report(as_json, info, f"queue {info.name}: {info.state}")
 
 
 _lifecycle("archive", "Soft-delete NAME: keep the row, refuse submits and claims.")
@@ -311,10 +305,11 @@ def rm(
     with plane_session(url, token, namespace) as plane:
         plane.delete_queue(name, force=force)
         ns = plane.namespace
-    if as_json:
-        emit_json({"queue": name, "namespace": ns, "deleted": True, "forced": force})
-    else:
-        click.echo(f"deleted queue {name}")
+    report(
+        as_json,
+        {"queue": name, "namespace": ns, "deleted": True, "forced": force},
+        f"deleted queue {name}",
+    )
 
 
 @queues.command("events")
