@@ -51,6 +51,9 @@ without unpickling anything.
 Subclasses of wire-native types are sent as their base type (a namedtuple as a tuple, an
 IntEnum as an int, an OrderedDict as a dict). Anything else is refused with `InvalidArgument`;
 bytes that cannot be decoded raise `DecodeError`.
+
+This module is the format's core: the ext table, the dispatch both ways, and the types of the
+standard library. Blobs (arrays, tensors, images) are codec_blobs.py's, pickles codec_pickle.py's.
 """
 
 from __future__ import annotations
@@ -58,7 +61,6 @@ from __future__ import annotations
 import datetime as _dt
 import sys
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar, Token
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -76,6 +78,7 @@ from .codec_blobs import (
     image_blob,
     tensor_blob,
 )
+from .codec_pickle import PICKLE_PROTOCOL, chosen_protocol, pickle_protocol, pickled, unpickled
 from .envelope import Envelope, Thunk
 from .errors import DecodeError, InvalidArgument
 from .ref import EXT_OBJECT_REF as _EXT_OBJECT_REF
@@ -97,9 +100,6 @@ __all__ = [
 
 #: Advertised by `GET /v1/hello`; bumped when an ext payload changes shape.
 CODEC_VERSION: Final = 1
-#: What thunks are pickled with unless the caller says otherwise (`pickle_protocol`): a worker
-#: on any supported Python can unpickle it. The submit path negotiates with the queue's workers.
-PICKLE_PROTOCOL: Final = protocols.DEFAULT_PROTOCOL
 
 EXT_TUPLE: Final = _EXT_TUPLE  # 1, defined beside the blob header that may hold tuples
 EXT_SET: Final = 2
@@ -252,7 +252,7 @@ def _encode_int(obj: int) -> Any:
 def _encode_thunk(obj: Thunk[Any]) -> msgpack.ExtType:
     # No room for a header in ext 32 (it has always been bare pickle bytes): a worker that cannot
     # load one reads its protocol from the bytes. A submitted thunk rides as an envelope.
-    return _ExtType(EXT_THUNK, _pickle(obj, "thunk", _chosen_protocol()))
+    return _ExtType(EXT_THUNK, pickled(obj, "thunk", chosen_protocol()))
 
 
 def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
@@ -262,69 +262,10 @@ def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
         if value is not None:
             wire[key] = value
     if obj.kind in ("thunk", "udf"):
-        protocol = _chosen_protocol()
-        wire["pickle"] = _pickle((obj.fn, obj.args, obj.kwargs), f"{obj.kind} envelope", protocol)
+        protocol = chosen_protocol()
+        wire["pickle"] = pickled((obj.fn, obj.args, obj.kwargs), f"{obj.kind} envelope", protocol)
         wire["pickled_by"] = protocols.pickled_by(protocol)
     return _ExtType(EXT_ENVELOPE, _packb(wire))
-
-
-def _pickle(obj: Any, what: str, protocol: int) -> bytes:
-    import cloudpickle
-
-    try:
-        data: bytes = cloudpickle.dumps(obj, protocol=protocol)
-    except Exception as e:
-        raise InvalidArgument(f"cannot pickle {what}: {type(e).__name__}: {e}") from e
-    return data
-
-
-#: The protocol thunks are pickled with in this context, or a function that picks it (asked only
-#: when something is pickled, so a plain-data submit never pays for the choice).
-_PROTOCOL: ContextVar[int | Callable[[], int]] = ContextVar(
-    "lakeshore_pickle_protocol", default=PICKLE_PROTOCOL
-)
-
-
-class pickle_protocol:  # lower case: it reads as a function, `with codec.pickle_protocol(4):`
-    """Pickle the thunks encoded inside this block with protocol `choose`, or with what
-    `choose()` returns at the first pickle (the submit path passes its queue's negotiation).
-
-    The codec never asks the plane itself: whoever knows the target queue decides. A class
-    rather than a generator: it sits on every submit, and costs a fifth as much.
-    """
-
-    __slots__ = ("_choose", "_token")
-    _token: Token[int | Callable[[], int]]
-
-    def __init__(self, choose: int | Callable[[], int]) -> None:
-        if not callable(choose):
-            _check_protocol(choose)
-        self._choose = choose
-
-    def __enter__(self) -> None:
-        self._token = _PROTOCOL.set(self._choose)
-
-    def __exit__(self, *exc: object) -> None:
-        _PROTOCOL.reset(self._token)
-
-
-def _chosen_protocol() -> int:
-    choose = _PROTOCOL.get()
-    return _check_protocol(choose() if callable(choose) else choose)
-
-
-def _check_protocol(protocol: object) -> int:
-    highest = protocols.highest_protocol()
-    if (
-        isinstance(protocol, bool)
-        or not isinstance(protocol, int)
-        or not protocols.MIN_PROTOCOL <= protocol <= highest
-    ):
-        raise InvalidArgument(
-            f"pickle protocol must be an int from {protocols.MIN_PROTOCOL} to {highest} "
-            f"(this Python's highest), got {protocol!r}"
-        )
-    return protocol
 
 
 def _encode_numpy(obj: Any, np: ModuleType) -> msgpack.ExtType:
@@ -498,27 +439,8 @@ def _decode_bigint(data: bytes, allow_pickle: bool) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
-def _unpickle(
-    data: bytes, allow_pickle: bool, what: str, producer: Mapping[str, Any] | None = None
-) -> Any:
-    """`pickle.loads`, failing as `protocols.ThunkLoadError` naming the producer's Python,
-    protocol and cloudpickle (`producer`: the envelope's ``pickled_by``) and this worker's."""
-    if not allow_pickle:
-        raise DecodeError(
-            f"refusing to unpickle a {what}: this reader decodes plain values only (a pickle "
-            "runs its writer's code; pass allow_pickle=True for a writer you trust)"
-        )
-    protocols.check_loadable(what, producer, data)
-    import pickle
-
-    try:
-        return pickle.loads(data)
-    except Exception as e:
-        raise protocols.load_failure(what, producer, data, e) from e
-
-
 def _decode_thunk(data: bytes, allow_pickle: bool) -> Thunk[Any]:
-    value = _unpickle(data, allow_pickle, "thunk")
+    value = unpickled(data, allow_pickle, "thunk")
     if not isinstance(value, Thunk):
         raise DecodeError(f"thunk payload unpickled to a {type(value).__name__}, not a Thunk")
     return value
@@ -538,7 +460,7 @@ def _decode_envelope(data: bytes, allow_pickle: bool) -> Envelope:
         if not isinstance(pickled, bytes):
             raise DecodeError(f"{kind} envelope has no 'pickle' bytes")
         producer = wire.get("pickled_by")
-        call = _unpickle(
+        call = unpickled(
             pickled,
             allow_pickle,
             f"{kind} envelope",
