@@ -11,12 +11,13 @@ wake-up and re-checks; it never spins.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self, TypeVar
 
 from dreamlake.lakeshore import signing
-from dreamlake.lakeshore.errors import DispatchError, NotFound, QueueFullError
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, NotFound, QueueFullError
 from dreamlake.lakeshore.extras import needs_extra
 from dreamlake.lakeshore.home import home
 from dreamlake.lakeshore.types import (
@@ -44,6 +45,11 @@ from .wakeup import reading, work_key
 T = TypeVar("T")
 
 
+#: A target that names a scheme (`http://...`), and the schemes that name a store.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_STORE_SCHEMES = ("postgresql://", "postgres://", "sqlite:///")
+
+
 def open_store(
     target: str | os.PathLike[str], *, durable: bool = True, create: bool = True
 ) -> SqlStore:
@@ -52,6 +58,14 @@ def open_store(
     `create=False` refuses a plane that does not exist yet (NotFound) instead of making it.
     """
     text = os.fspath(target)
+    if _SCHEME.match(text) and not text.startswith(_STORE_SCHEMES):
+        # Else a URL becomes a SQLite file under a folder named "http:", and a plane that
+        # looks connected serves nobody.
+        raise InvalidArgument(
+            f"{text!r} is not a store: a store is ':memory:', a SQLite path, sqlite:///PATH or a "
+            "postgresql:// URL; a server's http(s):// address is opened with HttpPlane(url) "
+            "(or Dispatch(url))"
+        )
     if text.startswith(("postgresql://", "postgres://")):
         with needs_extra("a postgresql:// store"):
             from .postgres import PostgresConnector
@@ -501,8 +515,9 @@ class Dispatch(LocalPlane):
     """The seeds' name for a plane, kept as it always worked: `LocalPlane`, except that
     `Dispatch()` opens what the process default (`SyncQueue("q")` with no `dispatch`) opens:
     when LAKESHORE_URL is set, an `HttpPlane` to that control plane (with LAKESHORE_TOKEN), in
-    LAKESHORE_NAMESPACE unless `namespace` is given. So `isinstance(Dispatch(), Dispatch)` can be
-    False; `LocalPlane` and `HttpPlane` say what a plane is.
+    LAKESHORE_NAMESPACE unless `namespace` is given; and `Dispatch("http://host:8765")` is an
+    `HttpPlane` to that server. So `isinstance(Dispatch(), Dispatch)` can be False; `LocalPlane`
+    and `HttpPlane` say what a plane is.
     """
 
     def __new__(
@@ -513,6 +528,8 @@ class Dispatch(LocalPlane):
         durable: bool = True,
     ) -> Dispatch:
         url = env_url() if target is None else None
+        if isinstance(target, str) and target.startswith(("http://", "https://")):
+            url = target  # a server's address: the plane that talks to it, as Dispatch() would
         if url:
             # An HttpPlane, so Python skips __init__; typed as a Dispatch because both serve the
             # same Plane protocol, which is what a caller of Dispatch() relies on.

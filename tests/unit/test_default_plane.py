@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument
 from dreamlake.lakeshore.plane import default_plane, reset_default_plane
 
 
@@ -195,3 +195,27 @@ def test_the_old_names_are_the_same_planes() -> None:
     assert issubclass(dls.Dispatch, dls.LocalPlane)
     with dls.Dispatch(":memory:") as old:
         assert isinstance(old, dls.Dispatch) and isinstance(old, dls.LocalPlane)
+
+
+def test_a_server_address_given_to_dispatch_is_an_http_plane_and_creates_no_file(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A URL once became a SQLite file under a folder named `http:` in the working directory:
+    a plane that looked connected and served nobody."""
+    monkeypatch.chdir(tmp_path)
+    with dls.Dispatch("http://127.0.0.1:9", namespace="ml") as plane:
+        assert isinstance(plane, dls.HttpPlane)
+        assert repr(plane) == "HttpPlane('http://127.0.0.1:9', namespace='ml')"
+    assert not (tmp_path / "http:").exists()
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:9", "https://plane.example", "redis://x"])
+def test_a_local_plane_refuses_an_address_that_is_not_a_store(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgument) as refused:
+        dls.LocalPlane(target)
+    assert f"{target!r} is not a store" in str(refused.value)
+    assert "postgresql://" in str(refused.value) and "HttpPlane(url)" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []  # nothing made

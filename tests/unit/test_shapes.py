@@ -9,6 +9,7 @@ import pytest
 
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.plane.providers import check_provider
+from dreamlake.lakeshore.plane.store import schedulable
 from dreamlake.lakeshore.plane.store.schedulable import judge
 from dreamlake.lakeshore.resources import gpu_type_pattern
 from dreamlake.lakeshore.shapes import Shape, check_shape, launch_shape
@@ -156,3 +157,19 @@ def test_the_reason_rules() -> None:
     assert judge(_row(gpus=16), [], "train", ("plain", None))[0] == "waiting_for_capacity"
     assert judge(_row(gpus=16), [], "train", None)[0] == "waiting_for_capacity"
     assert judge(_row(gpus=16), [_box(8)], "train", None)[0] == "unschedulable"
+
+
+def test_the_pending_sweep_cadence_is_a_setting_and_a_bad_one_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for text, expected in [("", schedulable.EVERY_S), ("0.5", 0.5), ("30", 30.0)]:
+        monkeypatch.setenv(schedulable.EVERY_ENV, text)
+        schedulable.every_s.cache_clear()
+        assert schedulable.every_s() == expected
+    for bad in ["0", "-1", "soon", "inf", "nan"]:
+        monkeypatch.setenv(schedulable.EVERY_ENV, bad)
+        schedulable.every_s.cache_clear()
+        with pytest.raises(InvalidArgument, match=f"LAKESHORE_PENDING_SWEEP_S is a number .*{bad}"):
+            schedulable.every_s()
+    monkeypatch.undo()
+    schedulable.every_s.cache_clear()

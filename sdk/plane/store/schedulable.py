@@ -15,12 +15,16 @@ A reason clears when a capable daemon arrives. A queue's admission
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.plane.connector import Row, Transaction
 from dreamlake.lakeshore.resources import describe, gpu_types, type_matches
 from dreamlake.lakeshore.shapes import Shape, fits_words, launch_shape
@@ -29,6 +33,9 @@ from .base import WORKER_STALE_S
 
 #: The sweep runs at most this often per process: "within 10 s" with room to spare.
 EVERY_S = 5.0
+#: Overrides EVERY_S, in seconds (read on first use): a quicker sweep costs the store a few
+#: reads of the queued requests more often (the test suite sets 0.25 s).
+EVERY_ENV = "LAKESHORE_PENDING_SWEEP_S"
 #: Columns a request is stored in (migration 24), as set_pending binds them.
 SHAPE = ("gpus", "gpu_type", "gpu_memory_gb", "cpus", "memory_gb")
 
@@ -242,4 +249,19 @@ def _fail_after(tx: Transaction, ns: str, queue: str) -> float | None:
 
 
 def due(last: float, now: float | None = None) -> bool:
-    return (now if now is not None else time.time()) - last >= EVERY_S
+    return (now if now is not None else time.time()) - last >= every_s()
+
+
+@functools.cache
+def every_s() -> float:
+    """How often the sweep runs: EVERY_S, or `$LAKESHORE_PENDING_SWEEP_S`."""
+    text = os.environ.get(EVERY_ENV)
+    if not text:
+        return EVERY_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise InvalidArgument(f"{EVERY_ENV} is a number of seconds above 0, not {text!r}")
+    return value
