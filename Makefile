@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # One stamp per purpose, so `make demo` installs only what the demo runs (the daemon extra),
 # `make test` the test stack, and only `make bench` the peers it measures.
@@ -38,10 +39,10 @@ demo: $(DEMO)
 	$(BIN)/python examples/demo.py
 
 test: $(TEST)
-	@# One worker per core: the real-process tiers spend much of their time waiting, so two
-	@# cores run the whole suite in about 4 minutes instead of 7.5 (tests share no state:
-	@# a namespace, a schema or a temporary home each).
-	$(BIN)/python -m pytest tests -q -n auto
+	@# Two workers per core: the real-process tiers spend much of their time waiting on the
+	@# servers and daemons they start, so one worker per core leaves about half the CPU idle
+	@# (tests share no state: a namespace, a schema or a temporary home each).
+	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS)
 
 check: $(TEST)
 	$(BIN)/ruff check .
