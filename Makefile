@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # One stamp per purpose, so `make demo` installs only what the demo runs (the daemon extra),
 # `make test` the test stack, and only `make bench` the peers it measures.
@@ -11,17 +12,23 @@ BENCH  := $(VENV)/.bench-$(SUM)
 
 .PHONY: demo test check bench clean
 
+# uv installs the dependencies in a few seconds where pip takes half a minute; where uv cannot
+# be had, or cannot reach an index (it reads no pip.conf), pip does the same install.
+INSTALL = install() { $(BIN)/uv pip install -q --python $(BIN)/python "$$@" 2>/dev/null \
+	|| $(BIN)/pip install -q "$$@"; }; install
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q uv || echo "uv not installable here: pip installs the dependencies"
 
 $(DEMO): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e '.[daemon]'
+	$(INSTALL) -e '.[daemon]'
 	rm -f $(VENV)/.demo-*
 	touch $@
 
 $(TEST): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e '.[dev]'
+	$(INSTALL) -e '.[dev]'
 	@# torch is optional for the codec; its CPU wheel ships on this kind of machine.
 	$(BIN)/pip install -q torch==2.13.0 2>/dev/null || echo "torch not installable here: torch codec tests will skip"
 	@# The dashboard's browser test drives the system chromium through playwright (dev extra).
@@ -30,7 +37,7 @@ $(TEST): $(BIN)/python pyproject.toml
 	touch $@
 
 $(BENCH): $(TEST)
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(INSTALL) -e '.[dev,bench]'
 	rm -f $(VENV)/.bench-*
 	touch $@
 
@@ -38,10 +45,10 @@ demo: $(DEMO)
 	$(BIN)/python examples/demo.py
 
 test: $(TEST)
-	@# One worker per core: the real-process tiers spend much of their time waiting, so two
-	@# cores run the whole suite in about 4 minutes instead of 7.5 (tests share no state:
-	@# a namespace, a schema or a temporary home each).
-	$(BIN)/python -m pytest tests -q -n auto
+	@# Two workers per core: the real-process tiers spend much of their time waiting on the
+	@# servers and daemons they start, so one worker per core leaves about half the CPU idle
+	@# (tests share no state: a namespace, a schema or a temporary home each).
+	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS)
 
 check: $(TEST)
 	$(BIN)/ruff check .

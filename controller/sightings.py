@@ -3,7 +3,7 @@
 A Slurm job cancelled by an operator, preempted or past its time limit, a VM stopped in the
 console, a local daemon killed: the provider stops listing the instance, and its daemon's
 worker row may still read `alive` until its heartbeat goes stale. The controller compares each
-tick's listing with the last one and marks such a row gone at once (controller/loop.py). An
+tick's listing with the last one and marks such a row gone at once (controller/act.py). An
 instance whose provider could not be listed this tick, or whose provider config is gone, has
 not vanished: nobody can tell.
 """

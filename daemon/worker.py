@@ -29,6 +29,7 @@ from dreamlake.lakeshore.work.core import (
 )
 from dreamlake.lakeshore.work.slot import JobSink, Slot, SlotFactory
 
+from .child import ChildFailed, spawn_context
 from .gpuwatch import GpuWatch, open_reader
 from .inventory import (
     Gpu,
@@ -42,7 +43,7 @@ from .inventory import (
 from .log import get_logger
 from .oom import OomCounters
 from .placement import Placer, declared_gpus
-from .slots import ChildFailed, ProcessSlot, spawn_context
+from .slots import ProcessSlot
 from .systemd import Notifier
 
 if TYPE_CHECKING:  # prometheus_client is imported only when --metrics-port asks for it

@@ -51,23 +51,34 @@ without unpickling anything.
 Subclasses of wire-native types are sent as their base type (a namedtuple as a tuple, an
 IntEnum as an int, an OrderedDict as a dict). Anything else is refused with `InvalidArgument`;
 bytes that cannot be decoded raise `DecodeError`.
+
+This module is the format's core: the ext table, the dispatch both ways, and the types of the
+standard library. Blobs (arrays, tensors, images) are codec_blobs.py's, pickles codec_pickle.py's.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
-import math
-import struct
 import sys
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar, Token
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 import msgpack  # ships no type information
 
 from . import protocols
+from .codec_blobs import EXT_TUPLE as _EXT_TUPLE
+from .codec_blobs import (
+    array_blob,
+    decode_image,
+    decode_ndarray,
+    decode_numpy_scalar,
+    decode_tensor,
+    describe,
+    image_blob,
+    tensor_blob,
+)
+from .codec_pickle import PICKLE_PROTOCOL, chosen_protocol, pickle_protocol, pickled, unpickled
 from .envelope import Envelope, Thunk
 from .errors import DecodeError, InvalidArgument
 from .ref import EXT_OBJECT_REF as _EXT_OBJECT_REF
@@ -89,11 +100,8 @@ __all__ = [
 
 #: Advertised by `GET /v1/hello`; bumped when an ext payload changes shape.
 CODEC_VERSION: Final = 1
-#: What thunks are pickled with unless the caller says otherwise (`pickle_protocol`): a worker
-#: on any supported Python can unpickle it. The submit path negotiates with the queue's workers.
-PICKLE_PROTOCOL: Final = protocols.DEFAULT_PROTOCOL
 
-EXT_TUPLE: Final = 1
+EXT_TUPLE: Final = _EXT_TUPLE  # 1, defined beside the blob header that may hold tuples
 EXT_SET: Final = 2
 EXT_FROZENSET: Final = 3
 EXT_DATETIME: Final = 4
@@ -137,8 +145,6 @@ _ALLOWED: Final = (
     "use a wire-native value (None, bool, int, float, str, bytes, list, dict, tuple, "
     "ndarray, tensor, image, datetime, UUID) or dls.thunk(...)"
 )
-_HEADER_LEN = struct.Struct("<I")
-_ALIGN: Final = 16
 _BUF_SIZE: Final = 512
 _ExtType = msgpack.ExtType
 
@@ -187,10 +193,10 @@ def _encode_other(obj: Any) -> Any:
         return _encode_numpy(obj, np)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
-        return _encode_tensor(obj, torch)
+        return _ExtType(EXT_TENSOR, tensor_blob(obj, torch))
     pil_image = sys.modules.get("PIL.Image")
     if pil_image is not None and isinstance(obj, pil_image.Image):
-        return _encode_image(obj)
+        return _ExtType(EXT_IMAGE, image_blob(obj))
     uuid_module = sys.modules.get("uuid")  # likewise: a UUID exists only once uuid is imported
     if uuid_module is not None and isinstance(obj, uuid_module.UUID):
         return _encode_uuid(obj)
@@ -246,7 +252,7 @@ def _encode_int(obj: int) -> Any:
 def _encode_thunk(obj: Thunk[Any]) -> msgpack.ExtType:
     # No room for a header in ext 32 (it has always been bare pickle bytes): a worker that cannot
     # load one reads its protocol from the bytes. A submitted thunk rides as an envelope.
-    return _ExtType(EXT_THUNK, _pickle(obj, "thunk", _chosen_protocol()))
+    return _ExtType(EXT_THUNK, pickled(obj, "thunk", chosen_protocol()))
 
 
 def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
@@ -256,136 +262,21 @@ def _encode_envelope(obj: Envelope) -> msgpack.ExtType:
         if value is not None:
             wire[key] = value
     if obj.kind in ("thunk", "udf"):
-        protocol = _chosen_protocol()
-        wire["pickle"] = _pickle((obj.fn, obj.args, obj.kwargs), f"{obj.kind} envelope", protocol)
+        protocol = chosen_protocol()
+        wire["pickle"] = pickled((obj.fn, obj.args, obj.kwargs), f"{obj.kind} envelope", protocol)
         wire["pickled_by"] = protocols.pickled_by(protocol)
     return _ExtType(EXT_ENVELOPE, _packb(wire))
 
 
-def _pickle(obj: Any, what: str, protocol: int) -> bytes:
-    import cloudpickle
-
-    try:
-        data: bytes = cloudpickle.dumps(obj, protocol=protocol)
-    except Exception as e:
-        raise InvalidArgument(f"cannot pickle {what}: {type(e).__name__}: {e}") from e
-    return data
-
-
-#: The protocol thunks are pickled with in this context, or a function that picks it (asked only
-#: when something is pickled, so a plain-data submit never pays for the choice).
-_PROTOCOL: ContextVar[int | Callable[[], int]] = ContextVar(
-    "lakeshore_pickle_protocol", default=PICKLE_PROTOCOL
-)
-
-
-class pickle_protocol:  # lower case: it reads as a function, `with codec.pickle_protocol(4):`
-    """Pickle the thunks encoded inside this block with protocol `choose`, or with what
-    `choose()` returns at the first pickle (the submit path passes its queue's negotiation).
-
-    The codec never asks the plane itself: whoever knows the target queue decides. A class
-    rather than a generator: it sits on every submit, and costs a fifth as much.
-    """
-
-    __slots__ = ("_choose", "_token")
-    _token: Token[int | Callable[[], int]]
-
-    def __init__(self, choose: int | Callable[[], int]) -> None:
-        if not callable(choose):
-            _check_protocol(choose)
-        self._choose = choose
-
-    def __enter__(self) -> None:
-        self._token = _PROTOCOL.set(self._choose)
-
-    def __exit__(self, *exc: object) -> None:
-        _PROTOCOL.reset(self._token)
-
-
-def _chosen_protocol() -> int:
-    choose = _PROTOCOL.get()
-    return _check_protocol(choose() if callable(choose) else choose)
-
-
-def _check_protocol(protocol: object) -> int:
-    highest = protocols.highest_protocol()
-    if (
-        isinstance(protocol, bool)
-        or not isinstance(protocol, int)
-        or not protocols.MIN_PROTOCOL <= protocol <= highest
-    ):
-        raise InvalidArgument(
-            f"pickle protocol must be an int from {protocols.MIN_PROTOCOL} to {highest} "
-            f"(this Python's highest), got {protocol!r}"
-        )
-    return protocol
-
-
 def _encode_numpy(obj: Any, np: ModuleType) -> msgpack.ExtType:
     if isinstance(obj, np.generic):
-        return _ExtType(EXT_NUMPY_SCALAR, _array_blob(np.asarray(obj), np))
+        return _ExtType(EXT_NUMPY_SCALAR, array_blob(np.asarray(obj), np))
     if type(obj).__module__.startswith("numpy.ma"):
         raise InvalidArgument(
             "cannot encode a numpy masked array: the mask would be lost; send "
             "(arr.data, arr.mask) or arr.filled(...)"
         )
-    return _ExtType(EXT_NDARRAY, _array_blob(np.asarray(obj), np))
-
-
-def _array_blob(arr: Any, np: ModuleType) -> bytes:
-    dtype = arr.dtype
-    if dtype.hasobject:
-        raise InvalidArgument(
-            f"cannot encode a numpy array of dtype {dtype} (object): it holds Python objects, "
-            "not data; convert it to a fixed dtype, or wrap the work in dls.thunk(...)"
-        )
-    if dtype.itemsize == 0:
-        raise InvalidArgument(f"cannot encode a numpy array of zero-size dtype {dtype}")
-    fortran = arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous
-    # A Fortran array's transpose is C-contiguous, so both orders go out without a copy.
-    flat = (arr.T if fortran else np.ascontiguousarray(arr)).reshape(-1)
-    if dtype.names is not None:
-        from numpy.lib import format as npy_format
-
-        descr: Any = npy_format.dtype_to_descr(dtype)
-    else:
-        descr = dtype.str
-    return _blob([descr, list(arr.shape), bool(fortran)], flat.view(np.uint8))
-
-
-def _encode_tensor(t: Any, torch: ModuleType) -> msgpack.ExtType:
-    if t.layout != torch.strided:
-        raise InvalidArgument(f"cannot encode a {t.layout} tensor: call .to_dense() first")
-    if t.is_quantized:
-        raise InvalidArgument("cannot encode a quantized tensor: call .dequantize() first")
-    if t.device.type == "meta":
-        raise InvalidArgument("cannot encode a tensor on the meta device: it holds no data")
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.resolve_conj().resolve_neg().contiguous()
-    name = str(t.dtype).removeprefix("torch.")
-    nbytes = t.numel() * t.element_size()
-    # Read the bytes straight from the tensor's memory: torch.Tensor.numpy() would need numpy
-    # and refuses bfloat16.
-    import ctypes
-
-    raw: Any = (ctypes.c_char * nbytes).from_address(t.data_ptr()) if nbytes else b""
-    return _ExtType(EXT_TENSOR, _blob([name, list(t.shape)], raw))
-
-
-def _encode_image(img: Any) -> msgpack.ExtType:
-    palette = None
-    if img.mode in ("P", "PA") and img.palette is not None:
-        palette_mode = img.palette.mode
-        palette = [palette_mode, bytes(img.getpalette(palette_mode) or [])]
-    return _ExtType(EXT_IMAGE, _blob([img.mode, [img.width, img.height], palette], img.tobytes()))
-
-
-def _blob(header: list[Any], raw: Any) -> bytes:
-    head = _packb(header)
-    pad = -(_HEADER_LEN.size + len(head)) % _ALIGN
-    return b"".join((_HEADER_LEN.pack(len(head)), head, bytes(pad), raw))
+    return _ExtType(EXT_NDARRAY, array_blob(np.asarray(obj), np))
 
 
 _ENCODERS: Final[dict[type, Callable[[Any], Any]]] = {
@@ -436,14 +327,9 @@ def decode(data: bytes | bytearray | memoryview, *, allow_pickle: bool = True) -
     except DecodeError:
         raise
     except (msgpack.UnpackException, ValueError) as e:
-        raise DecodeError(f"not a msgpack frame: {_describe(e)}") from e
+        raise DecodeError(f"not a msgpack frame: {describe(e)}") from e
     except Exception as e:
-        raise DecodeError(f"could not decode payload: {_describe(e)}") from e
-
-
-def _describe(e: BaseException) -> str:
-    # msgpack's FormatError carries no message; the class name alone still says what went wrong.
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise DecodeError(f"could not decode payload: {describe(e)}") from e
 
 
 def _unpackb(data: Any, allow_pickle: bool) -> Any:
@@ -477,7 +363,7 @@ def _decode_ext(code: int, data: bytes, allow_pickle: bool) -> Any:
         raise
     except Exception as e:
         raise DecodeError(
-            f"could not decode {_EXT_NAMES[code]} (ext type {code}): {_describe(e)}"
+            f"could not decode {_EXT_NAMES[code]} (ext type {code}): {describe(e)}"
         ) from e
 
 
@@ -553,27 +439,8 @@ def _decode_bigint(data: bytes, allow_pickle: bool) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
-def _unpickle(
-    data: bytes, allow_pickle: bool, what: str, producer: Mapping[str, Any] | None = None
-) -> Any:
-    """`pickle.loads`, failing as `protocols.ThunkLoadError` naming the producer's Python,
-    protocol and cloudpickle (`producer`: the envelope's ``pickled_by``) and this worker's."""
-    if not allow_pickle:
-        raise DecodeError(
-            f"refusing to unpickle a {what}: this reader decodes plain values only (a pickle "
-            "runs its writer's code; pass allow_pickle=True for a writer you trust)"
-        )
-    protocols.check_loadable(what, producer, data)
-    import pickle
-
-    try:
-        return pickle.loads(data)
-    except Exception as e:
-        raise protocols.load_failure(what, producer, data, e) from e
-
-
 def _decode_thunk(data: bytes, allow_pickle: bool) -> Thunk[Any]:
-    value = _unpickle(data, allow_pickle, "thunk")
+    value = unpickled(data, allow_pickle, "thunk")
     if not isinstance(value, Thunk):
         raise DecodeError(f"thunk payload unpickled to a {type(value).__name__}, not a Thunk")
     return value
@@ -593,7 +460,7 @@ def _decode_envelope(data: bytes, allow_pickle: bool) -> Envelope:
         if not isinstance(pickled, bytes):
             raise DecodeError(f"{kind} envelope has no 'pickle' bytes")
         producer = wire.get("pickled_by")
-        call = _unpickle(
+        call = unpickled(
             pickled,
             allow_pickle,
             f"{kind} envelope",
@@ -608,146 +475,6 @@ def _decode_envelope(data: bytes, allow_pickle: bool) -> Envelope:
         raise DecodeError(f"invalid envelope: {e}") from e
 
 
-def _require(module: str, what: str) -> ModuleType:
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise DecodeError(f"payload holds {what} but {module} cannot be imported here: {e}") from e
-
-
-def _split_blob(data: bytes, what: str) -> tuple[Any, int]:
-    """The blob's header and the offset where its raw bytes start."""
-    if len(data) < _HEADER_LEN.size:
-        raise DecodeError(f"{what} header: payload of {len(data)} bytes is too short")
-    (head_len,) = _HEADER_LEN.unpack_from(data)
-    head_end = _HEADER_LEN.size + head_len
-    start = head_end + (-head_end % _ALIGN)
-    if start > len(data):
-        raise DecodeError(
-            f"{what} header: says {head_len} header bytes but the payload holds {len(data)}"
-        )
-    try:
-        # Only tuples inside a header: no pickles, whatever the caller allowed.
-        header = msgpack.unpackb(
-            data[_HEADER_LEN.size : head_end], ext_hook=_header_hook, raw=False
-        )
-    except DecodeError:
-        raise
-    except Exception as e:
-        raise DecodeError(f"{what} header is not msgpack: {_describe(e)}") from e
-    return header, start
-
-
-def _header_hook(code: int, data: bytes) -> Any:
-    if code != EXT_TUPLE:
-        raise DecodeError(f"ext type {code} is not allowed inside a blob header")
-    return tuple(msgpack.unpackb(data, ext_hook=_header_hook, raw=False))
-
-
-def _check_shape(shape: Any, what: str) -> list[int]:
-    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-        raise DecodeError(
-            f"{what} header: shape must be a list of non-negative ints, got {shape!r}"
-        )
-    return shape
-
-
-def _check_size(what: str, shape: list[int], itemsize: int, data: bytes, start: int) -> int:
-    count = math.prod(shape)
-    if count * itemsize != len(data) - start:
-        raise DecodeError(
-            f"{what} header: shape {shape} of {itemsize}-byte items needs {count * itemsize} "
-            f"bytes, the payload holds {len(data) - start}"
-        )
-    return count
-
-
-def _numpy_dtype(np: ModuleType, descr: Any) -> Any:
-    try:
-        if isinstance(descr, str):
-            dtype = np.dtype(descr)
-        elif isinstance(descr, list):
-            from numpy.lib import format as npy_format
-
-            dtype = npy_format.descr_to_dtype(descr)
-        else:
-            raise TypeError(f"a {type(descr).__name__}")
-    except Exception as e:
-        raise DecodeError(f"ndarray header: bad dtype {descr!r}: {e}") from e
-    if dtype.hasobject or dtype.itemsize == 0:
-        raise DecodeError(f"ndarray header: dtype {dtype} is not allowed (object or zero-size)")
-    return dtype
-
-
-def _decode_array(data: bytes, what: str) -> Any:
-    np = _require("numpy", f"a numpy {what}")
-    header, start = _split_blob(data, what)
-    if not isinstance(header, list) or len(header) != 3 or type(header[2]) is not bool:
-        raise DecodeError(f"{what} header must be [dtype, shape, fortran], got {header!r}")
-    dtype = _numpy_dtype(np, header[0])
-    shape = _check_shape(header[1], what)
-    count = _check_size(what, shape, dtype.itemsize, data, start)
-    # Zero-copy: the array is a read-only view over the ext payload msgpack handed us.
-    flat = np.frombuffer(data, dtype=dtype, count=count, offset=start)
-    return flat.reshape(shape, order="F" if header[2] else "C")
-
-
-def _decode_ndarray(data: bytes, allow_pickle: bool) -> Any:
-    return _decode_array(data, "ndarray")
-
-
-def _decode_numpy_scalar(data: bytes, allow_pickle: bool) -> Any:
-    arr = _decode_array(data, "numpy scalar")
-    if arr.ndim != 0:
-        raise DecodeError(f"numpy scalar header: shape must be [], got {list(arr.shape)}")
-    return arr[()]
-
-
-def _decode_tensor(data: bytes, allow_pickle: bool) -> Any:
-    torch = _require("torch", "a torch tensor")
-    header, start = _split_blob(data, "tensor")
-    if not isinstance(header, list) or len(header) != 2 or not isinstance(header[0], str):
-        raise DecodeError(f"tensor header must be [dtype name, shape], got {header!r}")
-    name = header[0]
-    dtype = getattr(torch, name, None) if name.isidentifier() else None
-    if not isinstance(dtype, torch.dtype):
-        raise DecodeError(f"tensor header: unknown torch dtype {name!r}")
-    shape = _check_shape(header[1], "tensor")
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    count = _check_size("tensor", shape, itemsize, data, start)
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    # torch warns on a read-only buffer, and a decoded tensor is expected to be writable anyway.
-    buffer = bytearray(memoryview(data)[start:])
-    return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
-
-
-def _decode_image(data: bytes, allow_pickle: bool) -> Any:
-    pil_image = _require("PIL.Image", "a PIL image")
-    header, start = _split_blob(data, "image")
-    if (
-        not isinstance(header, list)
-        or len(header) != 3
-        or not isinstance(header[0], str)
-        or not isinstance(header[1], list)
-        or len(header[1]) != 2
-        or not all(type(n) is int and n >= 0 for n in header[1])
-    ):
-        raise DecodeError(f"image header must be [mode, [width, height], palette], got {header!r}")
-    mode, size, palette = header
-    img = pil_image.frombytes(mode, tuple(size), bytes(memoryview(data)[start:]))
-    if palette is not None:
-        if not (
-            isinstance(palette, list)
-            and len(palette) == 2
-            and isinstance(palette[0], str)
-            and isinstance(palette[1], bytes)
-        ):
-            raise DecodeError(f"image header: palette must be [mode, bytes], got {palette!r}")
-        img.putpalette(palette[1], palette[0])
-    return img
-
-
 _DECODERS: Final[dict[int, Callable[[bytes, bool], Any]]] = {
     EXT_TUPLE: _decode_tuple,
     EXT_SET: _decode_set,
@@ -757,10 +484,10 @@ _DECODERS: Final[dict[int, Callable[[bytes, bool], Any]]] = {
     EXT_TIMEDELTA: _decode_timedelta,
     EXT_UUID: _decode_uuid,
     EXT_BIGINT: _decode_bigint,
-    EXT_NDARRAY: _decode_ndarray,
-    EXT_NUMPY_SCALAR: _decode_numpy_scalar,
-    EXT_TENSOR: _decode_tensor,
-    EXT_IMAGE: _decode_image,
+    EXT_NDARRAY: decode_ndarray,
+    EXT_NUMPY_SCALAR: decode_numpy_scalar,
+    EXT_TENSOR: decode_tensor,
+    EXT_IMAGE: decode_image,
     EXT_THUNK: _decode_thunk,
     EXT_ENVELOPE: _decode_envelope,
     EXT_STORAGE_REF: lambda data, allow_pickle: StorageRef.from_wire(data),

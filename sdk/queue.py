@@ -31,6 +31,7 @@ from .queue_args import (
     refuse_arguments,
     wire_name,
 )
+from .queue_handle import DERIVED_CACHE
 from .queue_jobs import (
     DEFAULT_LEASE_S,
     Job,
@@ -39,7 +40,7 @@ from .queue_jobs import (
     worker_identity,
 )
 from .queue_rows import UnknownQueueWarning
-from .sync_queue import DERIVED_CACHE, SyncQueue
+from .sync_queue import SyncQueue
 from .topic import Topic
 
 if TYPE_CHECKING:

@@ -42,6 +42,7 @@ from . import (
     routes_queues,
     routes_retention,
     routes_schedules,
+    routes_work,
     routes_workers,
 )
 from .auth import Grants
@@ -102,6 +103,7 @@ def all_apis() -> list[Api]:
             response="Hello",
         ),
         *routes_invocations.ROUTES,  # first: the hot paths match after the fewest regexes
+        *routes_work.ROUTES,
         *routes_queues.ROUTES,
         *routes_workers.ROUTES,
         *routes_jobs.ROUTES,

@@ -20,8 +20,8 @@ from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.plane.auth import ADMIN, SCOPES
 
 from .endpoint import Api, Call
-from .openapi import BOOL, NUM, STR, STRS, _nullable, _obj
-from .openapi import SCHEMAS as _SCHEMAS
+from .openapi_schemas import BOOL, NUM, STR, STRS, _nullable, _obj
+from .openapi_schemas import SCHEMAS as _SCHEMAS
 
 
 async def list_namespaces(call: Call) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Job routes for operators: list a namespace's invocations, and retry a terminal one.
 
-The producer and worker routes (`routes_invocations.py`) address one invocation a client
-already holds; these are what `lakeshore jobs` and the dashboard need on top: a filtered,
-newest-first listing (without payload or result bytes: a listing should stay small), and an
-explicit retry of a failed / killed / timeout job as one more attempt under the same id.
+The producer and worker routes (`routes_invocations.py`, `routes_work.py`) address one
+invocation a client already holds; these are what `lakeshore jobs` and the dashboard need on
+top: a filtered, newest-first listing (without payload or result bytes: a listing should stay
+small), and an explicit retry of a failed / killed / timeout job as one more attempt under the
+same id.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from dreamlake.lakeshore.storage import OBJECTS_PREFIX, Storage, StorageRef, sni
 from .blocking import run_blocking
 from .body_budget import ClientGone
 from .endpoint import Api, Call
-from .openapi import INT, SCHEMAS, STR, _obj
+from .openapi_schemas import INT, SCHEMAS, STR, _obj
 from .wire import respond, wants_json
 
 #: Bytes written to storage at a time, and read back at a time.

@@ -24,7 +24,7 @@ from dreamlake.lakeshore.spill import delete_refs
 
 from .blocking import run_blocking
 from .endpoint import Api, Call
-from .openapi import INT, NUM, SCHEMAS, STR, _nullable, _obj
+from .openapi_schemas import INT, NUM, SCHEMAS, STR, _nullable, _obj
 from .routes_objects import ObjectTier, delete_owned
 
 log = logging.getLogger("lakeshore.server")
@@ -32,7 +32,7 @@ log = logging.getLogger("lakeshore.server")
 #: How often the retention task runs when the server has one.
 RETENTION_INTERVAL_S = 300.0
 
-# The route's schemas, registered beside the others (openapi.SCHEMAS) when this module loads.
+# The route's schemas, registered beside the others (openapi_schemas.SCHEMAS) on import.
 SCHEMAS.setdefault(
     "RetentionTrim",
     _obj({"frames_older_than_s": _nullable(NUM), "invocations_older_than_s": _nullable(NUM)}),

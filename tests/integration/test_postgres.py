@@ -39,7 +39,7 @@ from tests.support.postgres import (  # noqa: E402
 )
 
 psycopg = pytest.importorskip("psycopg")
-from dreamlake.lakeshore.plane import postgres as postgres_module  # noqa: E402
+from dreamlake.lakeshore.plane import postgres_notify  # noqa: E402
 from dreamlake.lakeshore.plane.postgres import (  # noqa: E402
     NotifyRelay,
     PostgresConnector,
@@ -567,7 +567,7 @@ def test_a_listener_that_starts_is_told_of_the_next_commit_without_a_recount(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a plane that counted nobody else listening, and will not count again for an hour
-    monkeypatch.setattr(postgres_module, "LISTENERS_CHECK_S", 3600.0)
+    monkeypatch.setattr(postgres_notify, "LISTENERS_CHECK_S", 3600.0)
     with dls.Dispatch(url) as here:
         relay = listening_relay(here)
         dls.SyncQueue("q", dispatch=here).submit(1)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import dreamlake.lakeshore as dls
-from dreamlake.lakeshore import codec, sync_queue
+from dreamlake.lakeshore import codec, queue_handle
 from dreamlake.lakeshore.cli.prune import prune as prune_command
 from dreamlake.lakeshore.context import current_run, run, run_queue_name
 from dreamlake.lakeshore.envelope import Envelope
@@ -176,7 +176,7 @@ def test_a_run_queue_keeps_its_queue_class_and_settings() -> None:
 def test_a_run_queue_handle_touches_its_row_while_in_use(
     d: dls.Dispatch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sync_queue, "RUN_QUEUE_TOUCH_S", 0.0)  # touch on every submit
+    monkeypatch.setattr(queue_handle, "RUN_QUEUE_TOUCH_S", 0.0)  # touch on every submit
     q = dls.SyncQueue("rollouts", dispatch=d).for_run("r1")
 
     q.submit(1)

@@ -10,7 +10,7 @@ import pytest
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.errors import InvalidArgument
-from dreamlake.lakeshore.plane.store import invocations as store_module
+from dreamlake.lakeshore.plane.store import settle as store_module
 from dreamlake.lakeshore.run import NotInJob
 from dreamlake.lakeshore.storage import LocalStorage
 

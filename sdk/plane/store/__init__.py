@@ -16,7 +16,8 @@ and results stay opaque bytes: the store never decodes them.
     providers.py    named provider configs
     workers.py      worker rows
     queues.py       queue rows, events, stats (which count members: QueueStore is a WorkerStore)
-    invocations.py  submit (which may create its queue), read, cancel, settle, list, retry
+    invocations.py  submit (which may create its queue), read, cancel, list, retry
+    settle.py       ack, nack, end, release, lease renewal, the expired-lease sweep
     claims.py       claim: which job a claimer takes, steal and locality, the sweep on the way
     frames.py       the journal
     views.py        read models: the dashboard's, the controller's, /metrics'

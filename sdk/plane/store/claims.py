@@ -2,7 +2,7 @@
 
 Every claim comes through `_claim_in`, whichever path asked (a claim, an ack-and-claim, a
 submit's hand-off): the kind is chosen, the steal and locality rules applied, and expired
-leases swept on the way, in one place. Settling what was claimed is invocations.py's."""
+leases swept on the way, in one place. Settling what was claimed is settle.py's."""
 
 from __future__ import annotations
 

@@ -1,0 +1,498 @@
+"""The schemas of the OpenAPI document: every request and response body, written by hand.
+
+The paths, methods and status codes come from the route table (openapi.py builds them); what a
+body holds cannot, so it is written here, one schema per name an `Api` refers to. Kept apart
+from the builder so that adding a route's body is an edit to this table alone. Bytes fields are
+`format: byte`: msgpack bin on the wire, base64 strings in JSON. A route module may register
+its own schemas here when it loads (routes_retention.py, routes_objects.py, routes_admin.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dreamlake.lakeshore.types import END_CAUSES, END_STATE_CAUSES
+
+BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
+NUM = {"type": "number"}
+INT = {"type": "integer"}
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+OBJ = {"type": "object", "additionalProperties": True}
+STRS = {"type": "array", "items": STR}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {
+            "error": _obj(
+                {"code": STR, "message": STR, "block": BOOL, "retry_after_s": NUM},
+                ("code", "message"),
+            )
+        },
+        ("error",),
+    ),
+    "Hello": _obj(
+        {
+            "server": STR,
+            "version": STR,
+            "api": STR,
+            "codec_version": INT,
+            "pickle_protocol": INT,
+            "max_body_bytes": INT,
+            "max_object_bytes": INT,
+            "max_wait_s": NUM,
+            "bytes_in_json": STR,
+        }
+    ),
+    "QueueCreate": _obj(
+        {
+            "name": STR,
+            "kind": STR,
+            "description": STR,
+            "elasticity": OBJ,
+            "admission": OBJ,
+            "resources": _ref("Resources"),
+        },
+        ("name",),
+    ),
+    "QueuePatch": _obj(
+        {
+            "description": STR,
+            "admission": OBJ,
+            "elasticity": OBJ,
+            "kind": STR,
+            "resources": _ref("Resources"),
+        }
+    ),
+    "Resources": {
+        **_obj(
+            {
+                "gpus": NUM,
+                "gpu_type": {"anyOf": [STR, STRS]},
+                "gpu_memory_gb": NUM,
+                "cpus": NUM,
+                "memory_gb": NUM,
+            }
+        ),
+        "additionalProperties": False,
+        "description": "what a job needs (docs/sdk.md): gpus below 1 shares one GPU, from 1 "
+        "up a whole number; gpu_type a name or an ordered list matched in the GPU's name",
+    },
+    "Free": _obj(
+        {
+            "gpus_whole": NUM,
+            "gpu_share": NUM,
+            "gpu_names": STRS,
+            "gpu_memory_gb": NUM,
+            "cpus": NUM,
+            "memory_gb": NUM,
+            "default_gpus": NUM,
+        }
+    ),
+    "Placement": _obj({"lease": STR, "placement": OBJ}, ("lease", "placement")),
+    "QueueInfo": _obj(
+        {
+            "namespace": STR,
+            "name": STR,
+            "kind": STR,
+            "state": STR,
+            "description": STR,
+            "elasticity": OBJ,
+            "admission": OBJ,
+            "created_at": NUM,
+            "updated_at": NUM,
+            "resources": _ref("Resources"),
+        }
+    ),
+    "QueueShow": {
+        "allOf": [
+            _ref("QueueInfo"),
+            _obj({"members": {"type": "array", "items": _ref("WorkerInfo")}}),
+        ]
+    },
+    "QueueList": _obj({"queues": {"type": "array", "items": _ref("QueueInfo")}}),
+    "EventList": _obj(
+        {
+            "events": {
+                "type": "array",
+                "items": _obj({"id": INT, "at": NUM, "kind": STR, "detail": OBJ}),
+            }
+        }
+    ),
+    "QueueStats": _obj(
+        {
+            "queue": STR,
+            "namespace": STR,
+            "daemon_count": INT,
+            "slots": INT,
+            "running": INT,
+            "pending": INT,
+            "scheduled": INT,
+            "waiting": INT,
+            "utilization": NUM,
+            "locality_wait_s": NUM,
+            "unschedulable": INT,
+            "waiting_for_capacity": INT,
+            "maps": {
+                "type": "array",
+                "description": "maps with jobs still to end here: map_id, jobs, states",
+                "items": OBJ,
+            },
+        }
+    ),
+    "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
+    "SubmitItem": _obj(
+        {
+            "payload": BYTES,
+            "json": {"description": "any JSON value, sent instead of payload (curl)"},
+            "key": STR,
+            "priority": NUM,
+            "max_attempts": INT,
+            "max_preemptions": INT,
+            "timeout_s": NUM,
+            "host": {
+                "type": "string",
+                "description": "locality: the host id whose tier holds the payload's objects",
+            },
+            "resources": _ref("Resources"),
+            "map_id": {
+                "type": "string",
+                "description": "the map this job is an item of (listed by ?map= on /invocations)",
+            },
+            "delay_s": {
+                "type": "number",
+                "description": "held as 'scheduled' this many seconds, then queued",
+            },
+            "at": {
+                "description": "held as 'scheduled' until this time: epoch seconds or ISO 8601",
+            },
+            "after": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "invocation ids (this namespace, any queue) it waits for, in "
+                "state 'waiting'; each exists, or is an earlier item of the same batch",
+            },
+            "after_failure": {
+                "type": "string",
+                "enum": ["cancel", "run"],
+                "description": "a parent that ends other than succeeded: cancel this job "
+                "(default), or run it once every parent has ended",
+            },
+            "inputs": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "parents (in after) whose results a claim hands the worker",
+            },
+        },
+    ),
+    "SubmitBatch": {
+        "oneOf": [
+            _obj({"items": {"type": "array", "items": _ref("SubmitItem")}}, ("items",)),
+            _ref("SubmitItem"),
+        ]
+    },
+    "IdList": _obj({"ids": STRS, "invocation": _ref("Invocation")}),
+    "Count": _obj({"count": INT}),
+    "Invocation": _obj(
+        {
+            "id": STR,
+            "namespace": STR,
+            "queue": STR,
+            "state": STR,
+            "priority": NUM,
+            "key": STR,
+            "attempt": INT,
+            "max_attempts": INT,
+            "timeout_s": NUM,
+            "kill_requested": BOOL,
+            "worker": STR,
+            "error": STR,
+            "result": _nullable(BYTES),
+            "created_at": NUM,
+            "started_at": NUM,
+            "finished_at": NUM,
+            "resources": _ref("Resources"),
+            "placement": _nullable(OBJ),
+            "pending_reason": _nullable(STR),
+            "unschedulable_reason": _nullable(STR),
+            "preemptions": INT,
+            "max_preemptions": INT,
+            "ended_by": _nullable({"enum": list(END_CAUSES)}),
+            "checkpoint": _nullable(BYTES),
+        }
+    ),
+    "Cancel": _obj({"kill": BOOL}),
+    "Cancelled": _obj({"cancelled": BOOL}),
+    "ClaimRequest": _obj(
+        {
+            "queues": STRS,
+            "worker": STR,
+            "lease_s": NUM,
+            "kind": STR,
+            "temperature": NUM,
+            "wait": NUM,
+            "limit": INT,
+            "host": {
+                "type": "string",
+                "description": "the claimer's host id: jobs held for other hosts are passed by",
+            },
+            "acks": {
+                "type": "array",
+                "description": "successes to settle first, as POST /acks takes them: they "
+                "commit before any wait, and the answer carries ack_errors",
+                "items": _ref("AckItem"),
+            },
+            "free": _ref("Free"),
+        },
+        ("worker",),
+    ),
+    "Claim": _obj(
+        {
+            "id": STR,
+            "namespace": STR,
+            "queue": STR,
+            "payload": BYTES,
+            "attempt": INT,
+            "lease": STR,
+            "lease_expires_at": NUM,
+            "timeout_s": NUM,
+            "priority": NUM,
+            "signature": _nullable(STR),
+            "resources": _ref("Resources"),
+            "preemptions": INT,
+            "checkpoint": _nullable(BYTES),
+            "job_token": {
+                **_nullable(STR),
+                "description": "a token for the job's own code, in place of the worker's: its "
+                "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
+            },
+            "inputs": {
+                **_nullable({"type": "object", "additionalProperties": _nullable(BYTES)}),
+                "description": "the results of the parents its arguments take (dls.output), "
+                "by parent id; only those that succeeded",
+            },
+        }
+    ),
+    "ClaimResult": _obj(
+        {
+            "claim": _nullable(_ref("Claim")),
+            "claims": {"type": "array", "items": _ref("Claim")},
+            "ack_errors": {"type": "array", "items": _nullable(_ref("ErrorItem"))},
+        }
+    ),
+    "AckItem": _obj({"id": STR, "lease": STR, "result": _nullable(BYTES)}, ("id", "lease")),
+    "Ack": _obj({"lease": STR, "result": _nullable(BYTES)}, ("lease",)),
+    "AckBatch": _obj(
+        {"acks": {"type": "array", "items": _ref("AckItem")}},
+        ("acks",),
+    ),
+    "AckErrors": _obj(
+        {
+            "errors": {"type": "array", "items": _nullable(_ref("ErrorItem"))},
+        }
+    ),
+    "ErrorItem": _obj({"code": STR, "message": STR}),
+    "Nack": _obj({"lease": STR, "error": STR, "retry": BOOL}, ("lease",)),
+    "NackResult": _obj({"state": STR}),
+    "End": _obj(
+        {
+            "lease": STR,
+            "state": {"enum": ["killed", "timeout", "failed"]},
+            "error": STR,
+            "cause": {"enum": sorted({c for cs in END_STATE_CAUSES.values() for c in cs})},
+        },
+        ("lease", "state"),
+    ),
+    "Release": _obj(
+        {
+            "lease": STR,
+            "outcome": {"enum": ["unrun", "preempted"]},
+            "cause": {"enum": list(END_CAUSES)},
+        },
+        ("lease",),
+    ),
+    "Checkpoint": _obj({"lease": STR, "checkpoint": BYTES}, ("lease", "checkpoint")),
+    "Cause": _obj({"lease": STR, "cause": {"enum": list(END_CAUSES)}}, ("lease", "cause")),
+    "Noted": _obj({"noted": BOOL}),
+    "Checkpointed": _obj({"previous": _nullable(BYTES)}),
+    "Released": _obj({"released": BOOL}),
+    "Renew": _obj({"leases": STRS, "lease_s": NUM}),
+    "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
+    "Frame": _obj(
+        {
+            "seq": INT,
+            "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]},
+            "value": _nullable(BYTES),
+        }
+    ),
+    "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
+    "PostFrame": _obj(
+        {"kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES), "lease": STR},
+        ("kind",),
+    ),
+    "Seq": _obj({"seq": INT}),
+    "WorkerRegister": _obj(
+        {"name": STR, "queues": STRS, "host": STR, "pid": INT, "info": OBJ}, ("name",)
+    ),
+    "WorkerInfo": _obj(
+        {
+            "id": STR,
+            "namespace": STR,
+            "name": STR,
+            "queues": STRS,
+            "host": STR,
+            "pid": INT,
+            "info": OBJ,
+            "load": OBJ,
+            "state": STR,
+            "created_at": NUM,
+            "heartbeat_at": NUM,
+        }
+    ),
+    "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
+    "Heartbeat": _obj({"load": OBJ, "state": STR}),
+    "WorkerState": _obj(
+        {"state": {"enum": ["alive", "draining", "preempting", "gone"]}}, ("state",)
+    ),
+}
+
+# -- jobs and the dashboard (routes_jobs.py, routes_dashboard.py) ------------------------------
+
+SCHEMAS.update(
+    {
+        "InvocationList": _obj({"invocations": {"type": "array", "items": _ref("Invocation")}}),
+        "WhoAmI": _obj({"namespace": STR, "org": _nullable(STR), "label": STR, "scopes": STRS}),
+        "Dashboard": _obj(
+            {
+                "namespace": STR,
+                "now": NUM,
+                "window": OBJ,
+                "queues": {"type": "array", "items": OBJ},
+                "workers": {"type": "array", "items": OBJ},
+                "recent": {"type": "array", "items": OBJ},
+                "events": {"type": "array", "items": OBJ},
+                "schedules": {"type": "array", "items": OBJ},
+                "sampled": BOOL,
+            }
+        ),
+    }
+)
+
+
+# -- the fleet (routes_fleet.py): the controller over HTTP, admin tokens only ------------------
+
+_ROWS = {"type": "array", "items": OBJ}
+SCHEMAS.update(
+    {
+        "Fleet": _obj(
+            {
+                "queues": _ROWS,
+                "counts": _ROWS,
+                "running": _ROWS,
+                "workers": _ROWS,
+                "shapes": _ROWS,
+                "providers": _ROWS,
+            }
+        ),
+        "FleetEvents": _obj(
+            {
+                "events": {
+                    "type": "array",
+                    "items": _obj(
+                        {"namespace": STR, "queue": STR, "kind": STR, "detail": OBJ},
+                        ("namespace", "queue", "kind"),
+                    ),
+                },
+                "now": NUM,
+            },
+            ("events", "now"),
+        ),
+        "FleetWorkerState": _obj(
+            {
+                "namespace": STR,
+                "ref": STR,
+                "state": {"enum": ["alive", "draining", "preempting", "gone"]},
+            },
+            ("namespace", "ref", "state"),
+        ),
+        "FleetLeader": _obj(
+            {"name": STR, "holder": STR, "ttl_s": NUM, "release": BOOL}, ("name", "holder")
+        ),
+        "FleetLeading": _obj({"leading": BOOL}),
+    }
+)
+
+
+# -- cron schedules (routes_schedules.py, issue 36) --------------------------------------------
+
+_TIME = _nullable(NUM)
+SCHEDULES = {"enum": ["none", "latest", "all"]}
+SCHEMAS.update(
+    {
+        "ScheduleInfo": _obj(
+            {
+                "namespace": STR,
+                "name": STR,
+                "queue": STR,
+                "cron": STR,
+                "tz": STR,
+                "catchup": SCHEDULES,
+                "overlap": {"enum": ["allow", "skip"]},
+                "state": {"enum": ["active", "paused"]},
+                "next_fire_at": _TIME,
+                "last_fired_at": _TIME,
+                "last_slot": _TIME,
+                "last_job": _nullable(STR),
+                "fired": INT,
+                "missed": INT,
+                "last_error": _nullable(STR),
+                "priority": NUM,
+                "max_attempts": INT,
+                "timeout_s": _TIME,
+                "resources": _nullable(_ref("Resources")),
+                "max_preemptions": _nullable(INT),
+                "created_at": NUM,
+                "updated_at": NUM,
+            },
+            ("namespace", "name", "queue", "cron", "tz", "state"),
+        ),
+        "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
+        "ScheduleRun": _obj(
+            {"run_id": {"type": "string", "description": "a ULID: the same one, the same job"}}
+        ),
+        "ScheduleRunId": _obj({"id": STR}, ("id",)),
+        "SchedulePut": _obj(
+            {
+                "cron": STR,
+                "tz": STR,
+                "queue": STR,
+                "catchup": SCHEDULES,
+                "overlap": {"enum": ["allow", "skip"]},
+                "payload": BYTES,
+                "json": {"description": "any JSON value, encoded by the server as the payload"},
+                "priority": NUM,
+                "max_attempts": INT,
+                "timeout_s": NUM,
+                "resources": _ref("Resources"),
+                "max_preemptions": INT,
+            },
+            ("cron", "queue"),
+        ),
+    }
+)
