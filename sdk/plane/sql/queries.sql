@@ -85,6 +85,14 @@ state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :ex
 id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature, resources, preemptions, checkpoint, inputs
 
+-- fragment: claim_queued_id
+-- Claim the one job :id that a claim picked first and takes second (`resumed_head`'s, or the
+-- head a worker reserved for): still queued, or nothing.
+UPDATE invocations
+SET {claim_running}
+WHERE id = :id AND state = 'queued'
+RETURNING {claimed_columns}
+
 -- fragment: claimable
 -- What a claim may take, written once for every claim statement (and the boltzmann levels a
 -- claim picks from), each of which adds only which queues: a queued job of the claimer's
@@ -153,10 +161,7 @@ ORDER BY priority DESC LIMIT 1;
 
 -- name: claim_by_id
 -- Claim the one queued job `resumed_head` found (its row is this transaction's on Postgres).
-UPDATE invocations
-SET {claim_running}
-WHERE id = :id AND state = 'queued'
-RETURNING {claimed_columns};
+{claim_queued_id};
 
 -- name: claim_level
 UPDATE invocations
@@ -722,10 +727,7 @@ ORDER BY priority DESC, id ASC LIMIT 1;
 
 -- name: claim_id
 -- Claim the head a worker reserved for, once it fits: still queued, or nothing.
-UPDATE invocations
-SET {claim_running}
-WHERE id = :id AND state = 'queued'
-RETURNING {claimed_columns};
+{claim_queued_id};
 
 -- name: claim_backfill
 -- While a worker reserves for its head, only a job that fits what is free and surely ends
