@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,9 @@ from dreamlake.lakeshore.compose import (
     plan_down,
 )
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
+
+from .output import json_option
 
 DEFAULT_FILE = "lakeshore.yaml"
 SYMBOL = {
@@ -68,10 +70,6 @@ def _file_option(fn: Any) -> Any:
     )(fn)
 
 
-def _json_option(fn: Any) -> Any:
-    return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
-
-
 def _load(path: Path) -> ComposeFile:
     try:
         return load(path)
@@ -83,14 +81,17 @@ def _load(path: Path) -> ComposeFile:
         ) from None
 
 
-def _open(compose: ComposeFile, url: str | None, token: str | None, ns: str | None) -> Plane:
-    """The plane of the file's namespace; a different --namespace / env is refused, not guessed."""
+def _open(
+    compose: ComposeFile, url: str | None, token: str | None, ns: str | None
+) -> AbstractContextManager[Plane]:
+    """The plane of the file's namespace, for one block; a different --namespace / env is
+    refused, not guessed."""
     if compose.namespace and ns and ns != compose.namespace:
         raise click.ClickException(
             f"{compose.path} declares namespace '{compose.namespace}' but --namespace / "
             f"LAKESHORE_NAMESPACE says '{ns}'"
         )
-    return open_plane(url, token, compose.namespace or ns)
+    return plane_session(url, token, compose.namespace or ns)
 
 
 def _show(value: Any) -> str:
@@ -148,7 +149,7 @@ def validate(path: Path) -> None:
 @_file_option
 @click.option("--prune", is_flag=True, help="Also show deletes of queues not in the file.")
 @click.option("--exit-code", is_flag=True, help="Exit 2 when changes are pending, 0 in sync.")
-@_json_option
+@json_option
 @plane_options
 def diff(
     path: Path,
@@ -161,12 +162,9 @@ def diff(
 ) -> None:
     """Show what `up` would change; writes nothing."""
     spec = _load(path)
-    plane = _open(spec, url, token, namespace)
-    try:
+    with _open(spec, url, token, namespace) as plane:
         changes = plan(plane, spec, prune=prune)
         ns = plane.namespace
-    finally:
-        plane.close()
     if as_json:
         _emit(changes, ns)
     else:
@@ -181,7 +179,7 @@ def diff(
 @_file_option
 @click.option("--prune", is_flag=True, help="Delete the namespace's queues not in the file.")
 @click.option("--force", is_flag=True, help="With --prune: delete queues that have members.")
-@_json_option
+@json_option
 @plane_options
 def up(
     path: Path,
@@ -194,16 +192,13 @@ def up(
 ) -> None:
     """Create and patch queues to match the file (delete only with --prune)."""
     spec = _load(path)
-    plane = _open(spec, url, token, namespace)
-    try:
+    with _open(spec, url, token, namespace) as plane:
         changes = plan(plane, spec, prune=prune)
         ns = plane.namespace
         blocked = [c for c in changes if c.action == "blocked"]
         if blocked and not as_json:
             _print(changes, f"# {path} against namespace {ns}")
         done = apply(plane, spec, changes, force=force)
-    finally:
-        plane.close()
     if as_json:
         _emit(changes, ns, applied=len(done))
     else:
@@ -215,7 +210,7 @@ def up(
 @compose.command("down")
 @_file_option
 @click.option("--force", is_flag=True, help="Delete queues that still have member workers.")
-@_json_option
+@json_option
 @plane_options
 def down(
     path: Path,
@@ -227,13 +222,10 @@ def down(
 ) -> None:
     """Delete the queues the file declares (the default queue is kept)."""
     spec = _load(path)
-    plane = _open(spec, url, token, namespace)
-    try:
+    with _open(spec, url, token, namespace) as plane:
         changes = plan_down(plane, spec)
         ns = plane.namespace
         done = apply(plane, spec, changes, force=force)
-    finally:
-        plane.close()
     if as_json:
         _emit(changes, ns, applied=len(done))
     else:

@@ -12,9 +12,7 @@ from typing import Any
 
 import click
 
-from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.types import WorkerInfo
 
 from .output import emit_json, hidden_alias, json_option, plain_table
@@ -43,10 +41,6 @@ def _load_provider_verbs() -> None:
 @click.group("daemon", cls=_DaemonGroup)
 def daemon() -> None:
     """Worker daemons: ls, show, change membership, drain."""
-
-
-def _plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
-    return open_plane(url, token, namespace)
 
 
 def _queues(row: WorkerInfo) -> str:
@@ -101,11 +95,8 @@ def worker_json(row: WorkerInfo) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
 def ls(url: str | None, token: str | None, namespace: str | None, as_json: bool) -> None:
     """Live worker daemons of the namespace (rows marked gone are left out)."""
-    plane = _plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         rows = plane.workers()
-    finally:
-        plane.close()
     if as_json:
         emit_json([worker_json(r) for r in rows])
         return
@@ -139,11 +130,8 @@ def show(
     name: str, url: str | None, token: str | None, namespace: str | None, as_json: bool
 ) -> None:
     """One daemon: queues, host, GPUs, slots and the jobs running in them."""
-    plane = _plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         row = plane.worker(name)
-    finally:
-        plane.close()
     if as_json:
         emit_json(worker_json(row))
         return
@@ -214,8 +202,7 @@ def update(
     """Change a daemon's queues; it picks them up at its next poll, without a restart."""
     if not add and not remove:
         raise click.UsageError("nothing to change: pass --add-queue and/or --remove-queue")
-    plane = _plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         before = plane.worker(name).queues
         left = set(before) - set(remove) | set(add)
         if not left and not force:
@@ -224,8 +211,6 @@ def update(
                 "(pass --force to do it anyway, or --add-queue another)"
             )
         row = plane.update_worker_queues(name, add=add, remove=remove)
-    finally:
-        plane.close()
     if as_json:
         emit_json(
             {
@@ -273,8 +258,7 @@ def drain(
     With --json the state lines go to stderr and stdout gets one object: the state before and
     after (`gone` once it left, with --wait).
     """
-    plane = _plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         before = plane.worker(name).state
         target = "preempting" if preempt else "draining"
         row = plane.set_worker_state(name, target)
@@ -287,7 +271,5 @@ def drain(
                     raise click.ClickException(f"{row.name} still running after {wait_s:g}s")
                 time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
             click.echo(f"{row.name}: gone", err=as_json)
-    finally:
-        plane.close()
     if as_json:
         emit_json({"daemon": row.name, "id": row.id, "state_before": before, "state": state})

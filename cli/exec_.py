@@ -15,8 +15,7 @@ import click
 
 from dreamlake.lakeshore.envelope import Envelope
 from dreamlake.lakeshore.errors import DispatchError
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.types import DEFAULT_QUEUE
 
@@ -80,8 +79,7 @@ def exec_(
 ) -> None:
     """Submit COMMAND (one quoted string, or words after --) and print its invocation id."""
     line = command[0] if len(command) == 1 else shlex.join(command)
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         q = SyncQueue(queue, dispatch=plane)
         inv = q.submit(
             envelope=Envelope.for_exec(line, cwd=cwd, env=_env(env), timeout_s=timeout_s),
@@ -94,8 +92,6 @@ def exec_(
             return
         click.echo(f"# {inv} on {queue}: {line}", err=True)
         sys.exit(_follow(q, inv, result_timeout_s))
-    finally:
-        plane.close()
 
 
 def _follow(q: SyncQueue, inv: str, timeout_s: float | None) -> int:

@@ -1,4 +1,5 @@
-"""`--metrics-port` of the long-running processes (the daemon, the controller).
+"""`--metrics-port` of the long-running processes (the daemon, the controller), and the options
+they share to be watched: --log-json/--log-console, --metrics-port, --metrics-addr.
 
 Both start their /metrics listener before their first unit of work, so nothing goes uncounted,
 and both answer a port in use the same way: a usage error naming the option, not a traceback.
@@ -7,7 +8,7 @@ and both answer a port in use the same way: a usage error naming the option, not
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -19,6 +20,28 @@ class Exporter(Protocol):
 
 
 E = TypeVar("E", bound=Exporter)
+
+
+def observability_options(fn: Any) -> Any:
+    """--log-json/--log-console, --metrics-port and --metrics-addr on a long-running process."""
+    fn = click.option(
+        "--metrics-addr",
+        default="0.0.0.0",
+        show_default=True,
+        help="The address --metrics-port listens on.",
+    )(fn)
+    fn = click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=0,
+        show_default=True,
+        help="Serve Prometheus metrics on this port (0: off). docs/observability.md lists them.",
+    )(fn)
+    return click.option(
+        "--log-json/--log-console",
+        default=None,
+        help="Log format (default: JSON unless stderr is a terminal).",
+    )(fn)
 
 
 def start_exporter(

@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +35,11 @@ import click
 from dreamlake.lakeshore import codec
 from dreamlake.lakeshore.errors import DispatchError
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import STATES, TERMINAL_STATES, Frame, Invocation
 
-from . import output
-from .output import hidden_alias, plain_table, when
+from .output import emit_json, hidden_alias, json_option, plain_table, report, when
 from .params import count
 
 if TYPE_CHECKING:
@@ -77,24 +73,6 @@ STATE_STYLE = {
 
 def exit_code(state: str) -> int:
     return EXIT_CODES.get(state, EXIT_STILL_RUNNING)
-
-
-@contextmanager
-def plane_session(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
-    plane = open_plane(url, token, namespace)
-    try:
-        yield plane
-    finally:
-        plane.close()
-
-
-def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
-
-
-def emit_json(value: Any, *, indent: int | None = 2) -> None:
-    """One JSON document, times as ISO 8601 (cli/output.py)."""
-    output.emit_json(value, indent=indent)
 
 
 def preview(data: bytes | None) -> Any:
@@ -413,7 +391,8 @@ def retry(
     """Requeue a failed, killed or timed-out job as a new attempt (same id)."""
     with plane_session(url, token, namespace) as plane:
         inv = plane.retry(inv_id)
-    if as_json:
-        emit_json(invocation_json(inv))
-    else:
-        click.echo(f"{inv.id}: queued again on {inv.queue} (attempt {inv.attempt + 1})")
+    report(
+        as_json,
+        invocation_json(inv),
+        f"{inv.id}: queued again on {inv.queue} (attempt {inv.attempt + 1})",
+    )

@@ -22,6 +22,14 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
 
 
+def report(as_json: bool, value: Any, line: str) -> None:
+    """What a verb that acted says: `value` as one JSON document for scripts, else `line`."""
+    if as_json:
+        emit_json(value)
+    else:
+        click.echo(line)
+
+
 def iso(ts: float | None) -> str | None:
     """An epoch time as ISO 8601 UTC with milliseconds; None stays None (JSON null)."""
     if ts is None:

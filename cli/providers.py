@@ -21,8 +21,7 @@ from rich.table import Table
 
 from dreamlake.lakeshore.home import home
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.plane.providers import ProviderInfo
 from dreamlake.lakeshore.providers import registry
 from dreamlake.lakeshore.providers.base import (
@@ -36,7 +35,7 @@ from dreamlake.lakeshore.providers.base import (
 from dreamlake.lakeshore.shapes import launch_shape
 
 from .daemon import daemon
-from .output import emit_json, hidden_alias, json_option
+from .output import emit_json, hidden_alias, json_option, report
 from .params import seconds
 
 #: How often `--wait` re-reads the worker rows.
@@ -153,15 +152,9 @@ def add(
             raise click.UsageError(str(exc)) from None
     if kind == "slurm":
         _check_slurm(config)
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         info = plane.add_provider(name, kind, config)
-    finally:
-        plane.close()
-    if as_json:
-        emit_json(info)
-    else:
-        click.echo(f"added provider {info.name} ({info.kind}) in {info.namespace}")
+    report(as_json, info, f"added provider {info.name} ({info.kind}) in {info.namespace}")
 
 
 def _check_slurm(config: dict[str, Any]) -> None:
@@ -180,11 +173,8 @@ def _check_slurm(config: dict[str, Any]) -> None:
 @plane_options
 def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None) -> None:
     """The namespace's provider configs."""
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         rows = plane.providers()
-    finally:
-        plane.close()
     if as_json:
         emit_json([_with_shape(r) for r in rows])
         return
@@ -221,11 +211,8 @@ def show(
     name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """One provider config."""
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         info = plane.provider(name)
-    finally:
-        plane.close()
     if as_json:
         emit_json(_with_shape(info))
         return
@@ -249,16 +236,12 @@ def show(
 @plane_options
 def rm(name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None) -> None:
     """Remove provider config NAME (running daemons are left alone)."""
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         plane.delete_provider(name)
         ns = plane.namespace
-    finally:
-        plane.close()
-    if as_json:
-        emit_json({"provider": name, "namespace": ns, "deleted": True})
-    else:
-        click.echo(f"removed provider {name}")
+    report(
+        as_json, {"provider": name, "namespace": ns, "deleted": True}, f"removed provider {name}"
+    )
 
 
 # -- lakeshore daemon launch / stop -----------------------------------------------------------
@@ -295,8 +278,7 @@ def launch(
     namespace: str | None,
 ) -> None:
     """Start COUNT daemons through a provider; with --wait, follow them until they register."""
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         info = plane.provider(provider_name)
         spec = LaunchSpec(
             namespace=plane.namespace,
@@ -322,8 +304,6 @@ def launch(
         )
         if wait:
             _wait_registered(plane, names, timeout_s, provider, instances, stderr=as_json)
-    finally:
-        plane.close()
     if as_json:
         emit_json(
             {
@@ -403,8 +383,7 @@ def stop(
     namespace: str | None,
 ) -> None:
     """Drain daemon NAME (or all of a launch's NAME-NN), then terminate their instances."""
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         rows = _launched_rows(plane, name)
         for row in rows:
             plane.set_worker_state(row.id, "draining")
@@ -444,8 +423,6 @@ def stop(
                     "terminated": stopped,
                 }
             )
-    finally:
-        plane.close()
 
 
 def _live(plane: Plane, rows: list[Any]) -> bool:

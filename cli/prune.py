@@ -14,8 +14,7 @@ from dataclasses import asdict
 import click
 
 from dreamlake.lakeshore.errors import InvalidArgument
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.prune import parse_duration, prune_run_queues
 
 
@@ -60,16 +59,13 @@ def prune(
         retention,  # the object store behind it: only this verb pays for it
     )
 
-    plane = open_plane(url, token, namespace)
-    try:
+    with plane_session(url, token, namespace) as plane:
         result = prune_run_queues(plane, older_than_s=seconds, dry_run=dry_run)
         trimmed = (
             retention.trim(plane, frames_older_than_s=seconds, invocations_older_than_s=seconds)
             if trim and not dry_run
             else None
         )
-    finally:
-        plane.close()
     if as_json:
         out = {**asdict(result), "dry_run": dry_run}
         out["trimmed"] = asdict(trimmed) if trimmed is not None else None

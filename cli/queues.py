@@ -10,23 +10,21 @@ fast (see `output.plain_table`). rich is imported by the verbs that draw with it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
 from dreamlake.lakeshore.plane.locality import DEFAULT_WAIT_S as DEFAULT_LOCALITY_WAIT_S
 from dreamlake.lakeshore.plane.locality import MAX_WAIT_S as MAX_LOCALITY_WAIT_S
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 
 from .controller import controller_figures
-from .output import emit_json, hidden_alias, plain_table, when
+from .output import emit_json, hidden_alias, json_option, plain_table, report, when
 from .params import count, seconds
 
 if TYPE_CHECKING:
@@ -36,17 +34,12 @@ KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
 
 
-@contextmanager
-def _plane(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
-    plane = open_plane(url, token, namespace)
-    try:
-        yield plane
-    finally:
-        plane.close()
-
-
-def _json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")(fn)
+def _depth_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--max-depth and --on-full: how deep the queue may get, and what a submit then meets."""
+    fn = click.option(
+        "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
+    )(fn)
+    return click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")(fn)
 
 
 def _locality_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,18 +51,6 @@ def _locality_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         f"for a worker there before any worker takes it (0: never; default "
         f"{DEFAULT_LOCALITY_WAIT_S:g}).",
     )(fn)
-
-
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _emit_json(value: Any) -> None:
-    emit_json(_plain(value))
 
 
 def _json_object(text: str, option: str) -> Any:
@@ -122,16 +103,16 @@ def queues() -> None:
 
 @queues.command("ls")
 @click.option("--state", type=click.Choice(QUEUE_STATES), default=None, help="Only this state.")
-@_json_option
+@json_option
 @plane_options
 def ls(
     state: str | None, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """List the queues of the namespace's org (the default queue appears on first use)."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         rows = plane.queues(state=state)
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     plain_table(
         ("namespace", "name", "kind", "state", "elasticity", "description"),
@@ -158,12 +139,9 @@ hidden_alias(queues, "ls", "list")
 @click.option("--min", "min_workers", type=count(0), default=None, help="elasticity.min (workers).")
 @click.option("--max", "max_workers", type=count(0), default=None, help="elasticity.max (workers).")
 @click.option("--description", default="", help="Free text.")
-@click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")
-@click.option(
-    "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
-)
+@_depth_options
 @_locality_option
-@_json_option
+@json_option
 @plane_options
 def add(
     name: str,
@@ -188,14 +166,11 @@ def add(
     if elasticity["kind"] in ("elastic", "fully_elastic") and "max" not in elasticity:
         raise click.UsageError(f"--elasticity {elasticity['kind']} needs --max N")
     admission = _admission(max_depth, on_full, locality_wait_s)
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         info = plane.create_queue(
             name, kind=kind, description=description, elasticity=elasticity, admission=admission
         )
-    if as_json:
-        _emit_json(info)
-    else:
-        click.echo(f"created queue {info.name} ({info.kind}) in {info.namespace}")
+    report(as_json, info, f"created queue {info.name} ({info.kind}) in {info.namespace}")
 
 
 def _admission(
@@ -213,17 +188,17 @@ def _admission(
 
 @queues.command("show")
 @click.argument("name")
-@_json_option
+@json_option
 @plane_options
 def show(
     name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """The full queue row and the workers pulling from it now."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         info = plane.queue(name)
         members = _members(plane, name)
     if as_json:
-        _emit_json({**asdict(info), "members": [asdict(m) for m in members]})
+        emit_json({**asdict(info), "members": [asdict(m) for m in members]})
         return
     from rich.console import Console
     from rich.table import Table
@@ -238,10 +213,7 @@ def show(
 
 @queues.command("patch")
 @click.argument("name")
-@click.option("--max-depth", type=count(1), default=None, help="admission.max_depth.")
-@click.option(
-    "--on-full", type=click.Choice(["reject", "block"]), default=None, help="admission.on_full."
-)
+@_depth_options
 @click.option("--description", default=None, help="Free text.")
 @_locality_option
 @click.option(
@@ -253,7 +225,7 @@ def show(
 )
 @click.option("--kind", "kind", default=None, hidden=True)
 @click.option("--elasticity", "elasticity", default=None, hidden=True)
-@_json_option
+@json_option
 @plane_options
 def patch(
     name: str,
@@ -288,10 +260,10 @@ def patch(
             "nothing to patch: pass --max-depth, --on-full, --locality-wait-s, --resources or "
             "--description"
         )
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         info = plane.patch_queue(name, changes)
     if as_json:
-        _emit_json(info)
+        emit_json(info)
     else:
         from rich.console import Console
 
@@ -301,17 +273,14 @@ def patch(
 def _lifecycle(action: str, help_text: str) -> None:
     @queues.command(action, help=help_text)
     @click.argument("name")
-    @_json_option
+    @json_option
     @plane_options
     def command(
         name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
     ) -> None:
-        with _plane(url, token, namespace) as plane:
+        with plane_session(url, token, namespace) as plane:
             info = plane.set_queue_state(name, action)
-        if as_json:
-            _emit_json(info)
-        else:
-            click.echo(f"queue {info.name}: {info.state}")
+        report(as_json, info, f"queue {info.name}: {info.state}")
 
 
 _lifecycle("archive", "Soft-delete NAME: keep the row, refuse submits and claims.")
@@ -322,7 +291,7 @@ _lifecycle("drain", "Stop admitting submits to NAME; in-flight work finishes.")
 @queues.command("rm")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Scrub NAME out of every worker's queues first.")
-@_json_option
+@json_option
 @plane_options
 def rm(
     name: str,
@@ -333,20 +302,21 @@ def rm(
     namespace: str | None,
 ) -> None:
     """Hard-delete NAME; refused while workers are members unless --force."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         plane.delete_queue(name, force=force)
         ns = plane.namespace
-    if as_json:
-        _emit_json({"queue": name, "namespace": ns, "deleted": True, "forced": force})
-    else:
-        click.echo(f"deleted queue {name}")
+    report(
+        as_json,
+        {"queue": name, "namespace": ns, "deleted": True, "forced": force},
+        f"deleted queue {name}",
+    )
 
 
 @queues.command("events")
 @click.argument("name")
 @click.option("--verbose", "-v", is_flag=True, help="Include each event's detail.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@_json_option
+@json_option
 @plane_options
 def events(
     name: str,
@@ -358,12 +328,12 @@ def events(
     namespace: str | None,
 ) -> None:
     """What happened to NAME, newest first (created, patched, drained, scaled, ...)."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         rows = plane.events(name, limit=limit)
     if not verbose:
         rows = [{k: v for k, v in r.items() if k != "detail"} for r in rows]
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     from rich.console import Console
     from rich.table import Table
@@ -377,17 +347,17 @@ def events(
 
 @queues.command("stats")
 @click.argument("name")
-@_json_option
+@json_option
 @plane_options
 def stats(
     name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
 ) -> None:
     """daemon_count / utilization / pending for NAME."""
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         figures = plane.stats(name)
         figures.update(controller_figures(plane, name))  # desired vs actual (cli/controller.py)
     if as_json:
-        _emit_json(figures)
+        emit_json(figures)
         return
     from rich.console import Console
     from rich.table import Table

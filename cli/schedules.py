@@ -16,13 +16,12 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.plane.schedules import CATCHUP, OVERLAP, ScheduleInfo
 from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.scheduling import schedule
 
-from .jobs import plane_session
-from .output import age, emit_json, hidden_alias, json_option, plain_table
+from .output import age, emit_json, hidden_alias, json_option, plain_table, report
 from .params import Finite, seconds
 from .submit import _choose_payload
 
@@ -90,10 +89,7 @@ def add(
             max_attempts=max_attempts,
             timeout_s=timeout_s,
         )
-    if as_json:
-        emit_json(info)
-    else:
-        click.echo(f"schedule {info.name}: next {zoned(info.next_fire_at, info.tz)}")
+    report(as_json, info, f"schedule {info.name}: next {zoned(info.next_fire_at, info.tz)}")
 
 
 @schedules.command("ls")
@@ -180,10 +176,7 @@ def run_now(
     """Submit NAME's job now, outside its cron; prints the job's id. The next slot stays."""
     with plane_session(url, token, namespace) as plane:
         job = plane.run_schedule(name)
-    if as_json:
-        emit_json({"schedule": name, "id": job})
-    else:
-        click.echo(job)
+    report(as_json, {"schedule": name, "id": job}, job)
 
 
 @schedules.command("rm")

@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -34,8 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.default import open_plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.plane.schedules import ScheduleInfo
 from dreamlake.lakeshore.types import WorkerInfo
 
@@ -56,15 +53,6 @@ MAX_OLDEST_READS = 64
 #: Controller decisions shown, newest first, and the events read per queue to find them.
 DECISIONS = 10
 EVENTS_PER_QUEUE = 50
-
-
-@contextmanager
-def _plane(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
-    plane = open_plane(url, token, namespace)
-    try:
-        yield plane
-    finally:
-        plane.close()
 
 
 def _ulid_before(ts: float) -> str:
@@ -405,7 +393,7 @@ def status(
     With --json, one JSON object (times as ISO 8601, ages in seconds); with --watch --json, one
     such object per line per refresh.
     """
-    with _plane(url, token, namespace) as plane:
+    with plane_session(url, token, namespace) as plane:
         if watch:
             _watch(plane, interval_s, times, as_json)
             return

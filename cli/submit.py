@@ -24,7 +24,7 @@ import click
 from rich.console import Console
 
 from dreamlake.lakeshore.plane.base import Plane
-from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.types import TERMINAL_STATES, Invocation
 
@@ -33,7 +33,6 @@ from .jobs import (
     POLL_S,
     exit_code,
     plain,
-    plane_session,
     preview,
     span,
 )

@@ -22,7 +22,7 @@ import click
 
 from dreamlake.lakeshore import __version__
 from dreamlake.lakeshore.cli.errors import OneLineCommand
-from dreamlake.lakeshore.cli.exporter import start_exporter
+from dreamlake.lakeshore.cli.exporter import observability_options, start_exporter
 from dreamlake.lakeshore.cli.params import count, seconds
 from dreamlake.lakeshore.extras import needs_extra
 from dreamlake.lakeshore.home import home
@@ -126,18 +126,7 @@ def _env(option: str, *older: str) -> list[str]:
 )
 @click.option("--once", is_flag=True, help="Run one tick (if leading) and exit.")
 @click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default="info")
-@click.option(
-    "--log-json/--log-console",
-    default=None,
-    help="Log format (default: JSON unless stderr is a terminal).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    help="Serve Prometheus metrics on this port (0: off). docs/observability.md lists them.",
-)
-@click.option("--metrics-addr", default="0.0.0.0", help="The address --metrics-port listens on.")
+@observability_options
 @click.version_option(__version__, prog_name="lakeshore-controller")
 def controller_command(
     store: str | None,

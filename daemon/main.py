@@ -17,7 +17,7 @@ import click
 
 from dreamlake.lakeshore import __version__, signing
 from dreamlake.lakeshore.cli.errors import OneLineCommand
-from dreamlake.lakeshore.cli.exporter import start_exporter
+from dreamlake.lakeshore.cli.exporter import observability_options, start_exporter
 from dreamlake.lakeshore.cli.params import Finite, seconds
 from dreamlake.lakeshore.errors import DispatchError
 from dreamlake.lakeshore.plane.default import open_plane
@@ -200,24 +200,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "(default: LAKESHORE_SIGNING_KEY, else $LAKESHORE_HOME/signing.key when present).",
 )
 @click.option("--log-level", type=click.Choice(log.LEVELS), default="info", show_default=True)
-@click.option(
-    "--log-json/--log-console",
-    default=None,
-    help="Log format (default: JSON unless stderr is a terminal).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Serve Prometheus metrics on this port (0: off). docs/observability.md lists them.",
-)
-@click.option(
-    "--metrics-addr",
-    default="0.0.0.0",
-    show_default=True,
-    help="The address --metrics-port listens on.",
-)
+@observability_options
 @click.version_option(__version__, prog_name="lakeshore-daemon")
 def daemon_command(
     queues: tuple[str, ...],

@@ -88,6 +88,12 @@ MAX_NAME_LENGTH = 128
 HOST_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+def topic_channel(namespace: str, queue: str, name: str) -> str:
+    """The journal channel of topic `name` of `queue` in `namespace`: what every plane posts
+    to and reads from for that topic (an invocation's channel is its id)."""
+    return f"topic:{namespace}/{queue}/{name}"
+
+
 def normalize_kind(kind: str) -> Kind:
     """Resolve a kind name or alias; the message is the one the SDK page documents."""
     try:

@@ -34,6 +34,7 @@ from dreamlake.lakeshore.types import (
     SubmitRequest,
     WorkerInfo,
     storable_text,
+    topic_channel,
 )
 
 from . import routes
@@ -273,7 +274,7 @@ class HttpPlane(HttpTransport):
         return int(data["seq"])
 
     def topic_channel(self, queue: str, name: str) -> str:
-        return f"topic:{self.namespace}/{queue}/{name}"
+        return topic_channel(self.namespace, queue, name)
 
     # -- workers ------------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ the environment: LAKESHORE_TOKEN wins, as the deploy's entrypoint has it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -21,6 +22,8 @@ from click.core import ParameterSource
 
 from dreamlake.lakeshore.errors import DispatchError
 
+from .base import Plane
+from .default import open_plane
 from .token_file import TOKEN_FILE_ENV, read_token_file
 
 #: What every --token's help says after what the token is for.
@@ -47,6 +50,16 @@ def plane_options(fn: Any) -> Any:
         help="Control plane URL; without it, the embedded SQLite plane of this box.",
     )(fn)
     return fn
+
+
+@contextmanager
+def plane_session(url: str | None, token: str | None, namespace: str | None) -> Iterator[Plane]:
+    """The plane that `plane_options` name, open for one block and closed when it ends."""
+    plane = open_plane(url, token, namespace)
+    try:
+        yield plane
+    finally:
+        plane.close()
 
 
 def token_file_option(

@@ -104,19 +104,23 @@ def _fragments(text: str) -> dict[str, str]:
 def expand_fragments(text: str, keep: tuple[str, ...] = (FITS,)) -> dict[str, str]:
     """The `name` and `migration` sections of `text`, each `{fragment}` they name replaced by
     that `fragment` section's body (its own leading comment lines dropped: they explain the
-    fragment, not the statement it lands in)."""
+    fragment, not the statement it lands in). A fragment may name the fragments above it."""
     parts = _SECTION.split(text)
     # parts = [preamble, kind, name, body, kind, name, body, ...]
     sections = [(parts[i], parts[i + 1], parts[i + 2].strip()) for i in range(1, len(parts), 3)]
-    fragments = {name: _uncommented(body) for kind, name, body in sections if kind == "fragment"}
-    clashes = fragments.keys() & (SQLITE.words.keys() | POSTGRES.words.keys())
+    names = {name for kind, name, _ in sections if kind == "fragment"}
+    clashes = names & (SQLITE.words.keys() | POSTGRES.words.keys())
     if clashes:
         raise ValueError(f"fragment names {sorted(clashes)} are dialect words; rename them")
+    fragments: dict[str, str] = {}
 
     def expand(match: re.Match[str]) -> str:
         name = match.group(1)
         return match.group(0) if name in keep else fragments.get(name, match.group(0))
 
+    for kind, name, body in sections:
+        if kind == "fragment":
+            fragments[name] = _WORD.sub(expand, _uncommented(body))
     return {name: _WORD.sub(expand, body) for kind, name, body in sections if kind != "fragment"}
 
 

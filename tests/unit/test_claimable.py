@@ -80,6 +80,16 @@ def test_a_fragment_is_expanded_wherever_a_section_names_it() -> None:
         expand_fragments("-- fragment: blob\nx\n\n-- name: one\nSELECT {blob};\n")
 
 
+def test_a_fragment_names_the_fragments_above_it() -> None:
+    text = (
+        "-- fragment: fresh\nage < :limit\n\n"
+        "-- fragment: pick\nSELECT id FROM t WHERE {fresh} {fits}\n\n"
+        "-- name: one\n{pick};\n"
+    )
+
+    assert expand_fragments(text) == {"one": "SELECT id FROM t WHERE age < :limit {fits};"}
+
+
 def _late_job(store: SqlStore) -> tuple[str, float]:
     """A job on queue `q` and its deadline."""
     store.create_queue("default", "q", admission={"deadline_cutoff_s": 30})

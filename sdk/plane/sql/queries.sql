@@ -85,6 +85,14 @@ state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :ex
 id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
     signature, resources, preemptions, checkpoint, inputs
 
+-- fragment: claim_queued_id
+-- Claim the one job :id that a claim picked first and takes second (`resumed_head`'s, or the
+-- head a worker reserved for): still queued, or nothing.
+UPDATE invocations
+SET {claim_running}
+WHERE id = :id AND state = 'queued'
+RETURNING {claimed_columns}
+
 -- fragment: claimable
 -- What a claim may take, written once for every claim statement (and the boltzmann levels a
 -- claim picks from), each of which adds only which queues: a queued job of the claimer's
@@ -153,10 +161,7 @@ ORDER BY priority DESC LIMIT 1;
 
 -- name: claim_by_id
 -- Claim the one queued job `resumed_head` found (its row is this transaction's on Postgres).
-UPDATE invocations
-SET {claim_running}
-WHERE id = :id AND state = 'queued'
-RETURNING {claimed_columns};
+{claim_queued_id};
 
 -- name: claim_level
 UPDATE invocations
@@ -378,13 +383,18 @@ INSERT INTO rate_buckets (namespace, queue, tokens, updated_at)
 VALUES (:ns, :queue, :tokens, :now)
 ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now;
 
--- fragment: listed_columns
--- The columns of a listed invocation, written once for every list_invocations statement:
+-- fragment: listed
+-- The rows of a listed invocation, written once for every list_invocations statement:
 -- everything but the payload, and the result as NULL (a listing ships no bytes).
-id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
     resources, placement, pending_reason, unschedulable_reason,
     preemptions, max_preemptions, ended_by, checkpoint
+FROM invocations
+
+-- fragment: newest_first
+-- A page of a listing: newest first, walking the statement's index backwards from the start.
+ORDER BY id DESC LIMIT :limit
 
 -- name: list_invocations
 -- `lakeshore jobs ls`, `GET .../invocations` and the dashboard's recent list: newest first,
@@ -396,65 +406,35 @@ id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
 -- of rows, with no sort. One statement with optional filters ("the queue parameter is NULL or
 -- queue equals it") let neither SQLite nor a generic Postgres plan seek on them: 2.3 s for 20
 -- rows at 1M queued. tests/unit/test_listing_plans.py checks every plan on both engines.
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns {newest_first};
 
 -- name: list_invocations_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND id < :before {newest_first};
 
 -- name: list_invocations_queue
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue {newest_first};
 
 -- name: list_invocations_queue_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue AND id < :before {newest_first};
 
 -- name: list_invocations_state
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND state = :state
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND state = :state {newest_first};
 
 -- name: list_invocations_state_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND state = :state AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND state = :state AND id < :before {newest_first};
 
 -- name: list_invocations_queue_state
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = :state
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue AND state = :state {newest_first};
 
 -- name: list_invocations_queue_state_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND queue = :queue AND state = :state AND id < :before {newest_first};
 
 -- name: list_invocations_map
 -- The jobs of one map (migration 27), newest first, on index invocations_map.
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND map_id = :map_id
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND map_id = :map_id {newest_first};
 
 -- name: list_invocations_map_before
-SELECT {listed_columns}
-FROM invocations
-WHERE namespace = :ns AND map_id = :map_id AND id < :before
-ORDER BY id DESC LIMIT :limit;
+{listed} WHERE namespace = :ns AND map_id = :map_id AND id < :before {newest_first};
 
 -- name: maps_in_flight
 -- The maps with jobs of `state` in a queue (`lakeshore status` shows their progress), looked for
@@ -747,10 +727,7 @@ ORDER BY priority DESC, id ASC LIMIT 1;
 
 -- name: claim_id
 -- Claim the head a worker reserved for, once it fits: still queued, or nothing.
-UPDATE invocations
-SET {claim_running}
-WHERE id = :id AND state = 'queued'
-RETURNING {claimed_columns};
+{claim_queued_id};
 
 -- name: claim_backfill
 -- While a worker reserves for its head, only a job that fits what is free and surely ends

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from dreamlake.lakeshore.errors import NotFound
 from dreamlake.lakeshore.ids import (
     new_id as new_id,  # minted outside the store, so a topic needs no store
 )
-from dreamlake.lakeshore.plane.connector import Connector, Transaction
+from dreamlake.lakeshore.plane.connector import Connector, Row, Transaction
+from dreamlake.lakeshore.types import topic_channel as topic_channel  # the store's export
 
 #: Retry backoff: attempt n waits RETRY_BASE_S * 2**(n-1), capped.
 RETRY_BASE_S = 0.5
@@ -27,9 +30,7 @@ FRAME_PAGE = 1000
 ELASTICITY_KINDS = ("none", "fixed", "elastic", "fully_elastic")
 ON_FULL = ("reject", "block")
 
-
-def topic_channel(namespace: str, queue: str, name: str) -> str:
-    return f"topic:{namespace}/{queue}/{name}"
+R = TypeVar("R")
 
 
 class StoreBase:
@@ -52,6 +53,18 @@ class StoreBase:
         """What is wrong with the database file, if it is known to be damaged; `check` runs the
         dialect's quick integrity check first (SQLite's quick_check; Postgres: nothing to do)."""
         return self.connector.quick_check() if check else self.connector.problem
+
+    def _named(
+        self, statement: str, what: str, record: Callable[[Row], R], ns: str, **key: str
+    ) -> R:
+        """The one `what` that `statement` reads by `key` (its name, a worker's ref) in `ns`, as
+        `record` makes it; NotFound naming the two when there is none."""
+        with self.connector.transaction(write=False) as tx:
+            row = tx.one(statement, ns=ns, **key)
+        if row is None:
+            (name,) = key.values()
+            raise NotFound(f"unknown {what} '{name}' in namespace '{ns}'")
+        return record(row)
 
     def ping(self) -> bool:
         """A round trip to the database: /readyz."""

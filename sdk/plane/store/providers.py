@@ -27,11 +27,7 @@ class ProviderStore(NamespaceStore):
         return self.provider(ns, name)
 
     def provider(self, ns: str, name: str) -> ProviderInfo:
-        with self.connector.transaction(write=False) as tx:
-            row = tx.one("provider_get", ns=ns, name=name)
-        if row is None:
-            raise NotFound(f"unknown provider '{name}' in namespace '{ns}'")
-        return provider_info(row)
+        return self._named("provider_get", "provider", provider_info, ns, name=name)
 
     def providers(self, ns: str) -> list[ProviderInfo]:
         with self.connector.transaction(write=False) as tx:

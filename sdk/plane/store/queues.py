@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound
+from dreamlake.lakeshore.errors import Conflict, InvalidArgument
 from dreamlake.lakeshore.plane import locality
 from dreamlake.lakeshore.plane.connector import Transaction
 from dreamlake.lakeshore.resources import check_resources
@@ -81,11 +81,7 @@ class QueueStore(WorkerStore):
     def queue(self, ns: str, name: str) -> QueueInfo:
         if name == DEFAULT_QUEUE:
             self.ensure_default_queue(ns)
-        with self.connector.transaction(write=False) as tx:
-            row = tx.one("get_queue", ns=ns, name=name)
-        if row is None:
-            raise NotFound(f"unknown queue '{name}' in namespace '{ns}'")
-        return queue_info_of(row)
+        return self._named("get_queue", "queue", queue_info_of, ns, name=name)
 
     def queues(self, namespaces: Sequence[str], state: str | None = None) -> list[QueueInfo]:
         if state is not None and state not in QUEUE_STATES:

@@ -9,8 +9,9 @@ vacuum; Postgres's autovacuum needs nothing from here).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from dreamlake.lakeshore.plane.connector import Transaction
 from dreamlake.lakeshore.plane.queries import SQLITE
 from dreamlake.lakeshore.plane.retention import (
     BATCH,
@@ -89,55 +90,51 @@ class RetentionStore(StoreBase):
         return _Pace(batch, single_writer=self.connector.dialect is SQLITE)
 
     def _trim_frames(self, ns: str, cutoff: float, batch: int) -> Trimmed:
-        done = Trimmed()
-        pace = self._pace(batch)
-        while True:
-            batch = pace.rows
-            with self.connector.transaction() as tx:
-                pace.start()  # holding the write lock from here: a wait for it does not count
-                rows = tx.all(
-                    "retention_trim_frames",
-                    ns=ns,
-                    cutoff=cutoff,
-                    limit=batch,
-                    ref_bytes=MAX_REF_BYTES,
-                )
-            pace.held(freed=bool(rows))
+        def step(tx: Transaction, limit: int, done: Trimmed) -> int:
+            rows = tx.all(
+                "retention_trim_frames", ns=ns, cutoff=cutoff, limit=limit, ref_bytes=MAX_REF_BYTES
+            )
             done.frames += len(rows)
             done.refs += _spilled(r["value"] for r in rows)
-            last = len(rows) < batch
-            if pace.reclaim_now(last):
-                self._reclaim()
-            if last:
-                return done
-            pace.pause()
+            return len(rows)
+
+        return self._in_batches(batch, step)
 
     def _trim_rows(self, ns: str, cutoff: float, batch: int) -> Trimmed:
+        def step(tx: Transaction, limit: int, done: Trimmed) -> int:
+            rows = tx.all(
+                "retention_old_invocations",
+                ns=ns,
+                cutoff=cutoff,
+                limit=limit,
+                ref_bytes=MAX_REF_BYTES,
+            )
+            ids = [r["id"] for r in rows]
+            if ids:
+                frames = tx.all("retention_delete_frames_of", ids=ids, ref_bytes=MAX_REF_BYTES)
+                done.frames += len(frames)
+                done.refs += _spilled(f["value"] for f in frames)
+                done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
+            done.refs += _spilled(
+                b for r in rows for b in (r["payload"], r["result"], r["checkpoint"])
+            )
+            done.refs += [ref for r in rows for ref in listed_objects(r["objects"])]
+            return len(rows)
+
+        return self._in_batches(batch, step)
+
+    def _in_batches(self, batch: int, step: Callable[[Transaction, int, Trimmed], int]) -> Trimmed:
+        """Run `step` (one batch of at most `limit` rows, counted into `done`; returns how many
+        it took) a transaction each, paced, until a batch comes back short."""
         done = Trimmed()
         pace = self._pace(batch)
         while True:
-            batch = pace.rows
+            limit = pace.rows
             with self.connector.transaction() as tx:
                 pace.start()  # holding the write lock from here: a wait for it does not count
-                rows = tx.all(
-                    "retention_old_invocations",
-                    ns=ns,
-                    cutoff=cutoff,
-                    limit=batch,
-                    ref_bytes=MAX_REF_BYTES,
-                )
-                ids = [r["id"] for r in rows]
-                if ids:
-                    frames = tx.all("retention_delete_frames_of", ids=ids, ref_bytes=MAX_REF_BYTES)
-                    done.frames += len(frames)
-                    done.refs += _spilled(f["value"] for f in frames)
-                    done.invocations += len(tx.all("retention_delete_invocations", ids=ids))
-                done.refs += _spilled(
-                    b for r in rows for b in (r["payload"], r["result"], r["checkpoint"])
-                )
-                done.refs += [ref for r in rows for ref in listed_objects(r["objects"])]
-            pace.held(freed=bool(rows))
-            last = len(rows) < batch
+                taken = step(tx, limit, done)
+            pace.held(freed=bool(taken))
+            last = taken < limit
             if pace.reclaim_now(last):
                 self._reclaim()
             if last:

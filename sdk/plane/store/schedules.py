@@ -114,11 +114,7 @@ class ScheduleStore(InvocationStore, NamespaceStore):
         return schedule_info(row)
 
     def schedule(self, ns: str, name: str) -> ScheduleInfo:
-        with self.connector.transaction(write=False) as tx:
-            row = tx.one("schedule_get", ns=ns, name=name)
-        if row is None:
-            raise NotFound(f"unknown schedule '{name}' in namespace '{ns}'")
-        return schedule_info(row)
+        return self._named("schedule_get", "schedule", schedule_info, ns, name=name)
 
     def schedules(self, ns: str) -> list[ScheduleInfo]:
         with self.connector.transaction(write=False) as tx:

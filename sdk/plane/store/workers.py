@@ -75,11 +75,7 @@ class WorkerStore(StoreBase):
         return worker_info_of(full)
 
     def worker(self, ns: str, ref: str) -> WorkerInfo:
-        with self.connector.transaction(write=False) as tx:
-            row = tx.one("get_worker", ns=ns, ref=ref)
-        if row is None:
-            raise NotFound(f"unknown worker '{ref}' in namespace '{ns}'")
-        return worker_info_of(row)
+        return self._named("get_worker", "worker", worker_info_of, ns, ref=ref)
 
     def workers(self, ns: str) -> list[WorkerInfo]:
         with self.connector.transaction(write=False) as tx:
