@@ -191,7 +191,11 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
     assert held is None  # no running job surely ends: nothing may delay the head
     # the head says it waits for resources, the jobs it holds back name it (issue 34, item 7)
     plane.dispatch.register_worker("w", **h200_box("res-reserve", "w", gpus=4))
-    held_back = eventually(lambda: (r := q.status(small)).pending_reason is not None and r)
+    # A sweep before the worker registered named it `waiting_for_capacity` (no live daemon):
+    # wait for the first sweep that saw the worker, then it must say what holds it back.
+    held_back = eventually(
+        lambda: (r := q.status(small)).pending_reason not in (None, "waiting_for_capacity") and r
+    )
     assert held_back.pending_reason == f"reserved_for:{big}"
     assert held_back.unschedulable_reason == (
         f"held back: job {big} at the head of queue res-reserve has a reservation "
