@@ -1,6 +1,6 @@
 """Suite-wide: the longest real-process tests are collected first.
 
-`make test` runs two workers per core (pytest-xdist hands out tests in collection
+`make test` runs three workers per two cores (pytest-xdist hands out tests in collection
 order). The runs that take half a minute each used to come last and ran alone at the end;
 started first, they overlap the rest of the suite. Only whole modules move, so module
 fixtures and the order inside each module are untouched.
