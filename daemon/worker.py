@@ -107,7 +107,6 @@ class Daemon(WorkerCore):
         self._placer: Placer | None = None
         self._gpuwatch: GpuWatch | None = None
         self._meter: LoadMeter | None = None
-        self._metrics = metrics
 
     def run(self, *, install_signals: bool = True) -> int:
         """Serve until drained or stopped; SIGTERM/SIGINT handlers live only inside this call."""
