@@ -13,16 +13,15 @@ BENCH  := $(VENV)/.bench-$(SUM)
 .PHONY: demo test check bench clean
 
 # uv installs the dependencies in a few seconds where pip takes half a minute; where uv cannot
-# be had, or cannot reach an index (it reads no pip.conf), pip does the same install. Both write
-# the bytecode of what they install (pip by default, uv when asked), see COMPILE.
-INSTALL = install() { $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python "$$@" \
-	2>/dev/null || $(BIN)/pip install -q "$$@"; }; install
-# Where PYTHONDONTWRITEBYTECODE is set (our CI machines set it) no process writes bytecode of
-# its own, so each server, daemon and CLI run would compile every module it imports from
-# source: 0.3-0.6 s of CPU per process start, a third of the test suite's CPU. The project's own
-# folders are compiled ahead instead; compileall skips what is up to date, so this is quick.
-COMPILE = $(BIN)/python -m compileall -q -j0 sdk server daemon controller providers cli \
-	tests examples bench >/dev/null
+# be had, or cannot reach an index (it reads no pip.conf), pip does the same install.
+INSTALL = install() { $(BIN)/uv pip install -q --python $(BIN)/python "$$@" 2>/dev/null \
+	|| $(BIN)/pip install -q "$$@"; }; install
+# Bytecode is written (into .venv and the checkout's ignored __pycache__ folders). Where
+# PYTHONDONTWRITEBYTECODE is set, as on our CI machines, no process would write any, so each
+# server, daemon and CLI run the tests start compiled every module it imported from source:
+# 0.3-0.6 s of CPU per process start, a sixth of the suite's CPU. Unset, each module is
+# compiled once, by the first process that imports it.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +48,6 @@ $(BENCH): $(TEST)
 	touch $@
 
 demo: $(DEMO)
-	$(COMPILE)
 	$(BIN)/python examples/demo.py
 
 test: $(TEST)
@@ -58,7 +56,6 @@ test: $(TEST)
 	@# idle (tests share no state: a namespace, a schema or a temporary home each). Not two per
 	@# core: each worker's HTTP conformance planes keep three servers up, whose connections
 	@# then reach 80-88 of PostgreSQL's default 100 (six workers ran out).
-	$(COMPILE)
 	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS)
 
 check: $(TEST)
@@ -74,7 +71,6 @@ check: $(TEST)
 	  --explicit-package-bases -p dreamlake.lakeshore
 
 bench: $(BENCH)
-	$(COMPILE)
 	$(BIN)/python -m bench
 
 clean:
