@@ -21,7 +21,7 @@ TORCH_LINKS := $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
 # Bytecode is written (into .venv and the checkout's ignored __pycache__ folders). Where
 # PYTHONDONTWRITEBYTECODE is set, as on our CI machines, no process would write any, so each
 # server, daemon and CLI run the tests start compiled every module it imported from source:
-# 0.3-0.6 s of CPU per process start, a sixth of the suite's CPU. Unset, each module is
+# 0.3-0.6 s of CPU per process start, a fifth of the suite's CPU. Unset, each module is
 # compiled once, by the first process that imports it.
 unexport PYTHONDONTWRITEBYTECODE
 
