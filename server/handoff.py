@@ -27,11 +27,16 @@ from dreamlake.lakeshore.types import Claim, ClaimArgs, Invocation
 class Seat:
     """One held claim: what it asks for, and how it learns what a submit handed it."""
 
-    __slots__ = ("args", "handed", "keys", "wake")
+    __slots__ = ("args", "dismissed", "handed", "keys", "ns", "wake")
 
-    def __init__(self, args: ClaimArgs, keys: Sequence[str], loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self, ns: str, args: ClaimArgs, keys: Sequence[str], loop: asyncio.AbstractEventLoop
+    ):
+        self.ns = ns
         self.args = args
         self.keys = tuple(keys)
+        #: Set when its worker said it is draining (`Seats.dismiss`): the claim answers empty.
+        self.dismissed = False
         #: Resolves the claimer's wait on the store's waker (`Waker.wait_async(wake=...)`).
         self.wake: asyncio.Future[None] = loop.create_future()
         #: Set when a submit took the seat; resolved with the claims once its write is over.
@@ -45,9 +50,9 @@ class Seats:
         self._by_key: dict[str, dict[Seat, None]] = {}
 
     @contextlib.contextmanager
-    def held(self, args: ClaimArgs, keys: Sequence[str]) -> Iterator[Seat]:
+    def held(self, ns: str, args: ClaimArgs, keys: Sequence[str]) -> Iterator[Seat]:
         """A seat for the length of one wait; gone from every key when the wait ends."""
-        seat = Seat(args, keys, asyncio.get_running_loop())
+        seat = Seat(ns, args, keys, asyncio.get_running_loop())
         for key in seat.keys:
             self._by_key.setdefault(key, {})[seat] = None
         try:
@@ -69,6 +74,23 @@ class Seats:
             if room >= jobs:
                 break
         return taken
+
+    def dismiss(self, ns: str, worker: str) -> int:
+        """Let go of `worker`'s waiting claims, which then answer with nothing at once: it said
+        it is draining, and would only give back what a submit handed it. Without this an idle
+        daemon's stop waited out its claim's long-poll. Returns how many were let go."""
+        seats = {
+            seat
+            for waiting in self._by_key.values()
+            for seat in waiting
+            if seat.ns == ns and seat.args.worker == worker
+        }
+        for seat in seats:
+            self._leave(seat)  # no submit takes it from here on
+            seat.dismissed = True
+            if not seat.wake.done():
+                seat.wake.set_result(None)
+        return len(seats)
 
     def _leave(self, seat: Seat) -> None:
         for key in seat.keys:

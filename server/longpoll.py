@@ -124,13 +124,15 @@ async def claim_until(
             if fetched and await hung_up(request):
                 return got
             fetched = True
-        with seats.held(args, work) as seat:
+        with seats.held(ns, args, work) as seat:
             await waker.wait_async(since, deadline.nap(), work=work, wake=seat.wake)
         since = None
         if seat.handed is not None:  # a submit took the seat: what did its write hand over?
             got = await seat.handed
             if got:
                 return got
+        if seat.dismissed:  # its worker is draining (`Seats.dismiss`)
+            return []
 
 
 async def run_write(store: SqlStore, write: Callable[[], T], *, durable: bool = True) -> T:

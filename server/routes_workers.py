@@ -51,7 +51,10 @@ async def heartbeat(call: Call) -> WorkerInfo:
         worker = call.store.worker(call.ns, call.param("ref"))
         return call.store.heartbeat(worker.id, load, state=state)
 
-    return await call.run(run)
+    worker = await call.run(run)
+    if state == "draining":  # its claim long-poll here has nothing more to wait for
+        call.seats.dismiss(call.ns, worker.name)
+    return worker
 
 
 async def set_state(call: Call) -> WorkerInfo:

@@ -39,7 +39,7 @@ from .providers import ProviderInfo
 from .retention import Trimmed
 from .schedules import ScheduleInfo
 from .store import SqlStore, topic_channel
-from .waiting import Deadline, room_wait
+from .waiting import Deadline, DrainingWorkers, room_wait
 from .wakeup import reading, work_key
 
 T = TypeVar("T")
@@ -122,6 +122,7 @@ class LocalPlane:
         self.target = "store" if isinstance(target, SqlStore) else os.fspath(target)
         self.namespace = namespace
         self._read_swept_at = 0.0
+        self._draining = DrainingWorkers()
         #: Whether `namespace` is known to exist (namespaces are never deleted, so once is enough).
         self._ns_exists = False
         try:
@@ -305,10 +306,15 @@ class LocalPlane:
         given)."""
 
         def fetch() -> list[Claim]:
+            if args.worker in self._draining:  # woken by its own drain (`heartbeat`)
+                return []
             return self.store.claim_many(self.namespace, args)
 
+        def done(got: list[Claim]) -> bool:
+            return bool(got) or args.worker in self._draining
+
         work = [work_key(self.namespace, q) for q in args.queues or [DEFAULT_QUEUE]]
-        return self._wait_for(fetch, bool, wait_s, work=work, first=first)
+        return self._wait_for(fetch, done, wait_s, work=work, first=first)
 
     def ack_and_claim(
         self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0
@@ -384,12 +390,17 @@ class LocalPlane:
     # -- worker rows --------------------------------------------------------------------------
 
     def register_worker(self, name: str, **fields: Any) -> WorkerInfo:
-        return self.store.register_worker(self._writing(), name, **fields)
+        worker = self.store.register_worker(self._writing(), name, **fields)
+        self._draining.registered(name)
+        return worker
 
     def heartbeat(
         self, worker_id: str, load: dict[str, Any], *, state: str = "alive"
     ) -> WorkerInfo:
-        return self.store.heartbeat(worker_id, load, state=state)
+        worker = self.store.heartbeat(worker_id, load, state=state)
+        if self._draining.said(worker.name, state):
+            self.store.waker.notify(local_only=True)  # its claim waiting here ends now
+        return worker
 
     def worker(self, ref: str) -> WorkerInfo:
         return self.store.worker(self._reading(), ref)

@@ -56,7 +56,7 @@ from .transport import (
     split_urls,
 )
 from .transport import segment as _segment
-from .waiting import Deadline, room_wait, through_outages
+from .waiting import Deadline, DrainingWorkers, room_wait, through_outages
 from .wire import claim_body as _claim_body
 from .wire import item_error
 from .wire import record as _record
@@ -118,6 +118,7 @@ class HttpPlane(HttpTransport):
         self.urls = tuple(check_url(u).rstrip("/") for u in split_urls(base))
         self._at = 0
         self._switch = threading.Lock()
+        self._draining = DrainingWorkers()
         self.namespace = namespace or env_namespace()
         token = token or env_token()
         if not token:
@@ -283,7 +284,10 @@ class HttpPlane(HttpTransport):
             data = self._request(routes.CLAIM, _claim_body(args, wait), wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
-        return self._long_poll(wait_s, once, bool)
+        def done(got: list[Claim]) -> bool:  # a draining worker's claim the server let go
+            return bool(got) or args.worker in self._draining
+
+        return self._long_poll(wait_s, once, done)
 
     def ack_and_claim(
         self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0
@@ -296,7 +300,7 @@ class HttpPlane(HttpTransport):
         data = self._request(routes.CLAIM, body, wait_s=wait)
         errors = [None if e is None else item_error(e) for e in data["ack_errors"]]
         got = [_record(Claim, c) for c in data["claims"]]
-        if not got and wait_s > wait:
+        if not got and wait_s > wait and args.worker not in self._draining:
             got = self.claim_many(args, wait_s=wait_s - wait)
         return errors, got
 
@@ -397,13 +401,18 @@ class HttpPlane(HttpTransport):
         body = {"name": name, **fields}
         if "queues" in body:
             body["queues"] = list(body["queues"])
-        return _record(WorkerInfo, self._request(routes.REGISTER_WORKER, body))
+        worker = _record(WorkerInfo, self._request(routes.REGISTER_WORKER, body))
+        self._draining.registered(name)
+        return worker
 
     def heartbeat(
         self, worker_id: str, load: dict[str, Any], *, state: str = "alive"
     ) -> WorkerInfo:
+        """The server lets go of the worker's claim long-poll when `state` is draining."""
         data = self._request(routes.HEARTBEAT.at(ref=worker_id), {"load": load, "state": state})
-        return _record(WorkerInfo, data)
+        worker = _record(WorkerInfo, data)
+        self._draining.said(worker.name, state)
+        return worker
 
     def worker(self, ref: str) -> WorkerInfo:
         return _record(WorkerInfo, self._request(routes.WORKER.at(ref=ref)))

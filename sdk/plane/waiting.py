@@ -55,6 +55,32 @@ class Deadline:
         return min(self.remaining(), poll if hint_s is None else hint_s, poll)
 
 
+class DrainingWorkers:
+    """The workers that said, through this client, that they are draining (a heartbeat with
+    state "draining"): a claim of theirs stops waiting for work and answers with nothing.
+
+    A draining worker claims nothing more, but the claim it had in flight sat out its whole
+    long-poll (`CLAIM_WAIT_S`) before its thread could be joined: an idle daemon took a second
+    to stop. The name is forgotten when a worker registers under it again.
+    """
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+
+    def said(self, worker: str, state: str) -> bool:
+        """Record a worker's heartbeat state; True if it says it is draining."""
+        if state != "draining":
+            return False
+        self._names.add(worker)
+        return True
+
+    def registered(self, worker: str) -> None:
+        self._names.discard(worker)
+
+    def __contains__(self, worker: object) -> bool:
+        return worker in self._names
+
+
 def room_wait(full: QueueFullError, deadline: Deadline) -> float:
     """How long to wait for room before submitting again; re-raises `full` when the queue
     rejects (not blocks) or the caller's time is up.

@@ -477,6 +477,7 @@ class WorkerCore(Claiming, JobSink):
 
     def _shut_down(self) -> None:
         self._log.info("worker.draining", reason=self._stop_reason, urgent=self._urgent.is_set())
+        self._say_draining()
         self._release_buffer()  # at once, so other workers can take them while these finish
         self.notifier.stopping(self._status_line())
         self._wait_for_slots()
@@ -504,6 +505,16 @@ class WorkerCore(Claiming, JobSink):
                 thread.join(self.config.claim_wait_s * 5)
         self._mark_gone()
         self._log.info("worker.stopped", reason=self._stop_reason)
+
+    def _say_draining(self) -> None:
+        """Tell the plane now, not at the next heartbeat: it lets go of the claim waiting there
+        for work, so an idle worker stops at once instead of after its long-poll."""
+        if self.worker_id is None or self._claimer is not None:
+            return
+        try:
+            self._beat()
+        except Exception as exc:  # only a hint: the long-poll ends on its own within its wait
+            self._log.warning("worker.drain_unsaid", error=repr(exc))
 
     def _wait_for_slots(self) -> None:
         """Let running jobs finish, up to drain_timeout_s (heartbeats keep their leases)."""

@@ -131,6 +131,17 @@ def test_runs_jobs_and_drains_on_request(plane: Dispatch) -> None:
     assert plane.worker(running.daemon.worker_id or "").state == "gone"
 
 
+def test_an_idle_daemon_stops_without_waiting_out_its_claims_long_poll(plane: Dispatch) -> None:
+    # Given an idle daemon whose claim waits four times longer for work than `stop` waits
+    running = Running(plane, claim_wait_s=120.0)
+    worker_id = running.daemon.worker_id or ""
+    assert plane.worker(worker_id).state == "alive"
+
+    # When it is drained, then it stops: its drain let go of the waiting claim
+    assert running.stop() == EXIT_OK
+    assert plane.worker(worker_id).state == "gone"
+
+
 def test_a_slot_looks_at_its_childs_pipe_without_building_a_selector(
     plane: Dispatch, monkeypatch: pytest.MonkeyPatch
 ) -> None:

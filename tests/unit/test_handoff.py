@@ -23,7 +23,7 @@ from dreamlake.lakeshore.plane.store import SqlStore
 from dreamlake.lakeshore.plane.store.base import new_id
 from dreamlake.lakeshore.plane.wakeup import reading
 from dreamlake.lakeshore.server.app import create_app
-from dreamlake.lakeshore.server.handoff import Readers, Seats, hand
+from dreamlake.lakeshore.server.handoff import Readers, Seat, Seats, hand
 from dreamlake.lakeshore.types import Ack, Claim, ClaimArgs, SubmitRequest
 from tests.support import claiming
 from tests.support.spies import counted
@@ -208,7 +208,7 @@ def test_claims_handed_to_a_claimer_that_went_away_come_back_for_release() -> No
     async def main() -> tuple[list[Claim], list[Claim], bool]:
         seats = Seats()
         args = ClaimArgs(["q"], "w1", 60.0)
-        with seats.held(args, ["default/q"]), seats.held(args, ["default/q"]):
+        with seats.held("default", args, ["default/q"]), seats.held("default", args, ["default/q"]):
             gone, waiting = seats.take("default/q", 2)
         assert gone.handed is not None and waiting.handed is not None
         gone.handed.cancel()
@@ -216,6 +216,30 @@ def test_claims_handed_to_a_claimer_that_went_away_come_back_for_release() -> No
         return orphaned, waiting.handed.result(), waiting.wake.done()
 
     assert asyncio.run(main()) == ([claim], [], True)
+
+
+def test_a_draining_workers_seats_are_let_go_and_no_submit_takes_them() -> None:
+    """`dismiss` wakes only that worker's seats in that namespace, marked dismissed, and takes
+    them off their keys: a submit then hands its jobs to the other claimers, not to a worker
+    that would only give them back."""
+
+    async def main() -> tuple[int, list[bool], list[Seat]]:
+        seats = Seats()
+        mine = ClaimArgs(["q"], "draining", 60.0)
+        other = ClaimArgs(["q"], "busy", 60.0)
+        with (
+            seats.held("default", mine, ["default/q", "default/r"]) as a,
+            seats.held("other-ns", mine, ["other-ns/q"]) as b,
+            seats.held("default", other, ["default/q"]) as c,
+        ):
+            let_go = seats.dismiss("default", "draining")
+            taken = seats.take("default/q", 2) + seats.take("default/r", 1)
+            return let_go, [s.dismissed and s.wake.done() for s in (a, b, c)], taken
+
+    let_go, dismissed, taken = asyncio.run(main())
+    assert let_go == 1
+    assert dismissed == [True, False, False]
+    assert [seat.args.worker for seat in taken] == ["busy"]
 
 
 def test_an_ack_riding_on_a_claim_hands_its_result_to_the_submit_and_wait(
