@@ -22,6 +22,9 @@ os.environ.setdefault("LAKESHORE_OBJECTS_CAP", str(256 << 20))
 # box for EC2, even on an EC2 runner, so none ever sends a packet to 169.254.169.254. A test of
 # the EC2 path hands its daemon a fake EC2 sysfs and the stand-in metadata service instead.
 os.environ.setdefault("LAKESHORE_SYS_ROOT", tempfile.mkdtemp(prefix="lakeshore-sys-"))
+# Pending reasons (unschedulable, waiting_for_capacity, reserved_for) are written by a sweep that
+# runs every 5 s; tests that wait for a reason wait for it a twentieth as long.
+os.environ.setdefault("LAKESHORE_PENDING_SWEEP_S", "0.25")
 
 #: Modules holding the longest tests (see `pytest --durations`), longest first: started first,
 #: they overlap the short tests rather than run alone at the end.

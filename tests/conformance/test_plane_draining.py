@@ -8,13 +8,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from planes import PlaneEnv, eventually
 
+from dreamlake.lakeshore.types import Claim
 from tests.support import claiming
 
 #: Far longer than any check below waits: a claim that is not let go is still waiting.
 LONG_POLL_S = 30.0
 
 
-def _heartbeat_until_let_go(plane: PlaneEnv, worker_id: str, claim: Future[object]) -> None:
+def _heartbeat_until_let_go(plane: PlaneEnv, worker_id: str, claim: Future[list[Claim]]) -> None:
     """Say "draining" until the claim returns: the first heartbeat may land before the claim
     sits down to wait, and a wait that begins after it is not let go (nothing remembers it)."""
 
@@ -25,16 +26,20 @@ def _heartbeat_until_let_go(plane: PlaneEnv, worker_id: str, claim: Future[objec
     eventually(let_go, timeout=10.0, every=0.05)
 
 
+def _waiting_claim(
+    pool: ThreadPoolExecutor, plane: PlaneEnv, queue: str, worker: str
+) -> Future[list[Claim]]:
+    return pool.submit(
+        claiming.claim_many, plane.dispatch, [queue], worker=worker, wait_s=LONG_POLL_S
+    )
+
+
 def test_a_draining_workers_waiting_claim_answers_with_nothing_at_once(plane: PlaneEnv) -> None:
     q = plane.queue("drain-lp")
     worker = plane.dispatch.register_worker("drainer", queues=["drain-lp"])
     with ThreadPoolExecutor(2) as pool:
-        mine = pool.submit(
-            claiming.claim_many, plane.dispatch, ["drain-lp"], worker="drainer", wait_s=LONG_POLL_S
-        )
-        other = pool.submit(
-            claiming.claim_many, plane.dispatch, ["drain-lp"], worker="other", wait_s=LONG_POLL_S
-        )
+        mine = _waiting_claim(pool, plane, "drain-lp", "drainer")
+        other = _waiting_claim(pool, plane, "drain-lp", "other")
 
         _heartbeat_until_let_go(plane, worker.id, mine)
 
@@ -49,15 +54,11 @@ def test_a_worker_registered_again_under_the_name_waits_for_work_again(plane: Pl
     q = plane.queue("drain-again")
     first = plane.dispatch.register_worker("again", queues=["drain-again"])
     with ThreadPoolExecutor(1) as pool:
-        waiting = pool.submit(
-            claiming.claim_many, plane.dispatch, ["drain-again"], worker="again", wait_s=LONG_POLL_S
-        )
+        waiting = _waiting_claim(pool, plane, "drain-again", "again")
         _heartbeat_until_let_go(plane, first.id, waiting)
         assert waiting.result() == []
 
         plane.dispatch.register_worker("again", queues=["drain-again"])
-        waiting = pool.submit(
-            claiming.claim_many, plane.dispatch, ["drain-again"], worker="again", wait_s=LONG_POLL_S
-        )
+        waiting = _waiting_claim(pool, plane, "drain-again", "again")
         job = q.submit("for the new worker")
         assert [c.id for c in waiting.result(timeout=LONG_POLL_S)] == [job]

@@ -44,10 +44,17 @@ WHERE namespace = :ns AND queue = :queue ORDER BY id DESC LIMIT :limit;
 -- name: id_by_key
 SELECT id FROM invocations WHERE namespace = :ns AND queue = :queue AND key = :key;
 
+-- fragment: reasons
+-- A queued invocation's pending reason and its words (migration 35): NULL once it left the queue.
+CASE WHEN state = 'queued' THEN (SELECT reason FROM pending_reasons r WHERE r.id = invocations.id)
+    END AS pending_reason,
+CASE WHEN state = 'queued' THEN (SELECT words FROM pending_reasons r WHERE r.id = invocations.id)
+    END AS unschedulable_reason
+
 -- name: get_invocation
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
+    resources, placement, {reasons},
     preemptions, max_preemptions, ended_by, checkpoint, open_parents
 FROM invocations WHERE id = :id AND namespace = :ns;
 
@@ -388,7 +395,7 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 -- everything but the payload, and the result as NULL (a listing ships no bytes).
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
-    resources, placement, pending_reason, unschedulable_reason,
+    resources, placement, {reasons},
     preemptions, max_preemptions, ended_by, checkpoint
 FROM invocations
 
@@ -712,7 +719,7 @@ UPDATE queues SET resources = :resources, updated_at = :now WHERE namespace = :n
 -- name: place_invocation
 -- Where a claimed attempt runs (the daemon picks its GPUs): fenced by the attempt's lease, so a
 -- stale worker cannot write over the placement of a newer attempt.
-UPDATE invocations SET placement = :placement, pending_reason = NULL, unschedulable_reason = NULL
+UPDATE invocations SET placement = :placement
 WHERE id = :id AND lease = :lease AND state = 'running'
 RETURNING id;
 
@@ -746,10 +753,10 @@ RETURNING {claimed_columns};
 -- The distinct requests of queued jobs (index invocations_shapes), for the sweep that names
 -- the ones no live daemon of their queue could ever run; the oldest of each, for the queue's
 -- unschedulable_fail_after_s.
-SELECT namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason,
+SELECT namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
     count(*) AS n, MIN(resources) AS sample
 FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
-GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, pending_reason;
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
 
 -- name: live_workers
 -- Every worker row that heartbeats (all namespaces): what the sweep checks requests against
@@ -758,55 +765,89 @@ SELECT namespace, name, queues, info, load FROM workers
 WHERE heartbeat_at >= :since AND state <> 'gone';
 
 -- name: set_pending
--- One request's queued jobs in a queue get a pending reason (NULL clears it), rows whose reason
--- differs only. {is} compares NULLs as equal: NULL columns are parts of a request too.
-UPDATE invocations SET pending_reason = :reason, unschedulable_reason = :words
+-- One request's queued jobs in a queue get a pending reason, those whose reason or words differ
+-- only. {is} compares NULLs as equal: NULL columns are parts of a request too. The jobs are
+-- read, not locked: the reason lives in pending_reasons (migration 35), which no claim locks.
+INSERT INTO pending_reasons (id, namespace, queue, reason, words)
+SELECT id, namespace, queue, :reason, :words FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
   AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
   AND cpus {is} :cpus AND memory_gb {is} :memory_gb
-  AND (pending_reason {is_not} :reason OR unschedulable_reason {is_not} :words)
   AND id <> :keep
+ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, words = excluded.words
+WHERE pending_reasons.reason <> excluded.reason OR pending_reasons.words {is_not} excluded.words
+RETURNING id;
+
+-- name: clear_pending
+-- One request's queued jobs in a queue that a live daemon could run lose their reason.
+DELETE FROM pending_reasons
+WHERE namespace = :ns AND queue = :queue AND id <> :keep AND id IN (
+    SELECT id FROM invocations
+    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+      AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+      AND cpus {is} :cpus AND memory_gb {is} :memory_gb)
+RETURNING id;
+
+-- name: unmark_pending
+-- A placed attempt's job left the queue: its reason goes with it at once (a reservation's
+-- `resources` mark on it would otherwise name it a reserved head if it came back queued).
+DELETE FROM pending_reasons WHERE id = :id RETURNING id;
+
+-- name: forget_pending
+-- The reasons of jobs that left the queue (claimed, cancelled, failed, deleted): only a queued
+-- job shows one, and the table holds no more rows than the queues hold such jobs.
+DELETE FROM pending_reasons WHERE NOT EXISTS (
+    SELECT 1 FROM invocations i WHERE i.id = pending_reasons.id AND i.state = 'queued')
 RETURNING id;
 
 -- name: mark_reserved
--- A worker reserves for this head of its claim order (store/reservation.py): said once on the
--- row, so that the sweep names the jobs the reservation holds back `reserved_for:<id>`.
-UPDATE invocations SET pending_reason = 'resources', unschedulable_reason = :words
-WHERE id = :id AND state = 'queued' AND pending_reason {is_not} 'resources'
+-- A worker reserves for this head of its claim order (store/reservation.py): said once, so that
+-- the sweep names the jobs the reservation holds back `reserved_for:<id>`.
+INSERT INTO pending_reasons (id, namespace, queue, reason, words)
+SELECT id, namespace, queue, 'resources', :words FROM invocations
+WHERE id = :id AND state = 'queued'
+ON CONFLICT (id) DO UPDATE SET reason = 'resources', words = excluded.words
+WHERE pending_reasons.reason <> 'resources'
 RETURNING id;
 
 -- name: reserved_heads
 -- The queued jobs workers reserve for, in claim order within each queue (the first one is the
 -- reservation that holds the queue's other jobs back).
-SELECT namespace, queue, id, resources FROM invocations
-WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'resources'
-ORDER BY namespace, queue, priority DESC, id ASC;
+SELECT i.namespace, i.queue, i.id, i.resources FROM pending_reasons r
+JOIN invocations i ON i.id = r.id
+WHERE r.reason = 'resources' AND i.state = 'queued' AND i.resources IS NOT NULL
+ORDER BY i.namespace, i.queue, i.priority DESC, i.id ASC;
 
 -- name: fail_unschedulable
 -- The queue's unschedulable_fail_after_s: jobs of a request no daemon could run, waiting longer,
--- fail with the reason instead of waiting forever.
+-- fail with the reason instead of waiting forever. A job a claim holds this instant is left to
+-- it: waiting for that claim while the sweep holds reasons a claim may write could deadlock.
 UPDATE invocations SET state = 'failed', error = :words, finished_at = :now
-WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
-  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
-  AND cpus {is} :cpus AND memory_gb {is} :memory_gb AND created_at <= :before
+WHERE state = 'queued' AND id IN (
+    SELECT id FROM invocations
+    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+      AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+      AND cpus {is} :cpus AND memory_gb {is} :memory_gb AND created_at <= :before
+    {skip_locked})
 RETURNING id;
 
 -- name: unschedulable_counts
--- lakeshore_jobs_unschedulable, per queue (index invocations_shapes).
-SELECT namespace, queue, count(*) AS n FROM invocations
-WHERE state = 'queued' AND resources IS NOT NULL AND pending_reason = 'unschedulable'
-GROUP BY namespace, queue;
+-- lakeshore_jobs_unschedulable, per queue (index pending_reasons_by_queue).
+SELECT r.namespace, r.queue, count(*) AS n FROM pending_reasons r
+JOIN invocations i ON i.id = r.id
+WHERE r.reason = 'unschedulable' AND i.state = 'queued'
+GROUP BY r.namespace, r.queue;
 
 -- name: unschedulable_in_queue
-SELECT count(*) AS n FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
-  AND pending_reason = 'unschedulable';
+SELECT count(*) AS n FROM pending_reasons r JOIN invocations i ON i.id = r.id
+WHERE r.namespace = :ns AND r.queue = :queue AND r.reason = 'unschedulable'
+  AND i.state = 'queued';
 
 -- name: waiting_in_queue
--- Queued jobs that wait for the controller to launch a daemon (index invocations_shapes).
-SELECT count(*) AS n FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
-  AND pending_reason = 'waiting_for_capacity';
+-- Queued jobs that wait for the controller to launch a daemon (index pending_reasons_by_queue).
+SELECT count(*) AS n FROM pending_reasons r JOIN invocations i ON i.id = r.id
+WHERE r.namespace = :ns AND r.queue = :queue AND r.reason = 'waiting_for_capacity'
+  AND i.state = 'queued';
 
 -- name: release_preempted
 -- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and

@@ -682,3 +682,22 @@ CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire_at) WHERE state
 CREATE INDEX IF NOT EXISTS invocations_resumed
     ON invocations (namespace, queue, priority DESC, id)
     WHERE state = 'queued' AND ended_by IN ('notice', 'daemon_lost', 'exit75', 'gpu_failed');
+
+-- migration: 35
+-- Pending reasons move off the invocation rows (store/schedulable.py). Claims pick with
+-- `FOR UPDATE SKIP LOCKED` on PostgreSQL, so while the sweep's transaction held the rows whose
+-- reason it rewrote, a claim that fitted such a job passed it over and returned nothing. The
+-- sweep now writes here, a table no claim locks; an invocation shows its row's reason only
+-- while it is queued, and the sweep deletes the rows of jobs that left the queue. The two
+-- columns of migration 24 stay, unused: dropping them would rewrite every invocation.
+CREATE TABLE IF NOT EXISTS pending_reasons (
+    id        TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    queue     TEXT NOT NULL,
+    reason    TEXT NOT NULL,
+    words     TEXT
+);
+CREATE INDEX IF NOT EXISTS pending_reasons_by_queue ON pending_reasons (namespace, queue, reason);
+INSERT INTO pending_reasons (id, namespace, queue, reason, words)
+SELECT id, namespace, queue, pending_reason, unschedulable_reason FROM invocations
+WHERE state = 'queued' AND pending_reason IS NOT NULL;

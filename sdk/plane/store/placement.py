@@ -76,6 +76,7 @@ class PlacementStore(StoreBase):
             )
         with self.connector.transaction(durable=False) as tx:
             if tx.one("place_invocation", id=inv_id, lease=lease, placement=text):
+                tx.all("unmark_pending", id=inv_id)  # a reservation mark must not outlive it
                 return
             held = tx.one("lease_of", id=inv_id)
         if held is None:

@@ -11,6 +11,10 @@ could run is `unschedulable`. A job a live daemon could run, in a queue whose he
 reserves for (store/reservation.py marks that head `resources`), is `reserved_for:<head id>`.
 A reason clears when a capable daemon arrives. A queue's admission
 `unschedulable_fail_after_s` fails such jobs with the reason once they have waited that long.
+
+Reasons are written to their own table (pending_reasons, migration 35), never to the job's row:
+a claim on PostgreSQL skips rows another transaction holds (`FOR UPDATE SKIP LOCKED`), so a
+sweep that rewrote a job's row hid that job from every claim until it committed.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ EVERY_S = 5.0
 #: Overrides EVERY_S, in seconds (read on first use): a quicker sweep costs the store a few
 #: reads of the queued requests more often (the test suite sets 0.25 s).
 EVERY_ENV = "LAKESHORE_PENDING_SWEEP_S"
-#: Columns a request is stored in (migration 24), as set_pending binds them.
+#: Columns a request is stored in (migration 24), as set_pending and clear_pending bind them.
 SHAPE = ("gpus", "gpu_type", "gpu_memory_gb", "cpus", "memory_gb")
 
 #: (transaction, invocation id, error, now): the ERROR frame of a job the sweep failed.
@@ -50,6 +54,7 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
     """Write each queued request's pending reason; fail what waited past its queue's limit.
     Returns how many rows changed."""
     workers = tx.all("live_workers", since=now - WORKER_STALE_S)
+    tx.all("forget_pending")  # the reasons of jobs that left the queue since
     changed = 0
     limits: dict[tuple[str, str], float | None] = {}
     launches: dict[tuple[str, str], Launches] = {}
@@ -67,9 +72,14 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
             keep = head["id"]
             reason, words = held_back(head, queue)
         keys = {k: shape[k] for k in SHAPE}
-        changed += len(
-            tx.all("set_pending", ns=ns, queue=queue, reason=reason, words=words, keep=keep, **keys)
-        )
+        if reason is None:
+            changed += len(tx.all("clear_pending", ns=ns, queue=queue, keep=keep, **keys))
+        else:
+            changed += len(
+                tx.all(
+                    "set_pending", ns=ns, queue=queue, reason=reason, words=words, keep=keep, **keys
+                )
+            )
         if reason != "unschedulable":
             continue
         if (ns, queue) not in limits:

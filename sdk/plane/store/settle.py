@@ -85,8 +85,11 @@ class SettleStore(ClaimStore):
         now = time.time()
         with self.connector.transaction() as tx:
             moved = self._sweep(tx, now)
-            if schedulable.due(self._judged_at, now):
-                self._judged_at = now
+        # Apart: the expired attempts it requeues stay locked until their commit, and on
+        # PostgreSQL a claim meanwhile skips them; the judgement reads every queued request.
+        if schedulable.due(self._judged_at, now):
+            self._judged_at = now
+            with self.connector.transaction() as tx:
                 moved += schedulable.sweep(tx, now, self._append_error)
                 settled, self._waiting_from = dependencies.sweep(tx, now, self._waiting_from)
                 moved += settled
