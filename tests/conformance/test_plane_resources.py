@@ -181,6 +181,9 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
     quick = q.submit("quick", resources={"gpus": 1}, timeout_s=30)
     box = {"gpus_whole": 4, "gpu_share": 1.0, "gpu_names": [H100], "gpu_memory_gb": 80}
     soon = time.time() + 60  # the running jobs' timeouts free all four GPUs by then
+    # Registered first, as a daemon is: a sweep that saw no live worker would name the head
+    # `waiting_for_capacity` over its reservation (a reservation whose worker is gone ends so).
+    plane.dispatch.register_worker("w", **h200_box("res-reserve", "w", gpus=4))
 
     held = claiming.claim(
         plane.dispatch,
@@ -189,10 +192,8 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
         free=free(gpus_whole=2, box={**box, "whole_free_at": []}),
     )
     assert held is None  # no running job surely ends: nothing may delay the head
-    # the head says it waits for resources, the jobs it holds back name it (issue 34, item 7)
-    plane.dispatch.register_worker("w", **h200_box("res-reserve", "w", gpus=4))
-    # A sweep before the worker registered named it `waiting_for_capacity` (no live daemon):
-    # wait for the first sweep that saw the worker, then it must say what holds it back.
+    # the head says it waits for resources, the jobs it holds back name it (issue 34, item 7);
+    # a sweep between the submits and the claim named them, so wait for one after the claim.
     held_back = eventually(
         lambda: (r := q.status(small)).pending_reason not in (None, "waiting_for_capacity") and r
     )
