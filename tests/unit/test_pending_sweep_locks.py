@@ -81,3 +81,25 @@ def test_a_reservation_mark_goes_with_the_placed_attempt(store: SqlStore) -> Non
 
     back = store.invocation("default", head)
     assert back.state == "queued" and back.pending_reason is None
+
+
+def test_a_sweep_older_than_a_reservation_mark_leaves_it(store: SqlStore) -> None:
+    """A sweep reads the live workers first: one that began before a worker registered, claimed
+    and reserved judges the head with no live worker. It must not write `waiting_for_capacity`
+    over the newer mark (which no later sweep would put back). A sweep that began after the mark,
+    and still sees no live worker, does: that reservation's worker is gone."""
+    box = {"gpus_whole": 4, "gpu_share": 1.0, "gpu_names": ["NVIDIA H100"], "gpu_memory_gb": 80}
+    (head,) = store.submit(
+        "default", "stale-q", [SubmitRequest(msgpack.packb("x"), resources={"gpus": 4})]
+    )
+    began = time.time()
+    free = {**box, "gpus_whole": 2, "box": {**box, "whole_free_at": []}}
+    assert claiming.store_claim_many(store, "default", ["stale-q"], worker="w", free=free) == []
+
+    with store.connector.transaction() as tx:
+        assert schedulable.sweep(tx, began, _no_error_frame) == 0
+    assert store.invocation("default", head).pending_reason == "resources"
+
+    with store.connector.transaction() as tx:
+        assert schedulable.sweep(tx, time.time(), _no_error_frame) == 1
+    assert store.invocation("default", head).pending_reason == "waiting_for_capacity"

@@ -764,24 +764,31 @@ GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
 SELECT namespace, name, queues, info, load FROM workers
 WHERE heartbeat_at >= :since AND state <> 'gone';
 
+-- fragment: fresh_mark
+-- A worker's reservation mark (`mark_reserved`) written after the sweep at :now began: the
+-- sweep read the live workers before, and may not have seen that worker yet.
+(pending_reasons.reason = 'resources' AND pending_reasons.at > :now)
+
 -- name: set_pending
 -- One request's queued jobs in a queue get a pending reason, those whose reason or words differ
 -- only. {is} compares NULLs as equal: NULL columns are parts of a request too. The jobs are
 -- read, not locked: the reason lives in pending_reasons (migration 35), which no claim locks.
-INSERT INTO pending_reasons (id, namespace, queue, reason, words)
-SELECT id, namespace, queue, :reason, :words FROM invocations
+-- A reservation mark written since the sweep began (:now) stays (fragment fresh_mark).
+INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
+SELECT id, namespace, queue, :reason, :words, :now FROM invocations
 WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
   AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
   AND cpus {is} :cpus AND memory_gb {is} :memory_gb
   AND id <> :keep
-ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, words = excluded.words
-WHERE pending_reasons.reason <> excluded.reason OR pending_reasons.words {is_not} excluded.words
+ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, words = excluded.words, at = excluded.at
+WHERE (pending_reasons.reason <> excluded.reason OR pending_reasons.words {is_not} excluded.words)
+  AND NOT {fresh_mark}
 RETURNING id;
 
 -- name: clear_pending
 -- One request's queued jobs in a queue that a live daemon could run lose their reason.
 DELETE FROM pending_reasons
-WHERE namespace = :ns AND queue = :queue AND id <> :keep AND id IN (
+WHERE namespace = :ns AND queue = :queue AND id <> :keep AND NOT {fresh_mark} AND id IN (
     SELECT id FROM invocations
     WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
       AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
@@ -803,10 +810,10 @@ RETURNING id;
 -- name: mark_reserved
 -- A worker reserves for this head of its claim order (store/reservation.py): said once, so that
 -- the sweep names the jobs the reservation holds back `reserved_for:<id>`.
-INSERT INTO pending_reasons (id, namespace, queue, reason, words)
-SELECT id, namespace, queue, 'resources', :words FROM invocations
+INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
+SELECT id, namespace, queue, 'resources', :words, :now FROM invocations
 WHERE id = :id AND state = 'queued'
-ON CONFLICT (id) DO UPDATE SET reason = 'resources', words = excluded.words
+ON CONFLICT (id) DO UPDATE SET reason = 'resources', words = excluded.words, at = excluded.at
 WHERE pending_reasons.reason <> 'resources'
 RETURNING id;
 

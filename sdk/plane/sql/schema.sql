@@ -688,16 +688,19 @@ CREATE INDEX IF NOT EXISTS invocations_resumed
 -- `FOR UPDATE SKIP LOCKED` on PostgreSQL, so while the sweep's transaction held the rows whose
 -- reason it rewrote, a claim that fitted such a job passed it over and returned nothing. The
 -- sweep now writes here, a table no claim locks; an invocation shows its row's reason only
--- while it is queued, and the sweep deletes the rows of jobs that left the queue. The two
--- columns of migration 24 stay, unused: dropping them would rewrite every invocation.
+-- while it is queued, and the sweep deletes the rows of jobs that left the queue. `at` is when
+-- the reason was written: a sweep leaves a worker's reservation mark newer than its own start
+-- alone (its view of the live workers may predate that worker). The two columns of migration
+-- 24 stay, unused: dropping them would rewrite every invocation.
 CREATE TABLE IF NOT EXISTS pending_reasons (
     id        TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,
     queue     TEXT NOT NULL,
     reason    TEXT NOT NULL,
-    words     TEXT
+    words     TEXT,
+    at        {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pending_reasons_by_queue ON pending_reasons (namespace, queue, reason);
-INSERT INTO pending_reasons (id, namespace, queue, reason, words)
-SELECT id, namespace, queue, pending_reason, unschedulable_reason FROM invocations
+INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
+SELECT id, namespace, queue, pending_reason, unschedulable_reason, 0 FROM invocations
 WHERE state = 'queued' AND pending_reason IS NOT NULL;

@@ -47,7 +47,7 @@ def _mark(tx: Transaction, head: Mapping[str, Any], params: Mapping[str, Any]) -
         f"worker {params['worker']} has reserved for it: it waits for {max(1.0, wanted):g} "
         "GPU(s) that running jobs hold, and smaller jobs that would delay it are held back"
     )
-    tx.all("mark_reserved", id=head["id"], words=words)
+    tx.all("mark_reserved", id=head["id"], words=words, now=params["now"])
 
 
 def fits(row: Mapping[str, Any], params: Mapping[str, Any]) -> bool:

@@ -72,14 +72,11 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
             keep = head["id"]
             reason, words = held_back(head, queue)
         keys = {k: shape[k] for k in SHAPE}
+        where = {"ns": ns, "queue": queue, "keep": keep, "now": now, **keys}
         if reason is None:
-            changed += len(tx.all("clear_pending", ns=ns, queue=queue, keep=keep, **keys))
+            changed += len(tx.all("clear_pending", **where))
         else:
-            changed += len(
-                tx.all(
-                    "set_pending", ns=ns, queue=queue, reason=reason, words=words, keep=keep, **keys
-                )
-            )
+            changed += len(tx.all("set_pending", reason=reason, words=words, **where))
         if reason != "unschedulable":
             continue
         if (ns, queue) not in limits:
