@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 < 4 ? $$(nproc) * 2 : 4 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 3 / 2 )))
 SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # One stamp per purpose, so `make demo` installs only what the demo runs (the daemon extra),
 # `make test` the test stack, and only `make bench` the peers it measures.
@@ -56,12 +56,13 @@ demo: $(DEMO)
 	$(BIN)/python examples/demo.py
 
 test: $(TEST)
-	@# Two workers per core, four at most: the real-process tiers spend much of their time
-	@# waiting on the servers and daemons they start, so one worker per core leaves about half
-	@# the CPU idle (tests share no state: a namespace, a schema or a temporary home each). On
-	@# 2 cores: 292 s at three workers, 246 s at four, 249 s at five. Not more: each worker's
-	@# HTTP conformance planes keep three servers up, and PostgreSQL's connections peaked at 62
-	@# of its default 100 with four workers, 81 with five (six ran out, earlier).
+	@# Three workers per two cores: the real-process tiers spend much of their time waiting on
+	@# the servers and daemons they start, so one worker per core leaves about half the CPU
+	@# idle (tests share no state: a namespace, a schema or a temporary home each). Not four on
+	@# 2 cores: a warm checkout ran pytest in 246 s at four against 292 s at three, but fresh
+	@# clones took 304-310 s at four against 291-298 s at three (bytecode is compiled then).
+	@# Each worker's HTTP conformance planes keep three servers up: PostgreSQL's connections
+	@# peaked at 62-65 of its default 100 with four workers, 81 with five (six ran out).
 	@# worksteal: a worker that runs out of tests takes half of a busy one's queue, where the
 	@# default handed out fixed shares and one worker ran on alone for the last 38 s.
 	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist worksteal
