@@ -310,10 +310,8 @@ class LocalPlane:
                 return []
             return self.store.claim_many(self.namespace, args)
 
-        def done(got: list[Claim]) -> bool:
-            return bool(got) or args.worker in self._draining
-
         work = [work_key(self.namespace, q) for q in args.queues or [DEFAULT_QUEUE]]
+        done = self._draining.claim_done(args.worker)
         return self._wait_for(fetch, done, wait_s, work=work, first=first)
 
     def ack_and_claim(

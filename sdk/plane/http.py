@@ -284,10 +284,8 @@ class HttpPlane(HttpTransport):
             data = self._request(routes.CLAIM, _claim_body(args, wait), wait_s=wait)
             return [_record(Claim, c) for c in data["claims"]]
 
-        def done(got: list[Claim]) -> bool:  # a draining worker's claim the server let go
-            return bool(got) or args.worker in self._draining
-
-        return self._long_poll(wait_s, once, done)
+        # A draining worker's claim the server let go does not ask again.
+        return self._long_poll(wait_s, once, self._draining.claim_done(args.worker))
 
     def ack_and_claim(
         self, acks: Sequence[Ack], args: ClaimArgs, *, wait_s: float = 0.0

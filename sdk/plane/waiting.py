@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from dreamlake.lakeshore.errors import QueueFullError, Unavailable
@@ -68,8 +68,9 @@ class DrainingWorkers:
         self._names: set[str] = set()
 
     def said(self, worker: str, state: str) -> bool:
-        """Record a worker's heartbeat state; True if it says it is draining."""
-        if state != "draining":
+        """Record a worker's heartbeat state; True if it says it is draining and had not yet
+        (a long drain repeats it at every heartbeat: its waiting claim is let go once)."""
+        if state != "draining" or worker in self._names:
             return False
         self._names.add(worker)
         return True
@@ -79,6 +80,10 @@ class DrainingWorkers:
 
     def __contains__(self, worker: object) -> bool:
         return worker in self._names
+
+    def claim_done(self, worker: str) -> Callable[[Sequence[object]], bool]:
+        """When a claim's wait is over: it got something, or its worker said it is draining."""
+        return lambda got: bool(got) or worker in self._names
 
 
 def room_wait(full: QueueFullError, deadline: Deadline) -> float:

@@ -764,6 +764,13 @@ GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
 SELECT namespace, name, queues, info, load FROM workers
 WHERE heartbeat_at >= :since AND state <> 'gone';
 
+-- fragment: queued_request
+-- One request's queued jobs in a queue, as the sweep binds it (store/schedulable.py SHAPE).
+-- {is} compares NULLs as equal: NULL columns are parts of a request too.
+namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
+  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
+  AND cpus {is} :cpus AND memory_gb {is} :memory_gb
+
 -- fragment: fresh_mark
 -- A worker's reservation mark (`mark_reserved`) written after the sweep at :now began: the
 -- sweep read the live workers before, and may not have seen that worker yet.
@@ -771,14 +778,11 @@ WHERE heartbeat_at >= :since AND state <> 'gone';
 
 -- name: set_pending
 -- One request's queued jobs in a queue get a pending reason, those whose reason or words differ
--- only. {is} compares NULLs as equal: NULL columns are parts of a request too. The jobs are
--- read, not locked: the reason lives in pending_reasons (migration 35), which no claim locks.
--- A reservation mark written since the sweep began (:now) stays (fragment fresh_mark).
+-- only. The jobs are read, not locked: the reason lives in pending_reasons (migration 35),
+-- which no claim locks. A reservation mark written since the sweep began (:now) stays.
 INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
 SELECT id, namespace, queue, :reason, :words, :now FROM invocations
-WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
-  AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
-  AND cpus {is} :cpus AND memory_gb {is} :memory_gb
+WHERE {queued_request}
   AND id <> :keep
 ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, words = excluded.words, at = excluded.at
 WHERE (pending_reasons.reason <> excluded.reason OR pending_reasons.words {is_not} excluded.words)
@@ -788,11 +792,8 @@ RETURNING id;
 -- name: clear_pending
 -- One request's queued jobs in a queue that a live daemon could run lose their reason.
 DELETE FROM pending_reasons
-WHERE namespace = :ns AND queue = :queue AND id <> :keep AND NOT {fresh_mark} AND id IN (
-    SELECT id FROM invocations
-    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
-      AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
-      AND cpus {is} :cpus AND memory_gb {is} :memory_gb)
+WHERE namespace = :ns AND queue = :queue AND id <> :keep AND NOT {fresh_mark}
+  AND id IN (SELECT id FROM invocations WHERE {queued_request})
 RETURNING id;
 
 -- name: unmark_pending
@@ -832,9 +833,7 @@ ORDER BY i.namespace, i.queue, i.priority DESC, i.id ASC;
 UPDATE invocations SET state = 'failed', error = :words, finished_at = :now
 WHERE state = 'queued' AND id IN (
     SELECT id FROM invocations
-    WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NULL
-      AND gpus {is} :gpus AND gpu_type {is} :gpu_type AND gpu_memory_gb {is} :gpu_memory_gb
-      AND cpus {is} :cpus AND memory_gb {is} :memory_gb AND created_at <= :before
+    WHERE {queued_request} AND created_at <= :before
     {skip_locked})
 RETURNING id;
 
