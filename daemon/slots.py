@@ -139,12 +139,16 @@ class ProcessSlot(SlotBase):
         message = ForkingPickler.dumps(_run_message(claim))  # what Connection.send writes
         if len(message) > HAND_MAX_BYTES:
             return
+        # The clock starts before the write: the child may start the body while this thread,
+        # its write done, waits up to a GIL switch interval (5 ms) to run again, and a clock
+        # read after that missed the run's first milliseconds (issue 45).
+        handed_at = time.monotonic()
         try:
             with child.send_lock:
                 child.conn.send_bytes(message)
         except OSError:
             return  # it died just now: the slot thread finds out and starts another
-        self._handed = (claim.id, child, time.monotonic())
+        self._handed = (claim.id, child, handed_at)
 
     def _aborted(self) -> None:
         if not self._closed:  # wake the slot thread out of its wait on the child
@@ -203,11 +207,11 @@ class ProcessSlot(SlotBase):
         if handed is not None and handed[:2] == (claim.id, child):
             self._began = handed[2]
         else:
+            self._began = time.monotonic()  # before the send, as in `_assigned`
             try:
                 child.send(_run_message(claim))
             except OSError as exc:
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
-            self._began = time.monotonic()
         if (noticed := self.noticed) is not None:
             with contextlib.suppress(OSError):  # after the run message, on the same pipe
                 child.send(("preempt", noticed[0]))

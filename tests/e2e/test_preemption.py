@@ -186,8 +186,12 @@ def test_drain_preempt_from_the_cli_and_a_command_exiting_75(
     row = q.status(ex)
     assert (row.attempt, row.preemptions, row.ended_by) == (2, 1, "exit75")
 
+    # A run far longer than a drain takes to reach a busy daemon (its next heartbeat, at most
+    # HEARTBEAT_MAX_S): the notice ends it, never its own last step (at 200 steps the job
+    # ended in 10 s and a loaded box let it finish first).
     log = tmp_path / "steps.log"
-    inv = q.submit(dls.thunk(training.train, STEPS, EVERY, str(log), 0.05), max_attempts=1)
+    endless = 100 * STEPS
+    inv = q.submit(dls.thunk(training.train, endless, EVERY, str(log), 0.05), max_attempts=1)
     wait_until(_at_step(log, 10), timeout=60, what="step 10")
     env = {
         **os.environ,

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import dreamlake.lakeshore as dls
+from dreamlake.lakeshore.daemon.metrics import DaemonMetrics
 from dreamlake.lakeshore.daemon.worker import (
     EXIT_CRASHED,
     EXIT_OK,
@@ -84,12 +85,12 @@ class FaultyPlane:
 class Running:
     """A daemon on a thread; `stop()` drains it and returns its exit code."""
 
-    def __init__(self, plane: Any, **config: Any) -> None:
+    def __init__(self, plane: Any, metrics: DaemonMetrics | None = None, **config: Any) -> None:
         config.setdefault("name", "unit")
         config.setdefault("queues", ("q",))
         config.setdefault("lease_s", 3.0)
         config.setdefault("kill_grace_s", 0.5)
-        self.daemon = Daemon(plane, DaemonConfig(**config), gpus=[])
+        self.daemon = Daemon(plane, DaemonConfig(**config), gpus=[], metrics=metrics)
         self.code: int | None = None
         self.thread = threading.Thread(target=self._run)
         self.thread.start()
@@ -356,3 +357,43 @@ def test_a_daemon_whose_last_queue_is_removed_idles_instead_of_serving_default(
         assert default.status(stray).state == "queued"
     finally:
         assert running.stop() == EXIT_OK
+
+
+class _Recorder(DaemonMetrics):
+    """The daemon's metrics, keeping each ended run's measured seconds as well."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run_s: list[float] = []
+
+    def job_ended(self, claim: Any, outcome: Outcome, run_s: float) -> None:
+        super().job_ended(claim, outcome, run_s)
+        self.run_s.append(run_s)
+
+
+def test_a_jobs_run_clock_starts_before_its_child_can_begin(
+    plane: Dispatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a daemon whose thread, each time it has written to a child's pipe, is held back
+    # before it runs again, as a thread waiting out another's GIL switch interval is (the
+    # e2e metrics test once measured 1.1953 s for a 1.2 s sleep that way)
+    write = multiprocessing.connection.Connection._send_bytes  # type: ignore[attr-defined]
+
+    def held_back_after(self: Any, buf: Any) -> None:
+        write(self, buf)
+        time.sleep(0.2)
+
+    monkeypatch.setattr(multiprocessing.connection.Connection, "_send_bytes", held_back_after)
+    metrics = _Recorder()
+    q = dls.SyncQueue("q", dispatch=plane)
+    running = Running(plane, metrics=metrics)
+    try:
+        # when it runs a job whose body sleeps 0.5 s
+        inv = q.submit(dls.thunk(time.sleep, 0.5))
+        q.result(inv, timeout=20)
+    finally:
+        assert running.stop() == EXIT_OK
+    # then the run time it measured holds the whole body: its clock started before the
+    # write that let the child begin, not once the writing thread ran again
+    assert len(metrics.run_s) == 1
+    assert metrics.run_s[0] >= 0.5
