@@ -1,6 +1,7 @@
 """The systemd units Lakeshore ships, read from the installed package and fitted to one box.
 
-The units live in this package (`units/*.service`, package data) so that `pip install
+The units live in the repository's `systemd/` folder, the package `dreamlake.lakeshore.systemd`
+in the wheel (`*.service`, package data), so that `pip install
 'dreamlake-lakeshore[daemon]'` on a GPU box brings them: `lakeshore systemd install` writes
 them, with their EnvironmentFiles, where systemd reads them. As shipped they run the scripts
 of a virtualenv in /opt/lakeshore and read settings from /etc/lakeshore; `render` points both
@@ -25,6 +26,8 @@ from typing import Final
 
 from dreamlake.lakeshore.errors import InvalidArgument
 
+#: The package that holds the unit files (the repository's `systemd/` folder).
+UNITS_PACKAGE: Final = "dreamlake.lakeshore.systemd"
 #: The unit file of each process, by the name `lakeshore systemd` uses for it.
 UNITS: Final = {
     "daemon": "lakeshore-daemon@.service",
@@ -49,7 +52,7 @@ def shipped(kind: str) -> str:
     """The unit as the package ships it (`kind`: daemon, server or controller)."""
     if kind not in UNITS:
         raise InvalidArgument(f"unknown unit {kind!r}; use {'|'.join(UNITS)}")
-    return resources.files(__package__).joinpath("units", UNITS[kind]).read_text()
+    return resources.files(UNITS_PACKAGE).joinpath(UNITS[kind]).read_text()
 
 
 def default_bin_dir() -> str:

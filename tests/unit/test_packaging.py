@@ -63,7 +63,7 @@ def metadata(wheel: zipfile.ZipFile) -> Any:
 def test_the_wheel_ships_the_systemd_units_and_the_license(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     for unit in unitfiles.UNITS.values():
-        assert f"dreamlake/lakeshore/daemon/units/{unit}" in names
+        assert f"dreamlake/lakeshore/systemd/{unit}" in names
     (license_path,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
     assert b"Apache License" in wheel.read(license_path)
     assert metadata(wheel)["License-Expression"] == "Apache-2.0"
@@ -93,7 +93,7 @@ def test_pyproject_lists_every_package_folder_and_nothing_else() -> None:
     setuptools = PYPROJECT["tool"]["setuptools"]
     mapping: dict[str, str] = setuptools["package-dir"]
     tops = {Path(folder).parts[0] for folder in mapping.values()}
-    assert tops == {"sdk", "server", "daemon", "controller", "providers", "cli"}
+    assert tops == {"sdk", "server", "daemon", "controller", "providers", "cli", "systemd"}
     python_folders = {
         path.parent.relative_to(ROOT).as_posix()
         for top in tops
