@@ -10,7 +10,8 @@ script reading the last line of output always reads an error, not a stack.
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, Final
 
 import click
 
@@ -20,6 +21,9 @@ from dreamlake.lakeshore.errors import DispatchError
 DEBUG_ENV = "LAKESHORE_DEBUG"
 #: The words that start the line of an unexpected error (the CLI fuzz tests look for them).
 BUG_PREFIX = "internal error"
+#: How a command ends whose reader went away (`lakeshore jobs ls | head`): as a Unix tool
+#: that SIGPIPE ended does, 128 + 13.
+EXIT_BROKEN_PIPE: Final = 141
 
 
 def one_line(text: str, limit: int = 2000) -> str:
@@ -41,6 +45,9 @@ def _invoke(invoke: Any, ctx: click.Context) -> Any:
         raise
     except (click.exceptions.Exit, click.Abort):
         raise
+    except BrokenPipeError:
+        _drop_stdout()
+        raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
             raise
@@ -50,6 +57,14 @@ def _invoke(invoke: Any, ctx: click.Context) -> Any:
                 f"with {DEBUG_ENV}=1 for the traceback, and report it)"
             )
         ) from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's flush at exit would fail again on the
+    closed pipe and print its own complaint."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class OneLineGroup(click.Group):

@@ -100,6 +100,12 @@ COMMANDS = [
         "systemd units for the daemon, the server and the controller: show, install.",
     ),
     Verb(
+        "runtime",
+        "runtime",
+        "runtime",
+        "A job's runtime: the code and requirements it brings (inspect a workdir).",
+    ),
+    Verb(
         "status",
         "status",
         "status",
