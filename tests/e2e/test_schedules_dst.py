@@ -37,8 +37,8 @@ UTC = dt.timezone.utc
 FIRE_TIMEOUT_S = 15.0
 
 
-def _utc(*args: int) -> float:
-    return dt.datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+def _utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
+    return dt.datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
 
 
 class Clock:

@@ -39,8 +39,8 @@ AT_THE_HOUR = ("30 {h} * * *", "0,30 {h} * * *", "*/15 {h} * * *", "15,20 {h} * 
 UTC = dt.timezone.utc
 
 
-def _utc(*args: int) -> int:
-    return int(dt.datetime(*args, tzinfo=UTC).timestamp())  # type: ignore[misc]
+def _utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
+    return int(dt.datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp())
 
 
 def _local(cron: Cron, t: float) -> str:
