@@ -15,12 +15,15 @@ silently: a package under a dot folder ships like any other.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Final
 
 from pathspec import GitIgnoreSpec
+
+from dreamlake.lakeshore.errors import InvalidArgument
 
 __all__ = ["DEFAULT_EXCLUDES", "IGNORE_FILES", "IgnoreRules", "walk"]
 
@@ -39,6 +42,8 @@ DEFAULT_EXCLUDES: Final = (
     "node_modules/",
     ".env*",
 )
+#: The longest ignore pattern taken from a caller (a real one is a path or two).
+MAX_PATTERN_CHARS: Final = 4096
 #: Read in each folder, in this order (a later file's rule wins over an earlier one's).
 IGNORE_FILES: Final = (".gitignore", ".lakeshoreignore")
 
@@ -53,7 +58,9 @@ class IgnoreRules:
     _layers: list[tuple[PurePosixPath, GitIgnoreSpec]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        root = GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDES, *self.excludes])
+        for pattern in self.excludes:
+            _check_pattern(pattern)
+        root = _compile([*DEFAULT_EXCLUDES, *self.excludes])
         self._layers = [(PurePosixPath("."), root)]
 
     def enter(self, folder: Path, rel: PurePosixPath) -> int:
@@ -65,7 +72,11 @@ class IgnoreRules:
                 lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
         if not lines:
             return 0
-        self._layers.append((rel, GitIgnoreSpec.from_lines(lines)))
+        try:
+            spec = _compile(lines)
+        except ValueError:  # git passes over a line it cannot read; so does this
+            spec = _compile([line for line in lines if _readable(line)])
+        self._layers.append((rel, spec))
         return 1
 
     def leave(self, count: int) -> None:
@@ -83,6 +94,31 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = result.include
         return verdict
+
+
+def _compile(lines: Sequence[str]) -> GitIgnoreSpec:
+    """pathspec's spec for `lines`; the regex module's warnings on odd brackets are its own,
+    not the user's, and are not shown."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return GitIgnoreSpec.from_lines(lines)
+
+
+def _readable(line: str) -> bool:
+    try:
+        _compile([line])
+    except ValueError:
+        return False
+    return True
+
+
+def _check_pattern(pattern: str) -> None:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise InvalidArgument(
+            f"an exclude pattern is at most {MAX_PATTERN_CHARS} characters, not {len(pattern)}"
+        )
+    if not _readable(pattern):
+        raise InvalidArgument(f"exclude pattern {pattern!r} is not a pattern git can read")
 
 
 def _under(rel: PurePosixPath, base: PurePosixPath) -> PurePosixPath | None:

@@ -152,9 +152,21 @@ def _check_link(path: str, target: str) -> None:
 def scan(root: Path, excludes: Sequence[str] = (), *, prefix: str = "") -> Manifest:
     """The manifest of `root` as it ships (ignore.py's rules), `prefix/` before each path."""
     root = Path(root)
-    if not root.is_dir():
-        raise InvalidArgument(f"runtime folder {str(root)!r} does not exist or is not a folder")
+    if not _is_dir(root):
+        raise InvalidArgument(f"runtime folder {_shown(root)} does not exist or is not a folder")
     return Manifest(tuple(_entries(root, excludes, prefix)))
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long for the file system, say: no folder by that name
+        return False
+
+
+def _shown(path: Path, limit: int = 200) -> str:
+    text = str(path)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _entries(root: Path, excludes: Sequence[str], prefix: str) -> Iterable[Entry]:

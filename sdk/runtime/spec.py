@@ -79,9 +79,13 @@ def _check_workdir(workdir: Any) -> str | None:
     if not isinstance(workdir, (str, os.PathLike)):
         raise InvalidArgument(f"Runtime: workdir must be a folder's path, not {workdir!r}")
     path = Path(workdir).expanduser()
-    if not path.is_dir():
+    try:
+        found = path.is_dir()
+    except OSError:  # a name too long for the file system: no such folder
+        found = False
+    if not found:
         raise InvalidArgument(
-            f"Runtime: workdir {str(workdir)!r} does not exist or is not a folder"
+            f"Runtime: workdir {str(workdir)[:200]!r} does not exist or is not a folder"
         )
     return str(path.resolve())
 

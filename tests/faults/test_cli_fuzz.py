@@ -107,6 +107,7 @@ BASELINE: dict[str, str] = {
     "kind": "local",
     "namespace": "fuzz-ns",
     "cron": "0 3 * * *",
+    "directory": ".",
 }
 #: Flags that wait for a job to end get a short wait (no worker runs in this pass).
 FLAG_COMPANIONS = {

@@ -161,3 +161,14 @@ def test_near_the_size_cap_a_warning_and_over_it_a_refusal_name_the_largest(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_size(manifest, "workdir")  # far under the default 1 GiB: silent
+
+
+def test_an_unreadable_exclude_is_refused_and_an_unreadable_gitignore_line_passed_over(
+    tmp_path: Path,
+) -> None:
+    root = tree(tmp_path, {".gitignore": "!\n*.log\n", "a.log": "", "a.py": ""})
+    assert shipped(root) == [".gitignore", "a.py"]  # git too reads past the bad line
+    with pytest.raises(InvalidArgument, match="exclude pattern '!' is not a pattern git can"):
+        scan(root, ["!"])
+    with pytest.raises(InvalidArgument, match="at most 4096 characters, not 5000"):
+        scan(root, ["x" * 5000])
