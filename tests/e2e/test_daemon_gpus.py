@@ -53,7 +53,7 @@ def q(plane: Dispatch, daemon: DaemonProcess) -> dls.SyncQueue:
 def test_the_worker_row_offers_the_declared_gpus(plane: Dispatch, daemon: DaemonProcess) -> None:
     row = plane.worker("gpu-box-1")
     assert [g["name"] for g in row.info["gpus"]] == [H100] * 4
-    assert row.info["concurrency"] == 4  # one slot per GPU by default
+    assert row.info["concurrency"] == 8  # by default what --cpus 8 allows (at least 1 per GPU)
     assert row.info["resources"]["gpus"] == 4 and row.info["resources"]["cpus"] == 8
 
 
@@ -130,6 +130,30 @@ def test_a_job_that_asks_for_no_gpu_sees_none(q: dls.SyncQueue) -> None:
     seen = q.result(q.submit(dls.thunk(jobs.placed)), timeout=30)
     assert seen["cuda"] == "" and seen["gpus"] == []
     assert os.environ.get("LAKESHORE_GPUS") is None  # the test process was never placed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a 1-CPU box runs one job at a time")
+def test_a_one_gpu_daemon_at_its_default_concurrency_runs_two_halves_at_once(
+    tmp_path: Path,
+) -> None:
+    """Issue 45 item 2: a fraction is the user saying "share"; one slot per GPU ran them one
+    after the other. Both wait until both run (files they write), so they overlap."""
+    proc = DaemonProcess(tmp_path, "one-gpu", ["--queue", "halves", "--gpus", "1"])
+    try:
+        proc.ready()
+        with Dispatch(tmp_path / "lakeshore.db") as plane:
+            q = dls.SyncQueue("halves", dispatch=plane)
+            meet = str(tmp_path / "meet")
+            halves = [
+                q.submit(dls.thunk(jobs.wait_for_peers, meet, 2, 20.0), resources={"gpus": 0.5})
+                for _ in range(2)
+            ]
+            seen = [q.result(i, timeout=60) for i in halves]
+            assert [s["cuda"] for s in seen] == ["0", "0"]
+            assert seen[0]["pid"] != seen[1]["pid"]
+            assert plane.worker("one-gpu").info["concurrency"] >= 2
+    finally:
+        proc.stop()
 
 
 #: Another process keeps 1-GPU jobs of 2 s queued until the stop file appears.
