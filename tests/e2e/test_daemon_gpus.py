@@ -156,6 +156,35 @@ def test_a_one_gpu_daemon_at_its_default_concurrency_runs_two_halves_at_once(
         proc.stop()
 
 
+def test_a_daemons_reservation_names_what_it_holds_back_as_it_is_made(
+    q: dls.SyncQueue, home: Path
+) -> None:
+    """Issue 45 item 3: the claim that finds the head does not fit reserves for it then and
+    there: by the time the head reads `resources`, the job behind it reads `reserved_for`
+    (one transaction), whenever the pending sweep next runs."""
+    gates = home / "gates"
+    gates.mkdir()
+    holders = [
+        q.submit(dls.thunk(jobs.hold_until, str(gates / f"go-{i}")), resources={"gpus": 1})
+        for i in range(4)
+    ]
+    wait_until(
+        lambda: all(q.status(h).state == "running" for h in holders), timeout=60, what="4 GPUs"
+    )
+    big = q.submit(dls.thunk(jobs.placed), resources={"gpus": 4})
+    small = q.submit(dls.thunk(jobs.placed), resources={"gpus": 1})
+    (gates / "go-0").touch()  # one GPU frees: the daemon's claim finds the head does not fit
+    wait_until(
+        lambda: q.status(big).pending_reason == "resources", timeout=30, what="the reservation"
+    )
+    assert q.status(small).pending_reason == f"reserved_for:{big}"
+    for i in range(1, 4):
+        (gates / f"go-{i}").touch()
+    assert sorted(q.result(big, timeout=60)["gpus"]) == [0, 1, 2, 3]
+    q.result(small, timeout=60)
+    assert (q.status(small).started_at or 0) >= (q.status(big).finished_at or 0)
+
+
 #: Another process keeps 1-GPU jobs of 2 s queued until the stop file appears.
 STREAM = """
 import sys, time
