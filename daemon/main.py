@@ -67,8 +67,9 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "-c",
     type=click.IntRange(1, 1024),
     default=None,
-    help="Slots: the most jobs run at once, one child process each "
-    "[default: one per GPU, at least one].",
+    help="Slots: a cap on the jobs run at once, one child process each [default: what the "
+    "resources allow: as many as the CPUs (--cpus, else the cores) and at least one per GPU, "
+    "so fractional GPU jobs share a GPU; with no GPU and no --cpus, one].",
 )
 @click.option(
     "--prefetch",

@@ -75,8 +75,11 @@ class ProcessSlot(SlotBase):
         kill_grace_s: float = 10.0,
         gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
         oom: OomCounters | None = None,
+        warm: bool = True,
     ) -> None:
-        """`gpus_for(claim)`: the GPUs a job was placed on (issue 34); a child that sees
+        """`warm` False: no child until the slot's first job (slots past one per GPU, which
+        a default daemon has up to its CPU count, cost no process while nobody shares).
+        `gpus_for(claim)`: the GPUs a job was placed on (issue 34); a child that sees
         others is replaced before the job runs, since CUDA reads CUDA_VISIBLE_DEVICES once.
         None: the slot's `gpus` for every job.
         `oom`: the box's OOM-kill counters, to tell a job the kernel killed for memory from
@@ -103,12 +106,14 @@ class ProcessSlot(SlotBase):
         self._oom = oom
         #: The OOM-kill counters as the current attempt was assigned (oom.py; `_assigned`).
         self._oom_before: dict[str, int] = {}
+        self._warm = warm
         self._log = get_logger(slot=index)
 
     def snapshot(self) -> dict[str, Any]:
         child = self._child
         pid = child.pid if child is not None else None
-        return self._snapshot("idle" if child is not None else "starting", self.gpu_indexes, pid)
+        state = "idle" if child is not None or not self._warm else "starting"
+        return self._snapshot(state, self.gpu_indexes, pid)
 
     @property
     def gpu_indexes(self) -> list[int]:
@@ -160,7 +165,8 @@ class ProcessSlot(SlotBase):
     def _serve(self) -> None:
         try:
             try:
-                self._child = self._spawn()
+                if self._warm:
+                    self._child = self._spawn()
             except BaseException as exc:
                 self.start_error = exc
                 return
@@ -184,7 +190,9 @@ class ProcessSlot(SlotBase):
                 os.close(self._wake_w)
 
     def _rewarm(self) -> None:
-        """A child was terminated or died: start the next one now, before the next claim."""
+        """A child was terminated or died: start the next one now, before the next claim.
+        A slot that ran a job stays warm from then on."""
+        self._warm = True
         if self._child is None:
             self._child = self._spawn()
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamlake.lakeshore.objects.plane import child_environment
 from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.shapes import default_slots
 from dreamlake.lakeshore.signals import stop_signals
 from dreamlake.lakeshore.types import Claim
 from dreamlake.lakeshore.work.core import (
@@ -73,7 +74,7 @@ class DaemonConfig(WorkerConfig):
     #: What jobs' `cpus` / `memory_gb` requests are counted against; None: not counted.
     cpus: float | None = None
     memory_gb: float | None = None
-    #: `--concurrency` not given: one slot per GPU, at least one.
+    #: `--concurrency` not given: as many slots as the box's resources allow (`_auto_slots`).
     auto_concurrency: bool = False
     #: Where spot interruption notices come from (issue 35): None, "ec2" (daemon/spot.py), or
     #: "auto": "ec2" when local files say the box is an EC2 instance (daemon/ec2host.py).
@@ -134,8 +135,9 @@ class Daemon(WorkerCore):
     def _prepare(self) -> SlotFactory:
         gpus = self._inventory()
         if self.config.auto_concurrency:
-            self.config = replace(self.config, concurrency=max(1, len(gpus)))
+            self.config = replace(self.config, concurrency=self._auto_slots(gpus))
         config = self.config
+        warm = max(1, len(gpus))  # slots past one per GPU start their child at their first job
         per_job = config.gpus_per_job
         problem = check_gpu_plan(
             gpus, 1 if config.auto_concurrency else config.concurrency, per_job
@@ -161,9 +163,19 @@ class Daemon(WorkerCore):
                 kill_grace_s=config.kill_grace_s,
                 gpus_for=self._gpus_for,
                 oom=oom,
+                warm=index < warm,
             )
 
         return slot
+
+    def _auto_slots(self, gpus: Sequence[Gpu]) -> int:
+        """Slots with no `--concurrency`: what the resources allow, bounded by the CPUs
+        (`--cpus`, else the cores this process may run on), at least one per GPU. A daemon that
+        offers no GPU and counts no CPUs has nothing that divides its box: one slot, as ever."""
+        cpus = self.config.cpus
+        if cpus is None and gpus:
+            cpus = float(_cores())
+        return default_slots(len(gpus), cpus)
 
     def _inventory(self) -> list[Gpu]:
         """The GPUs offered: given (tests), declared (`--gpus N`), or detected."""
@@ -296,3 +308,10 @@ class Daemon(WorkerCore):
         if self.fatal is not None and not isinstance(self.fatal, ChildFailed):
             self.fatal = ChildFailed(str(self.fatal))
         return started
+
+
+def _cores() -> int:
+    """The CPUs this process may run on (its affinity: a cgroup or taskset bounds it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -113,10 +113,20 @@ class Shape:
 
     def slots(self, concurrency: object = None) -> int:
         """How many jobs one daemon of this shape runs at once: its `concurrency` setting, or
-        the daemon's default (one per GPU, at least one)."""
+        the daemon's default (`default_slots`; a shape that states no CPUs: one per GPU)."""
         if isinstance(concurrency, int) and not isinstance(concurrency, bool) and concurrency > 0:
             return concurrency
-        return max(1, self.gpus)
+        return default_slots(self.gpus, self.cpus)
+
+
+def default_slots(gpus: int, cpus: float | None) -> int:
+    """How many jobs a daemon runs at once when `--concurrency` does not cap it: what its
+    resources allow, bounded by its CPUs (as Ray bounds tasks by num_cpus), at least one per
+    GPU. The placer, not the slot count, keeps GPU jobs within the GPUs, so a fraction shares
+    a GPU as asked. `cpus` None: nothing to bound by but the GPUs (one slot per GPU)."""
+    if cpus is None:
+        return max(1, gpus)
+    return max(1, gpus, math.floor(cpus))
 
 
 def check_shape(value: object, where: str = "shape") -> dict[str, Any]:

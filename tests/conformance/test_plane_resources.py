@@ -222,6 +222,35 @@ def test_a_claim_reserves_for_the_head_and_backfills_only_what_ends_first(
     assert eventually(lambda: q.status(small).pending_reason is None)  # the reservation is over
 
 
+def test_the_claim_that_reserves_names_what_it_holds_back_without_the_sweep(
+    plane: PlaneEnv,
+) -> None:
+    """Issue 45 item 3: the reservation is said in the claim's own transaction, so whoever
+    reads the head marked `resources` reads the jobs it holds back named `reserved_for`, at the
+    default sweep of 5 s as at the suite's 0.25 s (no poll here: the reads follow the claim)."""
+    q = plane.queue("res-at-once")
+    plane.dispatch.register_worker("w", **h200_box("res-at-once", "w", gpus=4))
+    big = q.submit("big", resources={"gpus": 4})
+    small = q.submit("small", resources={"gpus": 1})
+    box = {"gpus_whole": 4, "gpu_share": 1.0, "gpu_names": [H100], "gpu_memory_gb": 80}
+    reserving = free(gpus_whole=1, box={**box, "whole_free_at": []})
+
+    assert claiming.claim(plane.dispatch, ["res-at-once"], worker="w", free=reserving) is None
+    assert q.status(big).pending_reason == "resources"
+    assert q.status(small).pending_reason == f"reserved_for:{big}"
+    later = q.submit("later", resources={"gpus": 1})  # submitted while the reservation holds
+    assert claiming.claim(plane.dispatch, ["res-at-once"], worker="w", free=reserving) is None
+    assert q.status(later).pending_reason == f"reserved_for:{big}"
+    assert (q.status(later).unschedulable_reason or "").startswith(f"held back: job {big}")
+
+    whole = free(gpus_whole=4, box={**box, "whole_free_at": []})
+    head = claiming.claim(plane.dispatch, ["res-at-once"], worker="w", free=whole)
+    assert head is not None and head.id == big
+    # a sweep that read the reservation before this claim may name them once more: poll
+    assert eventually(lambda: q.status(small).pending_reason is None)
+    assert q.status(later).pending_reason is None
+
+
 def h200_box(queue: str, name: str, gpus: int = 1) -> dict[str, Any]:
     """A daemon's worker row as `lakeshore-daemon --gpus N --gpu-type 'NVIDIA H200'` writes it."""
     return {

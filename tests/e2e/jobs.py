@@ -236,6 +236,16 @@ def sigkill_self(counter: str | None = None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def hold_until(path: str, timeout_s: float = 60.0) -> str:
+    """Run until the file at `path` exists (the test lets each job end when it chooses)."""
+    deadline = time.monotonic() + timeout_s
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.02)
+    return path
+
+
 def hold_gpu(directory: str, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
     """Start a grandchild (as a DataLoader worker would be), write both pids to
     `directory/name.json`, then hold until `directory/release` exists; on a later attempt

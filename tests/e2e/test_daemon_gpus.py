@@ -53,7 +53,7 @@ def q(plane: Dispatch, daemon: DaemonProcess) -> dls.SyncQueue:
 def test_the_worker_row_offers_the_declared_gpus(plane: Dispatch, daemon: DaemonProcess) -> None:
     row = plane.worker("gpu-box-1")
     assert [g["name"] for g in row.info["gpus"]] == [H100] * 4
-    assert row.info["concurrency"] == 4  # one slot per GPU by default
+    assert row.info["concurrency"] == 8  # by default what --cpus 8 allows (at least 1 per GPU)
     assert row.info["resources"]["gpus"] == 4 and row.info["resources"]["cpus"] == 8
 
 
@@ -130,6 +130,59 @@ def test_a_job_that_asks_for_no_gpu_sees_none(q: dls.SyncQueue) -> None:
     seen = q.result(q.submit(dls.thunk(jobs.placed)), timeout=30)
     assert seen["cuda"] == "" and seen["gpus"] == []
     assert os.environ.get("LAKESHORE_GPUS") is None  # the test process was never placed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a 1-CPU box runs one job at a time")
+def test_a_one_gpu_daemon_at_its_default_concurrency_runs_two_halves_at_once(
+    tmp_path: Path,
+) -> None:
+    """Issue 45 item 2: a fraction is the user saying "share"; one slot per GPU ran them one
+    after the other. Both wait until both run (files they write), so they overlap."""
+    proc = DaemonProcess(tmp_path, "one-gpu", ["--queue", "halves", "--gpus", "1"])
+    try:
+        proc.ready()
+        with Dispatch(tmp_path / "lakeshore.db") as plane:
+            q = dls.SyncQueue("halves", dispatch=plane)
+            meet = str(tmp_path / "meet")
+            halves = [
+                q.submit(dls.thunk(jobs.wait_for_peers, meet, 2, 20.0), resources={"gpus": 0.5})
+                for _ in range(2)
+            ]
+            seen = [q.result(i, timeout=60) for i in halves]
+            assert [s["cuda"] for s in seen] == ["0", "0"]
+            assert seen[0]["pid"] != seen[1]["pid"]
+            assert plane.worker("one-gpu").info["concurrency"] >= 2
+    finally:
+        proc.stop()
+
+
+def test_a_daemons_reservation_names_what_it_holds_back_as_it_is_made(
+    q: dls.SyncQueue, home: Path
+) -> None:
+    """Issue 45 item 3: the claim that finds the head does not fit reserves for it then and
+    there: by the time the head reads `resources`, the job behind it reads `reserved_for`
+    (one transaction), whenever the pending sweep next runs."""
+    gates = home / "gates"
+    gates.mkdir()
+    holders = [
+        q.submit(dls.thunk(jobs.hold_until, str(gates / f"go-{i}")), resources={"gpus": 1})
+        for i in range(4)
+    ]
+    wait_until(
+        lambda: all(q.status(h).state == "running" for h in holders), timeout=60, what="4 GPUs"
+    )
+    big = q.submit(dls.thunk(jobs.placed), resources={"gpus": 4})
+    small = q.submit(dls.thunk(jobs.placed), resources={"gpus": 1})
+    (gates / "go-0").touch()  # one GPU frees: the daemon's claim finds the head does not fit
+    wait_until(
+        lambda: q.status(big).pending_reason == "resources", timeout=30, what="the reservation"
+    )
+    assert q.status(small).pending_reason == f"reserved_for:{big}"
+    for i in range(1, 4):
+        (gates / f"go-{i}").touch()
+    assert sorted(q.result(big, timeout=60)["gpus"]) == [0, 1, 2, 3]
+    q.result(small, timeout=60)
+    assert (q.status(small).started_at or 0) >= (q.status(big).finished_at or 0)
 
 
 #: Another process keeps 1-GPU jobs of 2 s queued until the stop file appears.

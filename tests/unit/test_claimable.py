@@ -37,9 +37,11 @@ CLAIMING: dict[str, dict[str, Any]] = {
     # issue 35: a preempted job is claimed next among its priority (its id, by claim_by_id)
     "resumed_head": {"priority": 0.0},
     "claimable_above": {"priority": -1.0},
+    # issue 45: the jobs a reservation holds back, named by the claim that makes it
+    "hold_back": {"queue": "q", "head": "", "reason": "reserved_for:x", "words": "", "limit": 9},
 }
-#: The statements of CLAIMING that only read (the others claim what they pick).
-READING = ("priority_levels", "queued_head", "resumed_head", "claimable_above")
+#: The statements of CLAIMING that claim nothing (the others claim what they pick).
+READING = ("priority_levels", "queued_head", "resumed_head", "claimable_above", "hold_back")
 
 
 def _raw_statements() -> dict[str, str]:
@@ -94,7 +96,8 @@ def _late_job(store: SqlStore) -> tuple[str, float]:
     """A job on queue `q` and its deadline."""
     store.create_queue("default", "q", admission={"deadline_cutoff_s": 30})
     # a timeout_s, so that a backfill (which takes only a job that surely ends) may take it
-    late = SubmitRequest(payload=msgpack.packb(1), timeout_s=10.0)
+    # and a request, which a job must state for a reservation to name it held back
+    late = SubmitRequest(payload=msgpack.packb(1), timeout_s=10.0, resources={"cpus": 1})
     (inv_id,) = store.submit("default", "q", [late])
     return inv_id, store.invocation("default", inv_id).created_at + 30
 

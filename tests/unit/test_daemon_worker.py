@@ -397,3 +397,21 @@ def test_a_jobs_run_clock_starts_before_its_child_can_begin(
     # write that let the child begin, not once the writing thread ran again
     assert len(metrics.run_s) == 1
     assert metrics.run_s[0] >= 0.5
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cpus", "slots"),
+    [(0, None, 1), (0, 3.0, 3), (1, 3.0, 3), (4, 2.0, 4), (1, None, None)],
+)
+def test_default_slots_are_what_the_resources_allow(
+    plane: Dispatch, gpus: int, cpus: float | None, slots: int | None
+) -> None:
+    """Issue 45: no --concurrency is what the box allows, bounded by its CPUs (its cores when
+    --cpus is not given), at least one per GPU; no GPU and no --cpus keeps one slot."""
+    from dreamlake.lakeshore.daemon.inventory import Gpu
+    from dreamlake.lakeshore.daemon.worker import _cores
+
+    config = DaemonConfig(name="auto", cpus=cpus, auto_concurrency=True)
+    box = [Gpu(index=i, uuid=f"declared-{i}", name="GPU", memory_mb=1024) for i in range(gpus)]
+    daemon = Daemon(plane, config, gpus=box)
+    assert daemon._auto_slots(box) == (slots if slots is not None else max(1, _cores()))

@@ -12,7 +12,7 @@ from dreamlake.lakeshore.plane.providers import check_provider
 from dreamlake.lakeshore.plane.store import schedulable
 from dreamlake.lakeshore.plane.store.schedulable import judge
 from dreamlake.lakeshore.resources import gpu_type_pattern
-from dreamlake.lakeshore.shapes import Shape, check_shape, launch_shape
+from dreamlake.lakeshore.shapes import Shape, check_shape, default_slots, launch_shape
 
 H100X8 = Shape(gpus=8, gpu_type="H100", gpu_memory_gb=80, cpus=96, memory_gb=1024)
 
@@ -112,7 +112,19 @@ def test_the_local_provider_declares_the_shape_to_its_daemons() -> None:
         "--memory-gb",
         "1024",
     ]
-    assert H100X8.slots() == 8 and H100X8.slots(2) == 2 and Shape().slots() == 1
+    # what its resources allow, bounded by its CPUs (issue 45); a concurrency setting caps it
+    assert H100X8.slots() == 96 and H100X8.slots(2) == 2 and Shape().slots() == 1
+    assert Shape(gpus=8).slots() == 8  # no CPUs stated: one per GPU
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cpus", "slots"),
+    [(0, None, 1), (4, None, 4), (1, 2.0, 2), (8, 4.0, 8), (0, 16.0, 16), (1, 0.5, 1)],
+)
+def test_default_slots_are_what_the_resources_allow_bounded_by_the_cpus(
+    gpus: int, cpus: float | None, slots: int
+) -> None:
+    assert default_slots(gpus, cpus) == slots
 
 
 def _row(**request: Any) -> dict[str, Any]:

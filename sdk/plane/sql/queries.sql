@@ -726,11 +726,34 @@ RETURNING id;
 -- name: queued_head
 -- The head of a fifo claim among the jobs a worker could ever run (issue 34, no starvation):
 -- the `fits` fragment bound to what the worker has in all, not what it has free. A worker
--- whose head does not fit what is free reserves for it (store/reservation.py).
-SELECT id, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb FROM invocations
+-- whose head does not fit what is free reserves for it (store/reservation.py); `pending` says
+-- whether one already does (its `resources` mark).
+SELECT id, namespace, queue, resources, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
+    (SELECT reason FROM pending_reasons r WHERE r.id = invocations.id) AS pending
+FROM invocations
 WHERE queue IN (:queues) AND {claimable}
   {fits}
 ORDER BY priority DESC, id ASC LIMIT 1;
+
+-- name: hold_back
+-- A new reservation names the jobs it holds back at once (`reserved_for:<head>`), not at the
+-- next pending sweep: the head's queue's other queued jobs with a request that the reserving
+-- worker could run (`fits` bound to what it has in all), the first :limit in claim order (the
+-- sweep names any past them). A mark that says so already is left as it is.
+INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
+SELECT id, namespace, queue, :reason, :words, :now FROM invocations
+WHERE queue = :queue AND {claimable} AND resources IS NOT NULL AND id <> :head
+  {fits}
+ORDER BY priority DESC, id ASC LIMIT :limit
+ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, words = excluded.words, at = excluded.at
+WHERE pending_reasons.reason <> excluded.reason OR pending_reasons.words {is_not} excluded.words
+RETURNING id;
+
+-- name: release_held_back
+-- The reservation is over (its worker took the head): the jobs it held back lose that reason at
+-- once (index pending_reasons_by_queue).
+DELETE FROM pending_reasons WHERE namespace = :ns AND queue = :queue AND reason = :reason
+RETURNING id;
 
 -- name: claim_id
 -- Claim the head a worker reserved for, once it fits: still queued, or nothing.
@@ -772,9 +795,12 @@ namespace = :ns AND queue = :queue AND state = 'queued' AND resources IS NOT NUL
   AND cpus {is} :cpus AND memory_gb {is} :memory_gb
 
 -- fragment: fresh_mark
--- A worker's reservation mark (`mark_reserved`) written after the sweep at :now began: the
--- sweep read the live workers before, and may not have seen that worker yet.
-(pending_reasons.reason = 'resources' AND pending_reasons.at > :now)
+-- A worker's reservation mark (`mark_reserved`), or a job its reservation holds back
+-- (`hold_back`), written after the sweep at :now began: the sweep read the live workers and the
+-- reserved heads before, and may not have seen that worker or that head yet.
+((pending_reasons.reason = 'resources'
+    OR substr(pending_reasons.reason, 1, 13) = 'reserved_for:')
+  AND pending_reasons.at > :now)
 
 -- name: set_pending
 -- One request's queued jobs in a queue get a pending reason, those whose reason or words differ
