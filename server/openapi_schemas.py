@@ -9,9 +9,21 @@ its own schemas here when it loads (routes_retention.py, routes_objects.py, rout
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
-from dreamlake.lakeshore.types import END_CAUSES, END_STATE_CAUSES
+from dreamlake.lakeshore.types import (
+    END_CAUSES,
+    END_STATE_CAUSES,
+    QUEUE_STATES,
+    STATES,
+    Claim,
+    Frame,
+    Invocation,
+    QueueInfo,
+    WorkerInfo,
+)
 
 BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
 NUM = {"type": "number"}
@@ -35,6 +47,29 @@ def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
+
+
+_OPTIONAL = re.compile(r"\|\s*None\b|\bNone\s*\||Optional\[")
+
+
+def _record(cls: type, props: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a record the server sends whole (`wire.to_wire`: every field, always).
+
+    Which fields there are, and which may be null, are read from the dataclass itself, so a
+    field made optional there is nullable here without a second edit; `props` gives each
+    field's type, and naming a field the record lacks (or leaving one out) fails at import.
+    """
+    names = [f.name for f in dataclasses.fields(cls)]
+    if set(names) != set(props):
+        raise TypeError(
+            f"the schema of {cls.__name__} must name its fields: "
+            f"missing {sorted(set(names) - set(props))}, extra {sorted(set(props) - set(names))}"
+        )
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        optional = isinstance(f.type, str) and _OPTIONAL.search(f.type) is not None
+        out[f.name] = _nullable(props[f.name]) if optional else props[f.name]
+    return _obj(out, tuple(names))
 
 
 SCHEMAS: dict[str, Any] = {
@@ -106,12 +141,13 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Placement": _obj({"lease": STR, "placement": OBJ}, ("lease", "placement")),
-    "QueueInfo": _obj(
+    "QueueInfo": _record(
+        QueueInfo,
         {
             "namespace": STR,
             "name": STR,
             "kind": STR,
-            "state": STR,
+            "state": {"enum": list(QUEUE_STATES)},
             "description": STR,
             "elasticity": OBJ,
             "admission": OBJ,
@@ -209,12 +245,13 @@ SCHEMAS: dict[str, Any] = {
     },
     "IdList": _obj({"ids": STRS, "invocation": _ref("Invocation")}),
     "Count": _obj({"count": INT}),
-    "Invocation": _obj(
+    "Invocation": _record(
+        Invocation,
         {
             "id": STR,
             "namespace": STR,
             "queue": STR,
-            "state": STR,
+            "state": {"enum": list(STATES)},
             "priority": NUM,
             "key": STR,
             "attempt": INT,
@@ -223,19 +260,24 @@ SCHEMAS: dict[str, Any] = {
             "kill_requested": BOOL,
             "worker": STR,
             "error": STR,
-            "result": _nullable(BYTES),
+            "result": BYTES,
             "created_at": NUM,
             "started_at": NUM,
             "finished_at": NUM,
             "resources": _ref("Resources"),
-            "placement": _nullable(OBJ),
-            "pending_reason": _nullable(STR),
-            "unschedulable_reason": _nullable(STR),
+            "placement": OBJ,
+            "pending_reason": STR,
+            "unschedulable_reason": STR,
             "preemptions": INT,
             "max_preemptions": INT,
-            "ended_by": _nullable({"enum": list(END_CAUSES)}),
-            "checkpoint": _nullable(BYTES),
-        }
+            "ended_by": {"enum": list(END_CAUSES)},
+            "checkpoint": BYTES,
+            "after": {**STRS, "description": "the parents it was submitted after"},
+            "waiting_on": {
+                **INT,
+                "description": "how many of its parents have not ended; null: it has none",
+            },
+        },
     ),
     "Cancel": _obj({"kill": BOOL}),
     "Cancelled": _obj({"cancelled": BOOL}),
@@ -262,7 +304,8 @@ SCHEMAS: dict[str, Any] = {
         },
         ("worker",),
     ),
-    "Claim": _obj(
+    "Claim": _record(
+        Claim,
         {
             "id": STR,
             "namespace": STR,
@@ -273,21 +316,22 @@ SCHEMAS: dict[str, Any] = {
             "lease_expires_at": NUM,
             "timeout_s": NUM,
             "priority": NUM,
-            "signature": _nullable(STR),
+            "signature": STR,
             "resources": _ref("Resources"),
             "preemptions": INT,
-            "checkpoint": _nullable(BYTES),
+            "checkpoint": BYTES,
             "job_token": {
-                **_nullable(STR),
+                **STR,
                 "description": "a token for the job's own code, in place of the worker's: its "
                 "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
             },
             "inputs": {
-                **_nullable({"type": "object", "additionalProperties": _nullable(BYTES)}),
+                "type": "object",
+                "additionalProperties": _nullable(BYTES),
                 "description": "the results of the parents its arguments take (dls.output), "
                 "by parent id; only those that succeeded",
             },
-        }
+        },
     ),
     "ClaimResult": _obj(
         {
@@ -334,12 +378,8 @@ SCHEMAS: dict[str, Any] = {
     "Released": _obj({"released": BOOL}),
     "Renew": _obj({"leases": STRS, "lease_s": NUM}),
     "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
-    "Frame": _obj(
-        {
-            "seq": INT,
-            "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]},
-            "value": _nullable(BYTES),
-        }
+    "Frame": _record(
+        Frame, {"seq": INT, "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]}, "value": BYTES}
     ),
     "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
     "PostFrame": _obj(
@@ -350,7 +390,8 @@ SCHEMAS: dict[str, Any] = {
     "WorkerRegister": _obj(
         {"name": STR, "queues": STRS, "host": STR, "pid": INT, "info": OBJ}, ("name",)
     ),
-    "WorkerInfo": _obj(
+    "WorkerInfo": _record(
+        WorkerInfo,
         {
             "id": STR,
             "namespace": STR,
