@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from dreamlake.lakeshore import __version__, codec, logs, protocols
-from dreamlake.lakeshore.errors import DispatchError, NotFound
+from dreamlake.lakeshore.errors import NotFound
 from dreamlake.lakeshore.logs import EventLog
 from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.plane.store import SqlStore

@@ -12,10 +12,11 @@ from dreamlake.lakeshore import __version__
 
 from .endpoint import Api
 from .openapi_schemas import BOOL, INT, NUM, SCHEMAS, STR, _ref
+from .routes_queues import ELASTICITY_MODES
 
 QUERY_TYPES = {
     "state": STR,
-    "elasticity": {"enum": ["merge"]},
+    "elasticity": {"enum": list(ELASTICITY_MODES)},
     "force": BOOL,
     "verbose": BOOL,
     "limit": INT,

@@ -154,7 +154,7 @@ SCHEMAS: dict[str, Any] = {
             "created_at": NUM,
             "updated_at": NUM,
             "resources": _ref("Resources"),
-        }
+        },
     ),
     "QueueShow": {
         "allOf": [
@@ -404,7 +404,7 @@ SCHEMAS: dict[str, Any] = {
             "state": STR,
             "created_at": NUM,
             "heartbeat_at": NUM,
-        }
+        },
     ),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
     "Heartbeat": _obj({"load": OBJ, "state": STR}),

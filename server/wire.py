@@ -346,6 +346,18 @@ class Query:
     def text(self, key: str) -> str | None:
         return self.params.get(key)
 
+    def choice(self, key: str, allowed: tuple[str, ...]) -> str | None:
+        """One of `allowed`, or None when absent or empty: a misspelt mode is refused, not
+        read as the default (issue 45: `?elasticity=bogus` replaced a queue's policy)."""
+        raw = self.params.get(key)
+        if raw is None or raw == "":
+            return None
+        if raw not in allowed:
+            raise InvalidArgument(
+                f"query parameter '{key}' must be one of {', '.join(allowed)}; got {raw[:40]!r}"
+            )
+        return raw
+
     def number(
         self,
         key: str,

@@ -15,9 +15,7 @@ wrong method on every path answers 405 with the Allow header RFC 9110 asks for.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -86,8 +84,14 @@ class Fixture:
     def known(self, path: str) -> dict[str, str]:
         """Path parameters that name a row that exists."""
         name = "s1" if "/schedules/" in path else "fz"
-        return {"ns": "default", "queue": "default", "id": self.job, "ref": self.worker,
-                "name": name, "topic": "t"}
+        return {
+            "ns": "default",
+            "queue": "default",
+            "id": self.job,
+            "ref": self.worker,
+            "name": name,
+            "topic": "t",
+        }
 
 
 @pytest.fixture(scope="module")
