@@ -131,13 +131,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and wrong methods answer in the same error shape as everything else."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     if status != 405:
-        err = NotFound(f"no route {request.method} {request.url.path}")
-        return error_response(err, as_json=wants_json(request))
+        missing = NotFound(f"no route {request.method} {request.url.path}")
+        return error_response(missing, as_json=wants_json(request))
     allowed = _allowed_methods(request)
-    err = MethodNotAllowed(
+    refused = MethodNotAllowed(
         f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}"
     )
-    response = error_response(err, as_json=wants_json(request))
+    response = error_response(refused, as_json=wants_json(request))
     response.headers["allow"] = ", ".join(allowed)  # RFC 9110 15.5.6: a 405 lists them
     return response
 

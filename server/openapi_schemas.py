@@ -5,14 +5,16 @@ body holds cannot, so it is written here, one schema per name an `Api` refers to
 from the builder so that adding a route's body is an edit to this table alone. Bytes fields are
 `format: byte`: msgpack bin on the wire, base64 strings in JSON. A route module may register
 its own schemas here when it loads (routes_retention.py, routes_objects.py, routes_admin.py).
+The types and rules they are made of are in openapi_parts.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from typing import Any
 
+from dreamlake.lakeshore.plane.store.base import MAX_BATCH
+from dreamlake.lakeshore.plane.store.frames import POST_ID
+from dreamlake.lakeshore.plane.store.leader import MAX_LEADER_TTL_S
 from dreamlake.lakeshore.types import (
     END_CAUSES,
     END_STATE_CAUSES,
@@ -25,52 +27,28 @@ from dreamlake.lakeshore.types import (
     WorkerInfo,
 )
 
-BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
-NUM = {"type": "number"}
-INT = {"type": "integer"}
-STR = {"type": "string"}
-BOOL = {"type": "boolean"}
-OBJ = {"type": "object", "additionalProperties": True}
-STRS = {"type": "array", "items": STR}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        schema["required"] = list(required)
-    return schema
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-_OPTIONAL = re.compile(r"\|\s*None\b|\bNone\s*\||Optional\[")
-
-
-def _record(cls: type, props: dict[str, Any]) -> dict[str, Any]:
-    """The schema of a record the server sends whole (`wire.to_wire`: every field, always).
-
-    Which fields there are, and which may be null, are read from the dataclass itself, so a
-    field made optional there is nullable here without a second edit; `props` gives each
-    field's type, and naming a field the record lacks (or leaving one out) fails at import.
-    """
-    names = [f.name for f in dataclasses.fields(cls)]
-    if set(names) != set(props):
-        raise TypeError(
-            f"the schema of {cls.__name__} must name its fields: "
-            f"missing {sorted(set(names) - set(props))}, extra {sorted(set(props) - set(names))}"
-        )
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        optional = isinstance(f.type, str) and _OPTIONAL.search(f.type) is not None
-        out[f.name] = _nullable(props[f.name]) if optional else props[f.name]
-    return _obj(out, tuple(names))
-
+from .openapi_parts import (
+    ALNUM_ID,
+    BOOL,
+    BYTES,
+    HOST,
+    INT,
+    KIND,
+    LEASE_S,
+    NAME,
+    NAMES,
+    NUM,
+    OBJ,
+    SECONDS,
+    STR,
+    STRS,
+    TIMEOUT_S,
+    _full,
+    _nullable,
+    _obj,
+    _record,
+    _ref,
+)
 
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
@@ -97,8 +75,8 @@ SCHEMAS: dict[str, Any] = {
     ),
     "QueueCreate": _obj(
         {
-            "name": STR,
-            "kind": STR,
+            "name": NAME,
+            "kind": KIND,
             "description": STR,
             "elasticity": OBJ,
             "admission": OBJ,
@@ -111,7 +89,7 @@ SCHEMAS: dict[str, Any] = {
             "description": STR,
             "admission": OBJ,
             "elasticity": OBJ,
-            "kind": STR,
+            "kind": {**KIND, "description": "the queue's own kind: another is refused"},
             "resources": _ref("Resources"),
         }
     ),
@@ -192,7 +170,7 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
-    "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
+    "MembershipEdit": _obj({"add": NAMES, "remove": NAMES}),
     "SubmitItem": _obj(
         {
             "payload": BYTES,
@@ -201,12 +179,23 @@ SCHEMAS: dict[str, Any] = {
             "priority": NUM,
             "max_attempts": INT,
             "max_preemptions": INT,
-            "timeout_s": NUM,
+            "timeout_s": TIMEOUT_S,
             "host": {
-                "type": "string",
+                **HOST,
                 "description": "locality: the host id whose tier holds the payload's objects",
             },
             "resources": _ref("Resources"),
+            "id": {
+                "type": "string",
+                "description": "the invocation id, chosen by the client (a ULID), so that a "
+                "submit sent again is the same job",
+            },
+            "objects": {
+                "type": "array",
+                "description": "objects the payload names only inside a pickle (a thunk's "
+                "spilled arguments), for retention to delete with the row",
+                "items": _obj({"url": STR, "key": STR, "size": INT}, ("url", "key")),
+            },
             "map_id": {
                 "type": "string",
                 "description": "the map this job is an item of (listed by ?map= on /invocations)",
@@ -283,15 +272,15 @@ SCHEMAS: dict[str, Any] = {
     "Cancelled": _obj({"cancelled": BOOL}),
     "ClaimRequest": _obj(
         {
-            "queues": STRS,
+            "queues": NAMES,
             "worker": STR,
-            "lease_s": NUM,
-            "kind": STR,
-            "temperature": NUM,
-            "wait": NUM,
-            "limit": INT,
+            "lease_s": LEASE_S,
+            "kind": KIND,
+            "temperature": {"type": "number", "minimum": 0},
+            "wait": SECONDS,
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},
             "host": {
-                "type": "string",
+                **HOST,
                 "description": "the claimer's host id: jobs held for other hosts are passed by",
             },
             "acks": {
@@ -376,19 +365,28 @@ SCHEMAS: dict[str, Any] = {
     "Noted": _obj({"noted": BOOL}),
     "Checkpointed": _obj({"previous": _nullable(BYTES)}),
     "Released": _obj({"released": BOOL}),
-    "Renew": _obj({"leases": STRS, "lease_s": NUM}),
+    "Renew": _obj({"leases": STRS, "lease_s": LEASE_S}),
     "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
     "Frame": _record(
         Frame, {"seq": INT, "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]}, "value": BYTES}
     ),
     "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
     "PostFrame": _obj(
-        {"kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES), "lease": STR},
+        {
+            "kind": {"enum": ["VALUE", "ERROR", "END"]},
+            "value": _nullable(BYTES),
+            "lease": STR,
+            "id": {
+                "type": "string",
+                "pattern": _full(POST_ID.pattern),
+                "description": "the post's own id: the same post sent again is stored once",
+            },
+        },
         ("kind",),
     ),
     "Seq": _obj({"seq": INT}),
     "WorkerRegister": _obj(
-        {"name": STR, "queues": STRS, "host": STR, "pid": INT, "info": OBJ}, ("name",)
+        {"name": NAME, "queues": NAMES, "host": HOST, "pid": INT, "info": OBJ}, ("name",)
     ),
     "WorkerInfo": _record(
         WorkerInfo,
@@ -412,6 +410,9 @@ SCHEMAS: dict[str, Any] = {
         {"state": {"enum": ["alive", "draining", "preempting", "gone"]}}, ("state",)
     ),
 }
+
+# A job's body is its payload: msgpack bytes, or a JSON value the server encodes; one of the two.
+SCHEMAS["SubmitItem"]["oneOf"] = [{"required": ["payload"]}, {"required": ["json"]}]
 
 # -- jobs and the dashboard (routes_jobs.py, routes_dashboard.py) ------------------------------
 
@@ -456,7 +457,7 @@ SCHEMAS.update(
                 "events": {
                     "type": "array",
                     "items": _obj(
-                        {"namespace": STR, "queue": STR, "kind": STR, "detail": OBJ},
+                        {"namespace": NAME, "queue": NAME, "kind": STR, "detail": OBJ},
                         ("namespace", "queue", "kind"),
                     ),
                 },
@@ -472,9 +473,22 @@ SCHEMAS.update(
             },
             ("namespace", "ref", "state"),
         ),
-        "FleetLeader": _obj(
-            {"name": STR, "holder": STR, "ttl_s": NUM, "release": BOOL}, ("name", "holder")
-        ),
+        "FleetLeader": {
+            **_obj(
+                {
+                    "name": NAME,
+                    "holder": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "ttl_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LEADER_TTL_S},
+                    "release": BOOL,
+                },
+                ("name", "holder"),
+            ),
+            # ttl_s is needed to take or keep the lead, not to give it up
+            "anyOf": [
+                {"required": ["ttl_s"]},
+                {"required": ["release"], "properties": {"release": {"const": True}}},
+            ],
+        },
         "FleetLeading": _obj({"leading": BOOL}),
     }
 )
@@ -515,21 +529,21 @@ SCHEMAS.update(
         ),
         "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
         "ScheduleRun": _obj(
-            {"run_id": {"type": "string", "description": "a ULID: the same one, the same job"}}
+            {"run_id": {**ALNUM_ID, "description": "a ULID: the same one, the same job"}}
         ),
         "ScheduleRunId": _obj({"id": STR}, ("id",)),
         "SchedulePut": _obj(
             {
                 "cron": STR,
                 "tz": STR,
-                "queue": STR,
+                "queue": NAME,
                 "catchup": SCHEDULES,
                 "overlap": {"enum": ["allow", "skip"]},
                 "payload": BYTES,
                 "json": {"description": "any JSON value, encoded by the server as the payload"},
                 "priority": NUM,
                 "max_attempts": INT,
-                "timeout_s": NUM,
+                "timeout_s": TIMEOUT_S,
                 "resources": _ref("Resources"),
                 "max_preemptions": INT,
             },
