@@ -11,6 +11,7 @@ import dataclasses
 import re
 from typing import Any
 
+from dreamlake.lakeshore.resources import MAX_AMOUNT
 from dreamlake.lakeshore.types import (
     HOST_PATTERN,
     KIND_ALIASES,
@@ -21,7 +22,8 @@ from dreamlake.lakeshore.types import (
 
 BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
 NUM = {"type": "number"}
-INT = {"type": "integer"}
+#: What a database column (and msgpack) holds: a 30-digit number is refused (wire._int64).
+INT = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
 OBJ = {"type": "object", "additionalProperties": True}
@@ -42,6 +44,8 @@ HOST = {
     "description": "a host id: the LAKESHORE_HOST_ID of a box, else its hostname",
 }
 SECONDS = {"type": "number", "minimum": 0}
+#: A quantity of GPUs, CPUs or GB (`resources`): from 0 to 2**30.
+AMOUNT = {"type": "number", "minimum": 0, "maximum": MAX_AMOUNT}
 #: A job's time limit: above 0 (left out: none).
 TIMEOUT_S = {"type": "number", "exclusiveMinimum": 0}
 KIND = {"enum": sorted(KIND_ALIASES), "description": "the claim order; priority is fifo"}

@@ -15,6 +15,8 @@ from typing import Any
 from dreamlake.lakeshore.plane.store.base import MAX_BATCH
 from dreamlake.lakeshore.plane.store.frames import POST_ID
 from dreamlake.lakeshore.plane.store.leader import MAX_LEADER_TTL_S
+from dreamlake.lakeshore.plane.store.views import EVENT_KIND
+from dreamlake.lakeshore.resources import FREE_KEYS
 from dreamlake.lakeshore.types import (
     END_CAUSES,
     END_STATE_CAUSES,
@@ -29,6 +31,7 @@ from dreamlake.lakeshore.types import (
 
 from .openapi_parts import (
     ALNUM_ID,
+    AMOUNT,
     BOOL,
     BYTES,
     HOST,
@@ -96,28 +99,28 @@ SCHEMAS: dict[str, Any] = {
     "Resources": {
         **_obj(
             {
-                "gpus": NUM,
+                "gpus": AMOUNT,
                 "gpu_type": {"anyOf": [STR, STRS]},
-                "gpu_memory_gb": NUM,
-                "cpus": NUM,
-                "memory_gb": NUM,
+                "gpu_memory_gb": AMOUNT,
+                "cpus": AMOUNT,
+                "memory_gb": AMOUNT,
             }
         ),
         "additionalProperties": False,
         "description": "what a job needs (docs/sdk.md): gpus below 1 shares one GPU, from 1 "
         "up a whole number; gpu_type a name or an ordered list matched in the GPU's name",
     },
-    "Free": _obj(
-        {
-            "gpus_whole": NUM,
-            "gpu_share": NUM,
-            "gpu_names": STRS,
-            "gpu_memory_gb": NUM,
-            "cpus": NUM,
-            "memory_gb": NUM,
-            "default_gpus": NUM,
-        }
-    ),
+    # What a claimer has free: the keys `resources.check_free` takes, each an amount but two.
+    "Free": {
+        **_obj(
+            {
+                **{key: AMOUNT for key in FREE_KEYS},
+                "gpu_names": {"type": "array", "items": {**STR, "minLength": 1, "maxLength": 256}},
+                "box": _nullable(OBJ),
+            }
+        ),
+        "additionalProperties": False,
+    },
     "Placement": _obj({"lease": STR, "placement": OBJ}, ("lease", "placement")),
     "QueueInfo": _record(
         QueueInfo,
@@ -457,7 +460,12 @@ SCHEMAS.update(
                 "events": {
                     "type": "array",
                     "items": _obj(
-                        {"namespace": NAME, "queue": NAME, "kind": STR, "detail": OBJ},
+                        {
+                            "namespace": NAME,
+                            "queue": NAME,
+                            "kind": {"type": "string", "pattern": _full(EVENT_KIND.pattern)},
+                            "detail": OBJ,
+                        },
                         ("namespace", "queue", "kind"),
                     ),
                 },
