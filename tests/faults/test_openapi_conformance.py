@@ -38,7 +38,7 @@ from tests.support.server import server_process
 pytestmark = pytest.mark.slow
 
 #: Examples per operation: 63 operations at this many take well under a minute on 2 cores.
-EXAMPLES = 8
+EXAMPLES = 12
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
