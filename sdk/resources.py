@@ -35,7 +35,7 @@ _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}")
 #: The largest whole number of GPUs a request may ask for (no box has more).
 MAX_GPUS = 1024
 #: Past this a number is a mistake, not a machine (1 EiB of memory, a million CPUs).
-_MAX_AMOUNT = 2.0**30
+MAX_AMOUNT = 2.0**30
 
 
 def check_resources(value: object, where: str = "resources") -> dict[str, Any]:
@@ -99,7 +99,7 @@ def _gpu_type(value: object, where: str) -> str | list[str]:
 
 def _amount(value: object, key: str) -> float | int:
     number = _number(value, key)
-    if not 0 <= number <= _MAX_AMOUNT:
+    if not 0 <= number <= MAX_AMOUNT:
         raise InvalidArgument(f"{key} must be a number from 0 to 2**30, got {_shown(value)}")
     return number
 
@@ -181,8 +181,8 @@ FREE_KEYS: dict[str, Any] = {
     "gpu_share": 0.0,
     "gpu_names": (),
     "gpu_memory_gb": 0.0,
-    "cpus": _MAX_AMOUNT,
-    "memory_gb": _MAX_AMOUNT,
+    "cpus": MAX_AMOUNT,
+    "memory_gb": MAX_AMOUNT,
     "default_gpus": 0.0,
     "box": None,
 }

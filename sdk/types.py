@@ -83,6 +83,8 @@ DEFAULT_NAMESPACE = "default"
 #: "training-h100\n" would look like "training-h100" in every table.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NAME_LENGTH = 128
+#: The most rows one page of a list read (jobs, queue events) holds; at least 1.
+MAX_LIST_LIMIT = 1000
 #: A host id as Refs, worker rows and locality hints carry it (`objects.host_id()`: the
 #: `LAKESHORE_HOST_ID`, else the hostname folded into this alphabet). Always `fullmatch`ed.
 HOST_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -302,6 +304,8 @@ class Ack(NamedTuple):
 
 #: How long a claimed job is the claimer's before the plane hands it to another.
 DEFAULT_LEASE_S = 60.0
+#: The longest lease a claim or a renewal may ask for (the server refuses more).
+MAX_LEASE_S = 7 * 24 * 3600.0
 
 
 class ClaimArgs(NamedTuple):

@@ -20,10 +20,10 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from dreamlake.lakeshore import __version__, codec, logs, protocols
-from dreamlake.lakeshore.errors import DispatchError, NotFound
+from dreamlake.lakeshore.errors import NotFound
 from dreamlake.lakeshore.logs import EventLog
 from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.plane.store import SqlStore
@@ -130,12 +130,28 @@ async def _sweeper(store: SqlStore, interval_s: float) -> None:
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and wrong methods answer in the same error shape as everything else."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    err: DispatchError
-    if status == 405:
-        err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
-    else:
-        err = NotFound(f"no route {request.method} {request.url.path}")
-    return error_response(err, as_json=wants_json(request))
+    if status != 405:
+        missing = NotFound(f"no route {request.method} {request.url.path}")
+        return error_response(missing, as_json=wants_json(request))
+    allowed = _allowed_methods(request)
+    refused = MethodNotAllowed(
+        f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}"
+    )
+    response = error_response(refused, as_json=wants_json(request))
+    response.headers["allow"] = ", ".join(allowed)  # RFC 9110 15.5.6: a 405 lists them
+    return response
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path. Each `Api` is its own starlette route, so
+    the one that raised the 405 knows only its own method: ask them all (a 405 is rare)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return sorted(methods)
 
 
 def create_app(

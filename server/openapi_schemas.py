@@ -5,37 +5,53 @@ body holds cannot, so it is written here, one schema per name an `Api` refers to
 from the builder so that adding a route's body is an edit to this table alone. Bytes fields are
 `format: byte`: msgpack bin on the wire, base64 strings in JSON. A route module may register
 its own schemas here when it loads (routes_retention.py, routes_objects.py, routes_admin.py).
+The types and rules they are made of are in openapi_parts.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dreamlake.lakeshore.types import END_CAUSES, END_STATE_CAUSES
+from dreamlake.lakeshore.plane.store.base import MAX_BATCH
+from dreamlake.lakeshore.plane.store.frames import POST_ID
+from dreamlake.lakeshore.plane.store.leader import MAX_LEADER_TTL_S
+from dreamlake.lakeshore.plane.store.views import EVENT_KIND
+from dreamlake.lakeshore.resources import FREE_KEYS
+from dreamlake.lakeshore.types import (
+    END_CAUSES,
+    END_STATE_CAUSES,
+    QUEUE_STATES,
+    STATES,
+    Claim,
+    Frame,
+    Invocation,
+    QueueInfo,
+    WorkerInfo,
+)
 
-BYTES = {"type": "string", "format": "byte", "description": "msgpack bin; base64 in JSON"}
-NUM = {"type": "number"}
-INT = {"type": "integer"}
-STR = {"type": "string"}
-BOOL = {"type": "boolean"}
-OBJ = {"type": "object", "additionalProperties": True}
-STRS = {"type": "array", "items": STR}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        schema["required"] = list(required)
-    return schema
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
-
+from .openapi_parts import (
+    ALNUM_ID,
+    AMOUNT,
+    BOOL,
+    BYTES,
+    HOST,
+    INT,
+    KIND,
+    LEASE_S,
+    NAME,
+    NAMES,
+    NUM,
+    OBJ,
+    SECONDS,
+    STR,
+    STRS,
+    TIMEOUT_S,
+    _full,
+    _nullable,
+    _obj,
+    _record,
+    _ref,
+)
 
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
@@ -62,8 +78,8 @@ SCHEMAS: dict[str, Any] = {
     ),
     "QueueCreate": _obj(
         {
-            "name": STR,
-            "kind": STR,
+            "name": NAME,
+            "kind": KIND,
             "description": STR,
             "elasticity": OBJ,
             "admission": OBJ,
@@ -76,49 +92,50 @@ SCHEMAS: dict[str, Any] = {
             "description": STR,
             "admission": OBJ,
             "elasticity": OBJ,
-            "kind": STR,
+            "kind": {**KIND, "description": "the queue's own kind: another is refused"},
             "resources": _ref("Resources"),
         }
     ),
     "Resources": {
         **_obj(
             {
-                "gpus": NUM,
+                "gpus": AMOUNT,
                 "gpu_type": {"anyOf": [STR, STRS]},
-                "gpu_memory_gb": NUM,
-                "cpus": NUM,
-                "memory_gb": NUM,
+                "gpu_memory_gb": AMOUNT,
+                "cpus": AMOUNT,
+                "memory_gb": AMOUNT,
             }
         ),
         "additionalProperties": False,
         "description": "what a job needs (docs/sdk.md): gpus below 1 shares one GPU, from 1 "
         "up a whole number; gpu_type a name or an ordered list matched in the GPU's name",
     },
-    "Free": _obj(
-        {
-            "gpus_whole": NUM,
-            "gpu_share": NUM,
-            "gpu_names": STRS,
-            "gpu_memory_gb": NUM,
-            "cpus": NUM,
-            "memory_gb": NUM,
-            "default_gpus": NUM,
-        }
-    ),
+    # What a claimer has free: the keys `resources.check_free` takes, each an amount but two.
+    "Free": {
+        **_obj(
+            {
+                **{key: AMOUNT for key in FREE_KEYS},
+                "gpu_names": {"type": "array", "items": {**STR, "minLength": 1, "maxLength": 256}},
+                "box": _nullable(OBJ),
+            }
+        ),
+        "additionalProperties": False,
+    },
     "Placement": _obj({"lease": STR, "placement": OBJ}, ("lease", "placement")),
-    "QueueInfo": _obj(
+    "QueueInfo": _record(
+        QueueInfo,
         {
             "namespace": STR,
             "name": STR,
             "kind": STR,
-            "state": STR,
+            "state": {"enum": list(QUEUE_STATES)},
             "description": STR,
             "elasticity": OBJ,
             "admission": OBJ,
             "created_at": NUM,
             "updated_at": NUM,
             "resources": _ref("Resources"),
-        }
+        },
     ),
     "QueueShow": {
         "allOf": [
@@ -156,7 +173,7 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
-    "MembershipEdit": _obj({"add": STRS, "remove": STRS}),
+    "MembershipEdit": _obj({"add": NAMES, "remove": NAMES}),
     "SubmitItem": _obj(
         {
             "payload": BYTES,
@@ -165,12 +182,23 @@ SCHEMAS: dict[str, Any] = {
             "priority": NUM,
             "max_attempts": INT,
             "max_preemptions": INT,
-            "timeout_s": NUM,
+            "timeout_s": TIMEOUT_S,
             "host": {
-                "type": "string",
+                **HOST,
                 "description": "locality: the host id whose tier holds the payload's objects",
             },
             "resources": _ref("Resources"),
+            "id": {
+                "type": "string",
+                "description": "the invocation id, chosen by the client (a ULID), so that a "
+                "submit sent again is the same job",
+            },
+            "objects": {
+                "type": "array",
+                "description": "objects the payload names only inside a pickle (a thunk's "
+                "spilled arguments), for retention to delete with the row",
+                "items": _obj({"url": STR, "key": STR, "size": INT}, ("url", "key")),
+            },
             "map_id": {
                 "type": "string",
                 "description": "the map this job is an item of (listed by ?map= on /invocations)",
@@ -209,12 +237,13 @@ SCHEMAS: dict[str, Any] = {
     },
     "IdList": _obj({"ids": STRS, "invocation": _ref("Invocation")}),
     "Count": _obj({"count": INT}),
-    "Invocation": _obj(
+    "Invocation": _record(
+        Invocation,
         {
             "id": STR,
             "namespace": STR,
             "queue": STR,
-            "state": STR,
+            "state": {"enum": list(STATES)},
             "priority": NUM,
             "key": STR,
             "attempt": INT,
@@ -223,33 +252,38 @@ SCHEMAS: dict[str, Any] = {
             "kill_requested": BOOL,
             "worker": STR,
             "error": STR,
-            "result": _nullable(BYTES),
+            "result": BYTES,
             "created_at": NUM,
             "started_at": NUM,
             "finished_at": NUM,
             "resources": _ref("Resources"),
-            "placement": _nullable(OBJ),
-            "pending_reason": _nullable(STR),
-            "unschedulable_reason": _nullable(STR),
+            "placement": OBJ,
+            "pending_reason": STR,
+            "unschedulable_reason": STR,
             "preemptions": INT,
             "max_preemptions": INT,
-            "ended_by": _nullable({"enum": list(END_CAUSES)}),
-            "checkpoint": _nullable(BYTES),
-        }
+            "ended_by": {"enum": list(END_CAUSES)},
+            "checkpoint": BYTES,
+            "after": {**STRS, "description": "the parents it was submitted after"},
+            "waiting_on": {
+                **INT,
+                "description": "how many of its parents have not ended; null: it has none",
+            },
+        },
     ),
     "Cancel": _obj({"kill": BOOL}),
     "Cancelled": _obj({"cancelled": BOOL}),
     "ClaimRequest": _obj(
         {
-            "queues": STRS,
+            "queues": NAMES,
             "worker": STR,
-            "lease_s": NUM,
-            "kind": STR,
-            "temperature": NUM,
-            "wait": NUM,
-            "limit": INT,
+            "lease_s": LEASE_S,
+            "kind": KIND,
+            "temperature": {"type": "number", "minimum": 0},
+            "wait": SECONDS,
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},
             "host": {
-                "type": "string",
+                **HOST,
                 "description": "the claimer's host id: jobs held for other hosts are passed by",
             },
             "acks": {
@@ -262,7 +296,8 @@ SCHEMAS: dict[str, Any] = {
         },
         ("worker",),
     ),
-    "Claim": _obj(
+    "Claim": _record(
+        Claim,
         {
             "id": STR,
             "namespace": STR,
@@ -273,21 +308,22 @@ SCHEMAS: dict[str, Any] = {
             "lease_expires_at": NUM,
             "timeout_s": NUM,
             "priority": NUM,
-            "signature": _nullable(STR),
+            "signature": STR,
             "resources": _ref("Resources"),
             "preemptions": INT,
-            "checkpoint": _nullable(BYTES),
+            "checkpoint": BYTES,
             "job_token": {
-                **_nullable(STR),
+                **STR,
                 "description": "a token for the job's own code, in place of the worker's: its "
                 "namespace, no 'work' scope, alive while this attempt runs (docs/security.md)",
             },
             "inputs": {
-                **_nullable({"type": "object", "additionalProperties": _nullable(BYTES)}),
+                "type": "object",
+                "additionalProperties": _nullable(BYTES),
                 "description": "the results of the parents its arguments take (dls.output), "
                 "by parent id; only those that succeeded",
             },
-        }
+        },
     ),
     "ClaimResult": _obj(
         {
@@ -332,25 +368,31 @@ SCHEMAS: dict[str, Any] = {
     "Noted": _obj({"noted": BOOL}),
     "Checkpointed": _obj({"previous": _nullable(BYTES)}),
     "Released": _obj({"released": BOOL}),
-    "Renew": _obj({"leases": STRS, "lease_s": NUM}),
+    "Renew": _obj({"leases": STRS, "lease_s": LEASE_S}),
     "Renewed": _obj({"leases": {"type": "object", "additionalProperties": BOOL}}),
-    "Frame": _obj(
-        {
-            "seq": INT,
-            "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]},
-            "value": _nullable(BYTES),
-        }
+    "Frame": _record(
+        Frame, {"seq": INT, "kind": {"enum": ["VALUE", "ERROR", "END", "RESUME"]}, "value": BYTES}
     ),
     "FrameList": _obj({"frames": {"type": "array", "items": _ref("Frame")}, "ended": BOOL}),
     "PostFrame": _obj(
-        {"kind": {"enum": ["VALUE", "ERROR", "END"]}, "value": _nullable(BYTES), "lease": STR},
+        {
+            "kind": {"enum": ["VALUE", "ERROR", "END"]},
+            "value": _nullable(BYTES),
+            "lease": STR,
+            "id": {
+                "type": "string",
+                "pattern": _full(POST_ID.pattern),
+                "description": "the post's own id: the same post sent again is stored once",
+            },
+        },
         ("kind",),
     ),
     "Seq": _obj({"seq": INT}),
     "WorkerRegister": _obj(
-        {"name": STR, "queues": STRS, "host": STR, "pid": INT, "info": OBJ}, ("name",)
+        {"name": NAME, "queues": NAMES, "host": HOST, "pid": INT, "info": OBJ}, ("name",)
     ),
-    "WorkerInfo": _obj(
+    "WorkerInfo": _record(
+        WorkerInfo,
         {
             "id": STR,
             "namespace": STR,
@@ -363,7 +405,7 @@ SCHEMAS: dict[str, Any] = {
             "state": STR,
             "created_at": NUM,
             "heartbeat_at": NUM,
-        }
+        },
     ),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("WorkerInfo")}}),
     "Heartbeat": _obj({"load": OBJ, "state": STR}),
@@ -371,6 +413,9 @@ SCHEMAS: dict[str, Any] = {
         {"state": {"enum": ["alive", "draining", "preempting", "gone"]}}, ("state",)
     ),
 }
+
+# A job's body is its payload: msgpack bytes, or a JSON value the server encodes; one of the two.
+SCHEMAS["SubmitItem"]["oneOf"] = [{"required": ["payload"]}, {"required": ["json"]}]
 
 # -- jobs and the dashboard (routes_jobs.py, routes_dashboard.py) ------------------------------
 
@@ -415,7 +460,12 @@ SCHEMAS.update(
                 "events": {
                     "type": "array",
                     "items": _obj(
-                        {"namespace": STR, "queue": STR, "kind": STR, "detail": OBJ},
+                        {
+                            "namespace": NAME,
+                            "queue": NAME,
+                            "kind": {"type": "string", "pattern": _full(EVENT_KIND.pattern)},
+                            "detail": OBJ,
+                        },
                         ("namespace", "queue", "kind"),
                     ),
                 },
@@ -431,9 +481,22 @@ SCHEMAS.update(
             },
             ("namespace", "ref", "state"),
         ),
-        "FleetLeader": _obj(
-            {"name": STR, "holder": STR, "ttl_s": NUM, "release": BOOL}, ("name", "holder")
-        ),
+        "FleetLeader": {
+            **_obj(
+                {
+                    "name": NAME,
+                    "holder": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "ttl_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LEADER_TTL_S},
+                    "release": BOOL,
+                },
+                ("name", "holder"),
+            ),
+            # ttl_s is needed to take or keep the lead, not to give it up
+            "anyOf": [
+                {"required": ["ttl_s"]},
+                {"required": ["release"], "properties": {"release": {"const": True}}},
+            ],
+        },
         "FleetLeading": _obj({"leading": BOOL}),
     }
 )
@@ -474,21 +537,21 @@ SCHEMAS.update(
         ),
         "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("ScheduleInfo")}}),
         "ScheduleRun": _obj(
-            {"run_id": {"type": "string", "description": "a ULID: the same one, the same job"}}
+            {"run_id": {**ALNUM_ID, "description": "a ULID: the same one, the same job"}}
         ),
         "ScheduleRunId": _obj({"id": STR}, ("id",)),
         "SchedulePut": _obj(
             {
                 "cron": STR,
                 "tz": STR,
-                "queue": STR,
+                "queue": NAME,
                 "catchup": SCHEDULES,
                 "overlap": {"enum": ["allow", "skip"]},
                 "payload": BYTES,
                 "json": {"description": "any JSON value, encoded by the server as the payload"},
                 "priority": NUM,
                 "max_attempts": INT,
-                "timeout_s": NUM,
+                "timeout_s": TIMEOUT_S,
                 "resources": _ref("Resources"),
                 "max_preemptions": INT,
             },

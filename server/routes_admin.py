@@ -18,9 +18,10 @@ from typing import Any
 from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.plane.auth import ADMIN, SCOPES
+from dreamlake.lakeshore.plane.store.auth import MAX_LIFETIME_S
 
 from .endpoint import Api, Call
-from .openapi_schemas import BOOL, NUM, STR, STRS, _nullable, _obj
+from .openapi_parts import BOOL, NAME, NUM, STR, STRS, _nullable, _obj
 from .openapi_schemas import SCHEMAS as _SCHEMAS
 
 
@@ -74,7 +75,7 @@ _ROWS = {"type": "array", "items": {"type": "object", "additionalProperties": Tr
 _SCHEMAS.update(
     {
         "AdminNamespaces": _obj({"namespaces": _ROWS}),
-        "AdminNamespaceCreate": _obj({"name": STR, "org": _nullable(STR)}, ("name",)),
+        "AdminNamespaceCreate": _obj({"name": NAME, "org": _nullable(NAME)}, ("name",)),
         "AdminNamespace": _obj({"name": STR, "org": _nullable(STR), "created_at": NUM}),
         "AdminOrgs": _obj(
             {"orgs": {"type": "array", "items": _obj({"name": STR, "namespaces": STRS})}}
@@ -82,12 +83,17 @@ _SCHEMAS.update(
         "AdminTokens": _obj({"tokens": _ROWS}),
         "AdminTokenCreate": _obj(
             {
-                "namespace": STR,
+                "namespace": NAME,
                 "label": STR,
-                "org": _nullable(STR),
+                "org": _nullable(NAME),
                 "scopes": {"type": "array", "items": {"enum": list(SCOPES)}},
                 "admin": BOOL,
-                "expires_in_s": {**NUM, "description": "seconds from now; absent: never"},
+                "expires_in_s": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": MAX_LIFETIME_S,
+                    "description": "seconds from now; absent: never",
+                },
             },
             ("namespace",),
         ),

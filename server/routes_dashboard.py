@@ -47,6 +47,9 @@ DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboard"
 WINDOW_S = 300.0
 STEP_S = 5.0
 MIN_STEP_S = 1.0
+#: What `?window=` and `?step=` may ask (the document states the same bounds).
+WINDOW_RANGE_S = (10.0, 24 * 3600.0)
+STEP_RANGE_S = (MIN_STEP_S, 3600.0)
 RECENT = 25
 EVENTS = 30
 
@@ -195,8 +198,10 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
 
 
 async def dashboard(call: Call) -> dict[str, Any]:
-    window_s = call.query.number("window", WINDOW_S, low=10.0, high=24 * 3600.0, unit="seconds")
-    step_s = call.query.number("step", STEP_S, low=MIN_STEP_S, high=3600.0, unit="seconds")
+    low, high = WINDOW_RANGE_S
+    window_s = call.query.number("window", WINDOW_S, low=low, high=high, unit="seconds")
+    low, high = STEP_RANGE_S
+    step_s = call.query.number("step", STEP_S, low=low, high=high, unit="seconds")
     if window_s / step_s > 2000:
         raise InvalidArgument("query parameters 'window' / 'step' may make at most 2000 points")
     return await call.run(snapshot, call.store, call.ns, window_s, step_s)

@@ -45,7 +45,8 @@ from dreamlake.lakeshore.storage import OBJECTS_PREFIX, Storage, StorageRef, sni
 from .blocking import run_blocking
 from .body_budget import ClientGone
 from .endpoint import Api, Call
-from .openapi_schemas import INT, SCHEMAS, STR, _obj
+from .openapi_parts import INT, STR, _obj
+from .openapi_schemas import SCHEMAS
 from .wire import respond, wants_json
 
 #: Bytes written to storage at a time, and read back at a time.
@@ -60,7 +61,7 @@ LIMIT_OPTION: Final = "`lakeshore server --max-object-mb` (LAKESHORE_MAX_OBJECT_
 
 log = logging.getLogger("lakeshore.server")
 
-_ID = re.compile(r"[0-9a-z]{26}")
+OBJECT_ID = re.compile(r"[0-9a-z]{26}")
 _DIGEST = re.compile(r"[0-9a-f]{32}")
 _COUNT = re.compile(r"[0-9]{1,19}")
 
@@ -103,7 +104,7 @@ def _tier(call: Call) -> ObjectTier:
 
 def _object_id(call: Call) -> str:
     ref_id = call.param("id")
-    if not _ID.fullmatch(ref_id):
+    if not OBJECT_ID.fullmatch(ref_id):
         raise InvalidArgument(
             f"an object id is 26 lowercase letters and digits (a Ref's id), got {ref_id[:64]!r}"
         )
@@ -136,7 +137,7 @@ def delete_owned(
             named = split(ref.url)[1]
         except InvalidArgument:
             named = None
-        if named != ns or not _ID.fullmatch(ref_id):
+        if named != ns or not OBJECT_ID.fullmatch(ref_id):
             problems.append(f"{ref.url}/{ref.key}: kept (not an object of namespace {ns})")
             continue
         try:

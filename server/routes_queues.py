@@ -18,6 +18,8 @@ from .endpoint import Api, Call
 
 QUEUE_FIELDS = ("name", "kind", "description", "elasticity", "admission", "resources")
 PATCH_FIELDS = ("description", "admission", "elasticity", "kind")
+#: What `?elasticity=` may say: absent, an elasticity naming its `kind` replaces the policy.
+ELASTICITY_MODES = ("merge",)
 
 
 async def create_queue(call: Call) -> QueueInfo:
@@ -75,7 +77,8 @@ async def patch_queue(call: Call) -> QueueInfo:
             changes[key] = b.mapping(key)
     if "kind" in b.data:
         changes["kind"] = b.text("kind")
-    replace = changes.get("elasticity") if call.query.text("elasticity") != "merge" else None
+    merge = call.query.choice("elasticity", ELASTICITY_MODES) == "merge"
+    replace = None if merge else changes.get("elasticity")
     if replace is not None and "kind" in replace:
         changes.pop("elasticity")
         check_elasticity(replace)  # refuse before writing anything

@@ -24,7 +24,8 @@ from dreamlake.lakeshore.spill import delete_refs
 
 from .blocking import run_blocking
 from .endpoint import Api, Call
-from .openapi_schemas import INT, NUM, SCHEMAS, STR, _nullable, _obj
+from .openapi_parts import INT, SECONDS, STR, _nullable, _obj
+from .openapi_schemas import SCHEMAS
 from .routes_objects import ObjectTier, delete_owned
 
 log = logging.getLogger("lakeshore.server")
@@ -35,7 +36,12 @@ RETENTION_INTERVAL_S = 300.0
 # The route's schemas, registered beside the others (openapi_schemas.SCHEMAS) on import.
 SCHEMAS.setdefault(
     "RetentionTrim",
-    _obj({"frames_older_than_s": _nullable(NUM), "invocations_older_than_s": _nullable(NUM)}),
+    _obj(
+        {
+            "frames_older_than_s": _nullable(SECONDS),
+            "invocations_older_than_s": _nullable(SECONDS),
+        }
+    ),
 )
 SCHEMAS.setdefault(
     "Trimmed",

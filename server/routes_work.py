@@ -18,7 +18,7 @@ from dreamlake.lakeshore.plane.auth import JOB, READ, SUBMIT_DATA, WORK
 from dreamlake.lakeshore.plane.job_token import with_job_tokens
 from dreamlake.lakeshore.plane.store import MAX_BATCH, SqlStore, topic_channel
 from dreamlake.lakeshore.plane.wakeup import reading
-from dreamlake.lakeshore.types import Ack, Claim, ClaimArgs, Frame, check_name
+from dreamlake.lakeshore.types import MAX_LEASE_S, Ack, Claim, ClaimArgs, Frame, check_name
 
 from .endpoint import Api, Call
 from .longpoll import claim_until, hung_up, run_write, wait_until
@@ -29,7 +29,6 @@ from .wire import Fields
 
 #: A claim's defaults, where its body leaves a field out: `ClaimArgs`'s own.
 CLAIM_DEFAULTS = ClaimArgs._field_defaults
-MAX_LEASE_S = 7 * 24 * 3600.0
 
 
 async def claim(call: Call) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Everything a client sends is checked here before it reaches the store, so a malformed body,
 a wrong type or a missing field is a 400 that names the field, never a 500. Payload bytes
-(`payload`, `result`, `value`) ride as msgpack bin, or as base64 strings in JSON, since JSON has
-no bytes. The server never decodes those bytes beyond that transport layer.
+(`payload`, `result`, `value`, `checkpoint`) ride as msgpack bin, or as base64 strings in JSON,
+since JSON has no bytes. The server never decodes those bytes beyond that transport layer.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 #: What all request bodies in flight together may hold (429 beyond it): see body_budget.py.
 BODY_BUDGET_BYTES = 1024 * 1024 * 1024
 #: Fields whose values are opaque bytes: base64 strings when the body is JSON.
-BYTES_FIELDS = frozenset({"payload", "result", "value"})
+BYTES_FIELDS = frozenset({"payload", "result", "value", "checkpoint"})
 
 
 class UnsupportedMediaType(DispatchError):
@@ -345,6 +345,18 @@ class Query:
 
     def text(self, key: str) -> str | None:
         return self.params.get(key)
+
+    def choice(self, key: str, allowed: tuple[str, ...]) -> str | None:
+        """One of `allowed`, or None when absent or empty: a misspelt mode is refused, not
+        read as the default (issue 45: `?elasticity=bogus` replaced a queue's policy)."""
+        raw = self.params.get(key)
+        if raw is None or raw == "":
+            return None
+        if raw not in allowed:
+            raise InvalidArgument(
+                f"query parameter '{key}' must be one of {', '.join(allowed)}; got {raw[:40]!r}"
+            )
+        return raw
 
     def number(
         self,

@@ -137,6 +137,22 @@ def test_patch_elasticity_object_replaces_the_policy(api, ns):
     assert api.call("GET", ns("/queues/cpu-prep"))[1]["elasticity"]["kind"] == "fully_elastic"
 
 
+def test_patch_refuses_an_unknown_elasticity_mode(api, ns):
+    """Only `?elasticity=merge` is a mode: a misspelt one is a 400 naming the parameter and
+    what it may be, and changes nothing (it was taken as replace mode, issue 45)."""
+    api.call("POST", ns("/queues"), {"name": "modes", "elasticity": {"kind": "fixed", "max": 2}})
+    status, body = api.call(
+        "PATCH",
+        ns("/queues/modes"),
+        {"elasticity": {"kind": "fully_elastic", "max": 8}},
+        params={"elasticity": "bogus"},
+        as_json=True,
+    )
+    assert status == 400
+    assert "'elasticity'" in body["error"]["message"] and "merge" in body["error"]["message"]
+    assert api.call("GET", ns("/queues/modes"))[1]["elasticity"] == {"kind": "fixed", "max": 2}
+
+
 def _register(api, ns, name, queues):
     status, worker = api.call("POST", ns("/workers"), {"name": name, "queues": queues})
     assert status == 201

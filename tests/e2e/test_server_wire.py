@@ -11,6 +11,7 @@ import json
 import msgpack
 import pytest
 
+import dreamlake.lakeshore as dls
 from tests.support.client import Api, decode
 from tests.support.server import running_server
 
@@ -54,6 +55,26 @@ def test_json_in_json_out_with_base64_payloads(api, ns):
     # and the same bytes come back as msgpack bin to a msgpack client
     status, row = api.call("GET", ns(f"/invocations/{inv}"))
     assert status == 200 and row["state"] == "running"
+
+
+def test_a_checkpoint_rides_base64_in_json_as_the_document_says(api, ns):
+    """`Checkpoint.checkpoint` is a bytes field: base64 in JSON, like payload (it was refused
+    as 'must be bytes', the one bytes field a JSON client could not send)."""
+    api.call("POST", ns("/queues/ck/invocations"), {"items": [{"json": 1}]}, as_json=True)
+    _, body = api.call("POST", ns("/claims"), {"worker": "w", "queues": ["ck"]}, as_json=True)
+    claim = body["claim"]
+    # a checkpoint is an encoded spilled Ref (the state lives in storage, not the row)
+    ref = dls.Ref(id="1" * 26, size=10, digest="0" * 32, storage="file:///nowhere", spilled=True)
+    state = dls.encode(ref)
+    status, _ = api.call(
+        "POST",
+        ns(f"/invocations/{claim['id']}/checkpoint"),
+        {"lease": claim["lease"], "checkpoint": base64.b64encode(state).decode()},
+        as_json=True,
+    )
+    assert status == 200
+    _, row = api.call("GET", ns(f"/invocations/{claim['id']}"), as_json=True)
+    assert base64.b64decode(row["checkpoint"]) == state
 
 
 def test_json_error_bodies_when_json_is_asked(api, ns):

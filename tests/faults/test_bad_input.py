@@ -309,6 +309,10 @@ def _fields(client: httpx.Client, method: str, url: str, op: dict[str, Any], sch
     sent = 0
     for shape in _shapes(media.get("schema", {}), schemas):
         for field, body, edge, text in edge_bodies(shape, schemas):
+            if field == "wait" and type(edge) is int and edge > 0:
+                # A claim waiting 2**63 s is valid (the server holds it to its cap): reached
+                # now that its other fields are plausible (`kind` is an enum), not an edge.
+                continue
             for r in _send_edge(client, method, url, body):
                 sent += 1
                 check(r, (method, url, field, repr(edge)[:40]))

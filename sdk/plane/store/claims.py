@@ -17,6 +17,7 @@ from dreamlake.lakeshore.errors import InvalidArgument
 from dreamlake.lakeshore.plane import delays, dependencies, locality
 from dreamlake.lakeshore.plane.admission import waits_for_room
 from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.plane.queries import check_params
 from dreamlake.lakeshore.plane.steal import steal_aged, stealing
 from dreamlake.lakeshore.resources import check_free, fit_params
 from dreamlake.lakeshore.types import (
@@ -81,6 +82,8 @@ class ClaimStore(PreemptionStore, QueueStore):
         if not 1 <= args.limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {args.limit}")
         check_host(args.host)
+        # Bound only when a job is taken: an empty claim must refuse it the same way.
+        check_params({"worker": args.worker})
         now = time.time()
         checked = None if args.free is None else check_free(args.free)
         fit = {} if checked is None else fit_params(checked)

@@ -62,11 +62,11 @@ class FrameStore(StoreBase):
 
 
 #: A post id is a client's token for "this post": short printable ASCII (a ULID, a uuid).
-_POST_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+POST_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 def check_post_id(value: object) -> None:
-    if not isinstance(value, str) or not _POST_ID.fullmatch(value):
+    if not isinstance(value, str) or not POST_ID.fullmatch(value):
         raise InvalidArgument(
             f"a post id is 1-64 letters, digits, '-' or '_' (a ULID, say), got {value!r}"
         )

@@ -17,6 +17,7 @@ from dreamlake.lakeshore.plane.admission import admit, deadline_for
 from dreamlake.lakeshore.plane.connector import Row, Transaction
 from dreamlake.lakeshore.plane.wakeup import work_key
 from dreamlake.lakeshore.types import (
+    MAX_LIST_LIMIT,
     Claim,
     ClaimArgs,
     Invocation,
@@ -278,8 +279,8 @@ class InvocationStore(SettleStore):
             check_name(queue)
         if state is not None:
             check_state(state)
-        if not 1 <= limit <= 1000:
-            raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
         if before is not None and not (before.isascii() and before.isalnum() and len(before) <= 64):
             raise InvalidArgument(f"before must be an invocation id, got {before!r}")
         if map_id is not None:

@@ -15,6 +15,9 @@ from dreamlake.lakeshore.types import check_name
 
 from .base import StoreBase
 
+#: The longest a lead may be held before it is renewed (seconds).
+MAX_LEADER_TTL_S = 3600.0
+
 
 class LeaderStore(StoreBase):
     def acquire_leadership(self, name: str, holder: str, ttl_s: float) -> bool:
@@ -24,8 +27,14 @@ class LeaderStore(StoreBase):
             raise InvalidArgument(
                 "holder must be 1 to 200 printable characters (a host and pid, say)"
             )
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not 0 < ttl_s <= 3600:
-            raise InvalidArgument(f"ttl_s must be a number of seconds in (0, 3600], got {ttl_s!r}")
+        if (
+            isinstance(ttl_s, bool)
+            or not isinstance(ttl_s, (int, float))
+            or not 0 < ttl_s <= MAX_LEADER_TTL_S
+        ):
+            raise InvalidArgument(
+                f"ttl_s must be a number of seconds in (0, {MAX_LEADER_TTL_S:g}], got {ttl_s!r}"
+            )
         now = time.time()
         with self.connector.transaction() as tx:
             row = tx.one(

@@ -14,6 +14,7 @@ from dreamlake.lakeshore.resources import check_resources
 from dreamlake.lakeshore.types import (
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_DESCRIPTION,
+    MAX_LIST_LIMIT,
     QUEUE_STATES,
     QueueInfo,
     check_name,
@@ -222,8 +223,8 @@ class QueueStore(WorkerStore):
         self.waker.notify()
 
     def events(self, ns: str, name: str, *, limit: int = 50) -> list[dict[str, Any]]:
-        if not 1 <= limit <= 1000:
-            raise InvalidArgument(f"limit must be between 1 and 1000, got {limit}")
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
         self.queue(ns, name)
         with self.connector.transaction(write=False) as tx:
             rows = tx.all("list_events", ns=ns, queue=name, limit=limit)
