@@ -78,6 +78,9 @@ check: $(TEST)
 	  ln -s "$$PWD/$$p" .typecheck/dreamlake/lakeshore/$$p; done
 	cd .typecheck && MYPYPATH=. ../$(BIN)/mypy --config-file ../pyproject.toml \
 	  --explicit-package-bases -p dreamlake.lakeshore
+	@# The import contracts ([tool.importlinter]) over the same tree: the editable install
+	@# would show it sdk/ alone. PYTHONPATH puts the tree before the install's finder.
+	cd .typecheck && PYTHONPATH=. ../$(BIN)/lint-imports --no-cache ../pyproject.toml
 
 bench: $(BENCH)
 	$(BIN)/python -m bench

@@ -26,16 +26,20 @@ class _DaemonGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands:
-            _load_provider_verbs()
+            self._add_provider_verbs()
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        _load_provider_verbs()
+        self._add_provider_verbs()
         return super().list_commands(ctx)
 
+    def _add_provider_verbs(self) -> None:
+        # The group adds them (cli/providers.py does not import this module), so neither
+        # module imports the other at load time and `daemon ls` loads no provider code.
+        from .providers import launch, stop
 
-def _load_provider_verbs() -> None:
-    from . import providers as _providers  # noqa: F401  (registers launch and stop on `daemon`)
+        self.add_command(launch)
+        self.add_command(stop)
 
 
 @click.group("daemon", cls=_DaemonGroup)

@@ -34,7 +34,6 @@ from dreamlake.lakeshore.providers.base import (
 )
 from dreamlake.lakeshore.shapes import launch_shape
 
-from .daemon import daemon
 from .output import emit_json, hidden_alias, json_option, report
 from .params import seconds
 
@@ -256,7 +255,7 @@ def _plane_target(url: str | None) -> str:
     return url or str(home() / "lakeshore.db")
 
 
-@daemon.command("launch")
+@click.command("launch")
 @click.option("--provider", "provider_name", required=True, help="A provider config's name.")
 @click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE", help="Repeatable.")
 @click.option("--count", type=click.IntRange(1, 1000), default=1, show_default=True)
@@ -363,7 +362,7 @@ def _launched_rows(plane: Plane, name: str) -> list[Any]:
     return [w for w in plane.workers() if pattern.fullmatch(w.name)]
 
 
-@daemon.command("stop")
+@click.command("stop")
 @click.argument("name")
 @click.option(
     "--timeout-s",

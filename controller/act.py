@@ -12,35 +12,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dreamlake.lakeshore.logs import EventLog
 from dreamlake.lakeshore.plane.providers import ProviderInfo
 from dreamlake.lakeshore.providers.base import Instance, LaunchSpec, Provider, merged_settings
 
+from .decision import Decision, Observer
 from .fleet import Fleet, Target, pick_primaries
 from .observe import FleetSource, Snapshot
 from .observed import ObservedProvider
 from .policy import step, surge_limit
-
-if TYPE_CHECKING:
-    from .loop import Observer, ProviderFactory, Settings, _Memory
+from .settings import Memory, ProviderFactory, Settings
 
 log = EventLog("lakeshore.controller")
-
-
-@dataclass(frozen=True)
-class Decision:
-    namespace: str
-    target: str
-    queues: tuple[str, ...]
-    desired: int
-    current: int
-    launch: int = 0
-    drain: int = 0
-    terminate: int = 0
-    reason: str = ""
 
 
 class Acting:
@@ -48,7 +33,7 @@ class Acting:
 
     store: FleetSource
     settings: Settings
-    _mem: _Memory
+    _mem: Memory
     _factory: ProviderFactory
     _observer: Observer | None
     _providers: dict[tuple[str, str, str], Provider]

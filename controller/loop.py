@@ -17,14 +17,12 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dreamlake.lakeshore.logs import EventLog
 from dreamlake.lakeshore.plane.leader import Leader
 from dreamlake.lakeshore.plane.providers import ProviderInfo
-from dreamlake.lakeshore.plane.store import WORKER_STALE_S
 from dreamlake.lakeshore.providers import registry
 from dreamlake.lakeshore.providers.base import (
     TAG_NAMESPACE,
@@ -37,74 +35,22 @@ from dreamlake.lakeshore.providers.base import (
 )
 from dreamlake.lakeshore.shapes import launch_shape
 
-from .act import Acting, Decision
+from .act import Acting
+from .decision import Decision, Observer
 from .fleet import Fleet, Target, Timeouts, classify, targets
 from .observe import FleetSource, Snapshot, observe
 from .packing import pack
 from .policy import Policy, Want, apply_cap, desired_workers, stabilized
-from .reclaim import Reclaims
-from .sightings import Sightings
+from .settings import Memory, ProviderFactory
+from .settings import Settings as Settings  # callers import it from here, its first home
 
 log = EventLog("lakeshore.controller")
 
-ProviderFactory = Callable[[ProviderInfo], Provider]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Settings:
-    interval_s: float = 5.0
-    max_workers: int | None = None
-    #: elastic / fixed: how long a lower size must be recommended before scaling down (HPA).
-    #: fully_elastic uses its own idle_s instead.
-    scale_down_window_s: float = 300.0
-    boot_timeout_s: float = 600.0
-    drain_timeout_s: float = 1800.0
-    #: How long an instance whose daemon left on its own waits for its provider to reclaim it
-    #: before the controller terminates it (EC2 takes a spot instance 2 min after its notice).
-    reclaim_grace_s: float = 180.0
-    stale_s: float = WORKER_STALE_S
-    upscaling_speed: float = 1.0
-    #: How launched daemons reach the plane: an http(s) URL, or the SQLite file path.
-    plane_url: str | None = None
-    plane_token: str | None = None
-
-
-@dataclass
-class _Memory:
-    """What the controller remembers between ticks (rebuilt from scratch after a restart)."""
-
-    history: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
-    quiet_since: dict[str, float] = field(default_factory=dict)
-    idle_since: dict[str, float] = field(default_factory=dict)
-    drained_at: dict[str, float] = field(default_factory=dict)
-    #: instance id -> (its target, its daemon) for our drains, until we see the instance end
-    drained: dict[str, tuple[Target, str]] = field(default_factory=dict)
-    last_desired: dict[str, int] = field(default_factory=dict)
-    last_error: dict[str, str] = field(default_factory=dict)
-    sightings: Sightings = field(default_factory=Sightings)
-    #: instance id -> when its worker row was last seen live
-    served_at: dict[str, float] = field(default_factory=dict)
-    reclaims: Reclaims = field(default_factory=Reclaims)
 
 
 def build_provider(info: ProviderInfo) -> Provider:
     return registry.build(info.kind, info.name, info.config)
-
-
-class Observer(Protocol):
-    """Who hears of ticks, leadership and provider calls: the metrics (controller/metrics.py),
-    kept behind this protocol so that the loop imports no metrics library."""
-
-    def tick_ended(
-        self, decisions: Sequence[Decision], seconds: float, error: BaseException | None
-    ) -> None: ...
-
-    def leading(self, leading: bool) -> None: ...
-
-    def provider_call(
-        self, info: ProviderInfo, call: str, seconds: float, error: BaseException | None
-    ) -> None: ...
 
 
 class Controller(Acting):
@@ -123,7 +69,7 @@ class Controller(Acting):
         self._observer = observer
         self._clock = clock
         self._providers: dict[tuple[str, str, str], Provider] = {}
-        self._mem = _Memory()
+        self._mem = Memory()
         self._started = clock()
 
     # -- one tick -----------------------------------------------------------------------------

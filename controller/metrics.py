@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from dreamlake.lakeshore.plane.providers import ProviderInfo
 
-from .act import Decision
+from .decision import Decision
 
 #: Seconds: a local process start to a slow cloud API.
 CALL_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -12,7 +12,7 @@ from dreamlake.lakeshore.providers.base import Instance, LaunchSpec, Provider, s
 from dreamlake.lakeshore.shapes import Shape
 
 if TYPE_CHECKING:
-    from dreamlake.lakeshore.controller.loop import Observer
+    from dreamlake.lakeshore.controller.decision import Observer
 
 T = TypeVar("T")
 

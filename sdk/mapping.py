@@ -30,14 +30,31 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .envelope import Envelope
 from .errors import DispatchError, InvalidArgument
+from .queue_jobs import result_of
 from .types import Invocation, SubmitRequest
 
 if TYPE_CHECKING:
-    from .queue import SyncQueue
+    from .plane.base import Plane
+
+
+class MapQueue(Protocol):
+    """What a map needs of its queue (a `SyncQueue`): stated here, so that the queue imports
+    the map, and not the other way round."""
+
+    name: str
+    allow_pickle: bool
+
+    @property
+    def dispatch(self) -> Plane: ...
+
+    def _request(self, *args: Any, **kwargs: Any) -> SubmitRequest:
+        """The queue's own encoder: a submit's request from its envelope and options."""
+        ...
+
 
 #: Jobs per submit: one transaction (one request over HTTP) each.
 WINDOW = 256
@@ -139,7 +156,7 @@ class _Map:
 
     def __init__(
         self,
-        queue: SyncQueue,
+        queue: MapQueue,
         fn: Callable[..., Any],
         inputs: Iterable[Any],
         *,
@@ -249,7 +266,6 @@ class _Map:
     def outcomes(self, job: _Job) -> list[Any]:
         """The values `job` stands for, in input order; a failed input's is a `MapItemError`."""
         from .objects.plane import using
-        from .queue import result_of
 
         self._in_flight -= job.count
         assert job.done is not None
@@ -304,7 +320,7 @@ class MapResults(Iterator[Any]):
 
 
 def run_map(
-    queue: SyncQueue,
+    queue: MapQueue,
     fn: Callable[..., Any],
     inputs: Iterable[Any],
     *,

@@ -5,7 +5,6 @@ Split from queue.py (issue 38), which re-exports every name here.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -45,6 +44,8 @@ def refuse_arguments(cls: type, name: str, kind: str, unknown: Mapping[str, obje
         for p in inspect.signature(cls).parameters.values()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     ]
+    import difflib  # only to word this refusal: not loaded with the SDK
+
     close = difflib.get_close_matches(arg, takes, n=1)
     raise InvalidArgument(
         f"{cls.__name__} got an unknown argument {arg}="

@@ -18,7 +18,6 @@ on how the handle was made; `RowSpec` records it:
 
 from __future__ import annotations
 
-import difflib
 import os
 import warnings
 from dataclasses import dataclass
@@ -145,6 +144,8 @@ def unknown_queue(plane: Plane, name: str, *, strict: bool) -> None:
         names = [q.name for q in plane.queues() if q.namespace == plane.namespace]
     except NotFound:  # a namespace nothing was written to yet: no queues to suggest
         names = []
+    import difflib  # only for this warning: a queue that exists never loads it
+
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     where = f"namespace '{plane.namespace}'"

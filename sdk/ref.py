@@ -16,7 +16,7 @@ from typing import Any, Final
 import msgpack
 
 from .errors import InvalidArgument
-from .types import HOST_PATTERN
+from .names import HOST_PATTERN
 
 #: The codec's ext type for a Ref (beside 48, a StorageRef).
 EXT_OBJECT_REF: Final = 49

@@ -32,17 +32,14 @@ same code runs in a notebook.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import IO, Any
 
 from .attempt import AttemptLink
 from .errors import DispatchError, InvalidArgument
+from .job_context import SCOPE, JobContext, current, job
 from .storage import Storage, check_key, join_key
 from .storage import storage as open_storage
 
@@ -63,32 +60,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class JobContext:
-    """The attempt a body runs in: its invocation id, attempt number, storage and stream."""
-
-    id: str
-    attempt: int
-    #: The storage as `job` was given it (a URL, a Storage, None for the default): resolved on
-    #: first use, because most bodies never touch storage and working out the default (the
-    #: environment, the home folder, a file:// URI) was most of a no-op job's CPU in a child.
-    storage_at: str | Storage | None = field(repr=False)
-    post: Callable[[Any], None]
-    queue: str | None = None
-    #: The GPUs the job was placed on, as its CUDA_VISIBLE_DEVICES numbers them (issue 34).
-    gpus: tuple[int, ...] = ()
-    #: The attempt's checkpoints and preemption notice (attempt.py); None where the worker
-    #: offers neither (a body run by hand through `run_body`).
-    link: AttemptLink | None = None
-
-    @cached_property
-    def storage(self) -> Storage:
-        return open_storage(self.storage_at)
-
-
-_JOB: ContextVar[JobContext | None] = ContextVar("lakeshore_job", default=None)
-_SCOPE: ContextVar[str] = ContextVar("lakeshore_scope", default="")
-
 #: Keys under these top-level prefixes belong to spill and the object store; bodies may not write
 #: there (a body could otherwise overwrite another job's object).
 _RESERVED = ("_spill/", "_objects/")
@@ -96,42 +67,6 @@ _RESERVED = ("_spill/", "_objects/")
 
 class NotInJob(DispatchError):
     code = "not_in_job"
-
-
-def _placed_gpus() -> tuple[int, ...]:
-    """The GPUs a daemon placed this job on: its child's LAKESHORE_GPUS (a child sees one
-    placement; the daemon replaces a child whose GPUs differ from the next job's)."""
-    text = os.environ.get("LAKESHORE_GPUS", "")
-    return tuple(int(i) for i in text.split(",") if i.strip().isdigit())
-
-
-def current() -> JobContext | None:
-    """The job around this call, or None outside one."""
-    return _JOB.get()
-
-
-@contextmanager
-def job(
-    inv_id: str,
-    attempt: int = 1,
-    *,
-    post: Callable[[Any], None],
-    storage: str | Storage | None = None,
-    queue: str | None = None,
-    link: AttemptLink | None = None,
-) -> Iterator[JobContext]:
-    """Run the block as the body of attempt `attempt` of `inv_id` (set up by `run_body`).
-
-    A job starts at the storage root: scopes of whoever called the worker do not leak in.
-    """
-    ctx = JobContext(inv_id, attempt, storage, post, queue, _placed_gpus(), link)
-    job_token = _JOB.set(ctx)
-    scope_token = _SCOPE.set("")
-    try:
-        yield ctx
-    finally:
-        _SCOPE.reset(scope_token)
-        _JOB.reset(job_token)
 
 
 @contextmanager
@@ -143,33 +78,33 @@ def scope(prefix: str) -> Iterator[str]:
     """
     if not isinstance(prefix, str):
         raise InvalidArgument(f"a scope is a str of key segments, got {prefix!r}")
-    full = join_key(_SCOPE.get(), prefix)
+    full = join_key(SCOPE.get(), prefix)
     if full:
         check_key(full)
-    token = _SCOPE.set(full)
+    token = SCOPE.set(full)
     try:
         yield full
     finally:
-        _SCOPE.reset(token)
+        SCOPE.reset(token)
 
 
 def current_scope() -> str:
     """The key prefix in force ('' at the root)."""
-    return _SCOPE.get()
+    return SCOPE.get()
 
 
 def key(name: str) -> str:
     """The full key `name` stands for here: under the current scope unless it starts with '/'."""
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"a storage key is a non-empty string, got {name!r}")
-    full = name[1:] if name.startswith("/") else join_key(_SCOPE.get(), name)
+    full = name[1:] if name.startswith("/") else join_key(SCOPE.get(), name)
     if name.endswith("/"):
         raise InvalidArgument(f"storage key {name!r} names a folder, not an object")
     return check_key(full)
 
 
 def _storage() -> Storage:
-    ctx = _JOB.get()
+    ctx = current()
     return ctx.storage if ctx is not None else open_storage(None)
 
 
@@ -216,14 +151,14 @@ def exists(name: str) -> bool:
 
 def post(value: Any = None) -> None:
     """Append a VALUE frame to this job's stream, as a generator body's `yield` does."""
-    ctx = _JOB.get()
+    ctx = current()
     if ctx is None:
         raise NotInJob("dls.run.post works only inside a running job body")
     ctx.post(value)
 
 
 def _link(verb: str) -> AttemptLink:
-    ctx = _JOB.get()
+    ctx = current()
     if ctx is None:
         raise NotInJob(f"dls.run.{verb} works only inside a running job body")
     if ctx.link is None:
@@ -280,15 +215,15 @@ def __getattr__(name: str) -> Any:
     notice: `.preempting` (an event set when the box is going away) and `.preempt_deadline`
     (when, in epoch seconds; None until a notice, or when it named no time), read live."""
     if name == "gpus":  # a list, as `dls.run.gpus` documents; [] outside a placed job
-        ctx = _JOB.get()
+        ctx = current()
         return list(ctx.gpus) if ctx is not None else []
     if name in ("id", "attempt", "queue"):
-        ctx = _JOB.get()
+        ctx = current()
         return getattr(ctx, name) if ctx is not None else None
     if name == "storage":
         return _storage()
     if name in ("preempting", "preempt_deadline"):
-        ctx = _JOB.get()
+        ctx = current()
         link = ctx.link if ctx is not None else None
         if name == "preempting":
             return link.preempting if link is not None else _NEVER

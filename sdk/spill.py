@@ -39,8 +39,8 @@ from typing import Any, Final
 from . import codec, locality, objects
 from .envelope import Envelope, Thunk
 from .errors import InvalidArgument
+from .job_context import current as current_job
 from .ref import Ref
-from .run import current as current_job
 from .storage import (
     MAX_REF_BYTES,
     SPILL_PREFIX,

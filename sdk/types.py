@@ -7,12 +7,18 @@ msgpack maps field by field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import InvalidArgument
+
+# Their home was here; names.py holds them so that Refs check a host without importing records.
+from .names import HOST_PATTERN as HOST_PATTERN
+from .names import MAX_NAME_LENGTH as MAX_NAME_LENGTH
+from .names import NAME_PATTERN as NAME_PATTERN
+from .names import check_host as check_host
+from .names import check_name as check_name
 
 if TYPE_CHECKING:
     from .storage import StorageRef
@@ -79,15 +85,8 @@ END_STATE_CAUSES = {
 DEFAULT_QUEUE = "default"
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
 DEFAULT_NAMESPACE = "default"
-#: Always `fullmatch`ed: with `match`, the `$` also accepts a trailing newline, and a queue
-#: "training-h100\n" would look like "training-h100" in every table.
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-MAX_NAME_LENGTH = 128
 #: The most rows one page of a list read (jobs, queue events) holds; at least 1.
 MAX_LIST_LIMIT = 1000
-#: A host id as Refs, worker rows and locality hints carry it (`objects.host_id()`: the
-#: `LAKESHORE_HOST_ID`, else the hostname folded into this alphabet). Always `fullmatch`ed.
-HOST_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def topic_channel(namespace: str, queue: str, name: str) -> str:
@@ -108,25 +107,6 @@ def check_state(state: str) -> str:
     if state not in STATES:
         raise InvalidArgument(f"unknown state '{state}'; use {'|'.join(STATES)}")
     return state
-
-
-def check_name(name: object, what: str = "queue") -> str:
-    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not NAME_PATTERN.fullmatch(name):
-        raise InvalidArgument(
-            f"invalid {what} name {name!r}: names match ^[a-z0-9][a-z0-9-]*$ "
-            f"(lowercase letters, digits and '-', at most {MAX_NAME_LENGTH} characters)"
-        )
-    return name
-
-
-def check_host(host: object, what: str = "host") -> str | None:
-    """A host id, or None; anything else is refused naming `what` and the alphabet allowed."""
-    if host is None or (isinstance(host, str) and HOST_PATTERN.fullmatch(host)):
-        return host
-    raise InvalidArgument(
-        f"{what} must be a host id: a letter or digit, then up to 127 letters, digits, '.', "
-        f"'_' or '-' (the LAKESHORE_HOST_ID of a box, else its hostname); got {host!r}"
-    )
 
 
 def storable_text(text: str) -> str:

@@ -12,7 +12,6 @@ its class from the other arguments: `priority_field=` -> PriorityQueue, `tempera
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -268,6 +267,8 @@ def udf(
     check_optional(resources)
     unknown = sorted(set(options) - set(QUEUE_OPTIONS))
     if unknown:
+        import difflib  # only to word this refusal: not loaded with the SDK
+
         close = difflib.get_close_matches(
             unknown[0], [*QUEUE_OPTIONS, "queue", "scope", "resources"], n=1
         )

@@ -42,23 +42,26 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from ulid import ULID
 
 from dreamlake.lakeshore.errors import InvalidArgument, NotFound
 from dreamlake.lakeshore.home import home
-from dreamlake.lakeshore.plane.default import default_plane, env_url
+from dreamlake.lakeshore.plane.default import default_plane
+from dreamlake.lakeshore.plane.env import env_url
 from dreamlake.lakeshore.ref import Ref
 from dreamlake.lakeshore.storage import OBJECTS_PREFIX, Storage
 from dreamlake.lakeshore.storage import storage as open_storage
 
 from . import layout
-from .arena import Arena, arena_at
 from .layout import ObjectCorrupt, body_of, checked_body, digest_of, prefix_of, value_of
 from .plane import PlaneTier, is_plane_url
 from .plane import durable_target as _durable_target
 from .plane import tier_for as _tier_for
+
+if TYPE_CHECKING:
+    from .arena import Arena
 
 __all__ = [
     "ObjectCorrupt",
@@ -126,6 +129,10 @@ def host_root() -> Path:
 
 
 def host_arena() -> Arena:
+    # The arena's index is SQLite: loaded by the first object put or read on this host, not by
+    # every process that imports the object store (an HTTP producer's verbs import it).
+    from .arena import arena_at
+
     return arena_at(host_root())
 
 

@@ -23,10 +23,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from .store import SqlStore
+from typing import Final, Protocol
 
 from dreamlake.lakeshore.errors import InvalidArgument, Unauthorized
 from dreamlake.lakeshore.types import DEFAULT_NAMESPACE
@@ -141,7 +138,27 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def bootstrap(store: SqlStore, home: Path) -> tuple[str, Path] | None:
+class TokenRows(Protocol):
+    """The store operations `bootstrap` needs (`SqlStore` has them, from store/auth.py, which
+    imports this module: the store depends on auth, not auth on the store)."""
+
+    def ensure_namespace(self, ns: str, org: str | None = None) -> None: ...
+
+    def token_count(self) -> int: ...
+
+    def create_token(
+        self,
+        ns: str,
+        *,
+        label: str = "",
+        org: str | None = None,
+        admin: bool = False,
+        scopes: Iterable[str] | None = None,
+        expires_in_s: float | None = None,
+    ) -> str: ...
+
+
+def bootstrap(store: TokenRows, home: Path) -> tuple[str, Path] | None:
     """On a store with no token yet: create namespace `default` and an admin token.
 
     The token is written with mode 0600 to `home/token` (the SDK and CLI read it from there) and

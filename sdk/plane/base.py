@@ -7,7 +7,7 @@ the conformance suite runs the same tests against each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dreamlake.lakeshore.errors import DispatchError
 from dreamlake.lakeshore.types import (
@@ -21,8 +21,11 @@ from dreamlake.lakeshore.types import (
     WorkerInfo,
 )
 
-from .providers import ProviderInfo
-from .schedules import ScheduleInfo
+if TYPE_CHECKING:
+    # Only the admin verbs' answers: a producer's import loads neither (json, zoneinfo, croniter's
+    # shapes: a tenth of `import dreamlake.lakeshore`).
+    from .providers import ProviderInfo
+    from .schedules import ScheduleInfo
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ from dreamlake.lakeshore.types import (
     check_name,
 )
 
-from .default import box_plane_path, env_namespace, env_url, open_plane
+from .env import box_plane_path, env_namespace, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .schedules import ScheduleInfo
@@ -542,5 +542,7 @@ class Dispatch(LocalPlane):
         if url:
             # An HttpPlane, so Python skips __init__; typed as a Dispatch because both serve the
             # same Plane protocol, which is what a caller of Dispatch() relies on.
-            return open_plane(url, None, namespace)  # type: ignore[return-value]
+            from .http import HttpPlane  # only for a URL: not loaded by an embedded plane
+
+            return HttpPlane(url, namespace=namespace or env_namespace())  # type: ignore[return-value]
         return super().__new__(cls)

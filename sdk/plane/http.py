@@ -38,7 +38,7 @@ from dreamlake.lakeshore.types import (
 )
 
 from . import routes
-from .default import env_namespace, env_token, env_url
+from .env import env_namespace, env_token, env_url
 from .providers import ProviderInfo
 from .retention import Trimmed
 from .schedules import ScheduleInfo

@@ -11,7 +11,6 @@ what is being retried and for how long, not wait in silence for the error (issue
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ RETRY_REPORT_EVERY_S = 5.0
 
 #: Where a client says what it retries: one WARNING record per report. The CLI prints them on
 #: stderr; a program that set up no logging sees them there too (logging's last resort).
-log = logging.getLogger("dreamlake.lakeshore.client")
+CLIENT_LOGGER = "dreamlake.lakeshore.client"
 
 
 class Deadline:
@@ -115,7 +114,11 @@ class RetryReport:
         if now < self._next_at:
             return
         self._next_at = now + RETRY_REPORT_EVERY_S
-        log.warning(
+        # logging is loaded by the first retry, not with the SDK: it is 7 % of a producer's
+        # `import dreamlake.lakeshore`, and most processes never meet an outage.
+        import logging
+
+        logging.getLogger(CLIENT_LOGGER).warning(
             "%s; retrying for %s s more (%s %s)",
             error,
             f"{left_s:.0f}" if left_s >= 1 else f"{left_s:.1f}",

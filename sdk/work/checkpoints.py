@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamlake.lakeshore import codec
 from dreamlake.lakeshore.errors import DispatchError
@@ -28,7 +29,21 @@ from dreamlake.lakeshore.types import Claim
 from .retry import GaveUp
 
 if TYPE_CHECKING:
-    from .core import WorkerCore
+    from dreamlake.lakeshore.plane.base import Plane
+
+    from .config import WorkerConfig
+    from .retry import Retrier
+
+
+class WorkerCore(Protocol):
+    """What these need of the worker (`work.core.WorkerCore`, which imports this module): its
+    plane, its settings, its retrier, its stop-at-once event and its log."""
+
+    plane: Plane
+    config: WorkerConfig
+    _retry: Retrier
+    _urgent: threading.Event
+    _log: Any
 
 
 def store(core: WorkerCore, claim: Claim, data: bytes) -> bytes:

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .core import WorkerConfig
+    from .config import WorkerConfig
     from .slot import Slot
 
 

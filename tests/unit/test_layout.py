@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: The folders that ship, as pyproject maps them (test_packaging.py checks that mapping).
 SOURCE = ("sdk", "server", "daemon", "controller", "providers", "cli")
-#: The environment that names a process's control plane, read once (sdk/plane/default.py).
+#: The environment that names a process's control plane, read once (sdk/plane/env.py).
 PLANE_ENV = {"LAKESHORE_URL", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE"}
 
 
@@ -92,9 +92,9 @@ def test_each_plane_variable_is_read_from_the_environment_in_one_function() -> N
     (Click's `envvar=` on command options is a declaration, not a read here, and writes into a
     child's environment are not reads.)"""
     assert plane_env_reads() == {
-        ("sdk/plane/default.py", "env_url"): {"LAKESHORE_URL"},
-        ("sdk/plane/default.py", "env_token"): {"LAKESHORE_TOKEN"},
-        ("sdk/plane/default.py", "env_namespace"): {"LAKESHORE_NAMESPACE"},
+        ("sdk/plane/env.py", "env_url"): {"LAKESHORE_URL"},
+        ("sdk/plane/env.py", "env_token"): {"LAKESHORE_TOKEN"},
+        ("sdk/plane/env.py", "env_namespace"): {"LAKESHORE_NAMESPACE"},
     }
 
 
