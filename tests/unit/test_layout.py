@@ -8,6 +8,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The folders that ship, as pyproject maps them (test_packaging.py checks that mapping).
 SOURCE = ("sdk", "server", "daemon", "controller", "providers", "cli")
@@ -293,3 +295,20 @@ def test_imports_across_folders_are_absolute() -> None:
         if isinstance(node, ast.ImportFrom) and node.level >= 2
     ]
     assert not leaving, f"relative imports that leave their folder: {leaving}"
+
+
+def test_the_sdk_import_contract_lists_every_module_of_sdk() -> None:
+    """import-linter's `sdk-below` names sdk's modules one by one (they sit beside the other
+    folders under the root package, so no wildcard can pick them out): a module left off the
+    list would be free to import the server or the daemon, and nothing would say so."""
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (sdk_below,) = [c for c in contracts["contracts"] if c["id"] == "sdk-below"]
+    sdk = ROOT / "sdk"
+    children = {
+        p.stem if p.is_file() else p.name
+        for p in sdk.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    listed = {m.removeprefix("dreamlake.lakeshore.") for m in sdk_below["source_modules"]}
+    assert listed == children
