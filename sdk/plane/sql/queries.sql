@@ -820,10 +820,12 @@ RETURNING id;
 
 -- name: reserved_heads
 -- The queued jobs workers reserve for, in claim order within each queue (the first one is the
--- reservation that holds the queue's other jobs back).
+-- reservation that holds the queue's other jobs back). From the few reason rows to their jobs:
+-- CROSS JOIN keeps SQLite's join in that order, where a plain JOIN walked every queued job in
+-- claim order (index invocations_claim) to skip the sort, 0.85 s at 1M queued, in every sweep.
 SELECT i.namespace, i.queue, i.id, i.resources FROM pending_reasons r
-JOIN invocations i ON i.id = r.id
-WHERE r.reason = 'resources' AND i.state = 'queued' AND i.resources IS NOT NULL
+CROSS JOIN invocations i
+WHERE i.id = r.id AND r.reason = 'resources' AND i.state = 'queued' AND i.resources IS NOT NULL
 ORDER BY i.namespace, i.queue, i.priority DESC, i.id ASC;
 
 -- name: fail_unschedulable
