@@ -124,3 +124,17 @@ def test_the_reserved_heads_are_read_from_their_reason_rows(home: Path, tmp_path
             plan = [str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
             assert plan[0].startswith("SCAN r"), plan
             assert not walks_of_invocations(conn, sql), plan
+
+
+@pytest.mark.parametrize("args", READS, ids=" ".join)
+def test_a_cli_read_takes_the_write_lock_only_for_the_pending_reasons(
+    home: Path, args: list[str]
+) -> None:
+    # Opening the plane (schema, namespace, default queue) and the lease sweep, with nothing to
+    # do, read instead of writing; a fresh process still names pending reasons, once.
+    ran = statements_of(args, home)
+
+    begins = [i for i, sql in enumerate(ran) if sql.strip().upper() == "BEGIN IMMEDIATE"]
+    assert len(begins) <= 1, [ran[i + 2][:120] for i in begins]
+    for i in begins:
+        assert "pending_reasons" in " ".join(ran[i : i + 8]) or "workers" in ran[i + 2], ran[i:]
