@@ -23,23 +23,19 @@ CONTROLLER_EVENTS = (
 )
 
 
-def controller_figures(plane: Plane, queue: str) -> dict[str, Any]:
-    """{desired, actual, scaling_reason} for `queues stats` (desired None if never decided)."""
-    stats_actual = None
-    try:
-        stats_actual = plane.stats(queue).get("daemon_count")
-    except Exception:  # stats already shown by the caller; a second failure adds nothing
-        stats_actual = None
+def controller_figures(plane: Plane, queue: str, actual: int | None) -> dict[str, Any]:
+    """{desired, actual, scaling_reason} for `queues stats` (desired None if never decided);
+    `actual` is the daemon_count the caller's stats read (a second read swept the plane again)."""
     for event in plane.events(queue, limit=200):
         detail = event.get("detail") or {}
         if event.get("kind") in CONTROLLER_EVENTS and "desired" in detail:
             return {
                 "desired": detail["desired"],
-                "actual": stats_actual,
+                "actual": actual,
                 "scaling_reason": detail.get("reason", ""),
                 "scaling_target": detail.get("target", ""),
             }
-    return {"desired": None, "actual": stats_actual}
+    return {"desired": None, "actual": actual}
 
 
 @click.command(

@@ -355,7 +355,8 @@ def stats(
     """daemon_count / utilization / pending for NAME."""
     with plane_session(url, token, namespace) as plane:
         figures = plane.stats(name)
-        figures.update(controller_figures(plane, name))  # desired vs actual (cli/controller.py)
+        # desired vs actual (cli/controller.py)
+        figures.update(controller_figures(plane, name, figures.get("daemon_count")))
     if as_json:
         emit_json(figures)
         return

@@ -5,6 +5,10 @@ when an extra is missing (structlog for the daemon), the import of the module th
 `main` fails before any of its code could catch it, and the user sees a traceback. Here that
 failure becomes one line naming the missing module and the pip command, exit status 1; a
 module missing that no extra brings (a broken install, a bug) keeps its traceback.
+
+`lakeshore --version` alone is answered here, before click and the verb table are imported:
+they were most of what that process did beyond starting Python and loading the package
+(issue 45, item 4). It prints what click's version option prints (test_cli_startup.py).
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def _run(module: str, script: str) -> None:
 
 
 def lakeshore() -> None:
+    if sys.argv[1:] == ["--version"]:
+        from dreamlake.lakeshore import __version__  # the package this module is in: loaded
+
+        sys.stdout.write(f"lakeshore, version {__version__}\n")
+        return
     _run("cli.main", "lakeshore")
 
 

@@ -150,7 +150,10 @@ class LocalPlane:
         """This plane's namespace for a write, created if new: the embedded plane has no admin
         to create namespaces first, so the first submit, queue or worker in one makes it."""
         if not self._ns_exists:
-            self.store.ensure_namespace(self.namespace)
+            # Looked for first: every process opens its own namespaces (`own_namespaces`), and
+            # a write transaction to learn that one exists waited behind any writer's commit.
+            if self.store.namespace(self.namespace) is None:
+                self.store.ensure_namespace(self.namespace)
             self._ns_exists = True
         return self.namespace
 

@@ -10,16 +10,20 @@ says what a claimable job is through `{claimable}`, so no claim can drift from t
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from dreamlake.lakeshore.errors import InvalidArgument
 
-_SECTION = re.compile(r"^-- (name|migration|fragment): *(\S+)\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^-- (name|migration|fragment): *(\S+)[ \t]*$", re.MULTILINE)
+#: Where the files are: beside this module, in the wheel as in a checkout. Read with open(), not
+#: importlib.resources, which brought zipfile, tempfile and shutil into every embedded process
+#: (about 10 ms of a CLI read's start, issue 45).
+_SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 _WORD = re.compile(r"\{([a-z_]+)\}")
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -82,8 +86,10 @@ POSTGRES = Dialect(
 FITS = "fits"
 
 
+@cache
 def _text(filename: str) -> str:
-    return resources.files("dreamlake.lakeshore.plane").joinpath("sql", filename).read_text()
+    with open(os.path.join(_SQL_DIR, filename), encoding="utf-8") as f:
+        return f.read()
 
 
 def _sections(filename: str) -> dict[str, str]:
@@ -160,6 +166,16 @@ def migrations(dialect: Dialect) -> list[tuple[int, str]]:
     return sorted(
         (int(version), dialect.render(sql)) for version, sql in _sections("schema.sql").items()
     )
+
+
+_MIGRATION = re.compile(r"^-- migration: *(\d+)[ \t]*$", re.MULTILINE)
+
+
+@cache
+def migration_versions() -> frozenset[int]:
+    """The versions `migrations` holds, read from the section headers alone: opening a plane
+    that has them all renders none (sqlite.py, `_migrate`)."""
+    return frozenset(int(v) for v in _MIGRATION.findall(_text("schema.sql")))
 
 
 #: How a parameter is called in an error: the words a caller knows, not the statement's.

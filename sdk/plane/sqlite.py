@@ -34,7 +34,7 @@ from dreamlake.lakeshore.errors import (
 
 from .checkpoint import Checkpointer
 from .connector import Row
-from .queries import SQLITE, bind, migrations, queries, split_statements
+from .queries import SQLITE, bind, migration_versions, migrations, queries, split_statements
 from .wakeup import CrossProcessWaker, Waker
 
 T = TypeVar("T")
@@ -271,6 +271,17 @@ class SqliteConnector:
         return self._reader is not None
 
     def _migrate(self) -> None:
+        """Bring the file to the newest schema. A file that has every migration is told so by
+        one read, without the write lock: every process that opens the plane (each CLI read)
+        took it, and waited behind any writer's commit to learn that nothing was to be done."""
+        try:
+            done = {r[0] for r in self._conn.execute("SELECT version FROM schema_version")}
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+        else:
+            if migration_versions() <= done:
+                return
         with self.transaction() as _:
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)"

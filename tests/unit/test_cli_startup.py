@@ -77,6 +77,14 @@ def test_queues_ls_on_an_empty_plane_imports_only_its_verb(tmp_path: Path) -> No
     assert row.split()[:5] == ["default", "default", "fifo", "active", "none"]
 
 
+def test_version_is_answered_before_click_and_says_what_click_says(tmp_path: Path) -> None:
+    # issue 45, item 4: click and the verb table were most of what `--version` did
+    loaded, shown = modules_after(["--version"], tmp_path)
+
+    assert not loaded & {"click", "dreamlake.lakeshore.cli.main"}, sorted(loaded)
+    assert shown + "\n" == CliRunner().invoke(cli_main.cli, ["--version"]).output
+
+
 @pytest.mark.parametrize("verb", cli_main.COMMANDS, ids=lambda verb: verb.name)
 def test_the_table_says_what_each_verb_says(verb: cli_main.Verb) -> None:
     command = getattr(

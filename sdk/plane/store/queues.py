@@ -29,6 +29,11 @@ class QueueStore(WorkerStore):
     """Queue rows: create, patch, lifecycle, delete, events, stats (which count members)."""
 
     def ensure_default_queue(self, ns: str) -> None:
+        """Create `default` in `ns` if it is missing; looked for first, so that a listing, which
+        calls this, takes the write lock only on a plane that lacks it."""
+        with self.connector.transaction(write=False) as tx:
+            if tx.one("get_queue", ns=ns, name=DEFAULT_QUEUE) is not None:
+                return
         with self.connector.transaction() as tx:
             self._create_queue_row(
                 tx, ns, DEFAULT_QUEUE, "fifo", DEFAULT_QUEUE_DESCRIPTION, time.time()

@@ -83,8 +83,12 @@ class SettleStore(ClaimStore):
         """End or requeue every attempt whose lease ran out; returns how many moved. At most
         every few seconds, also name the queued jobs no live daemon could run (schedulable.py)."""
         now = time.time()
-        with self.connector.transaction() as tx:
-            moved = self._sweep(tx, now)
+        moved = 0
+        with self.connector.transaction(write=False) as tx:  # looked at first: see sweep_due
+            due = tx.one("sweep_due", now=now)
+        if due is not None and due["due"]:
+            with self.connector.transaction() as tx:
+                moved = self._sweep(tx, now)
         # Apart: the expired attempts it requeues stay locked until their commit, and on
         # PostgreSQL a claim meanwhile skips them; the judgement reads every queued request.
         if schedulable.due(self._judged_at, now):
