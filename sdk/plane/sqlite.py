@@ -183,10 +183,11 @@ class SqliteConnector:
         add_functions(self._conn)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            # A cancelled dependent cancels its own waiting dependents: the trigger that does it
-            # fires on the rows it changes (migration 26; a chain deeper than SQLite's trigger
-            # depth, 1000, is refused rather than left half done).
-            self._conn.execute("PRAGMA recursive_triggers = ON")
+            # The settle trigger cancels a failed parent's whole waiting subtree itself
+            # (migration 36), so it must not fire again on the rows it changes: nested, one
+            # level a generation, a chain deeper than SQLite's trigger depth (1000) could not be
+            # cancelled. Off is SQLite's default; said here so no later change turns it on.
+            self._conn.execute("PRAGMA recursive_triggers = OFF")
             if not self.memory:
                 # Both take effect on a new file only (before its first table, and the page
                 # size before WAL too); an existing one keeps its own. Retention gives freed

@@ -249,3 +249,31 @@ def test_a_parent_ended_by_its_daemon_cancels_the_dependent(plane: PlaneEnv, sta
     plane.dispatch.end(job.id, job.lease, state=state, error=f"the daemon ended it: {state}")
     inv = plane.dispatch.invocation(child)
     assert inv.state == "cancelled" and f"parent {parent} ended {state}" in (inv.error or "")
+
+
+#: Deeper than SQLite's trigger nesting limit (1000), which a cancellation one level a
+#: generation hit (issue 45, item 9).
+DEEP = 1_100
+
+
+def test_cancelling_the_root_of_a_deep_chain_cancels_every_dependent(plane: PlaneEnv) -> None:
+    # given: a chain DEEP long, each job waiting on the one before, submitted in batches
+    q = plane.queue("deep-chain")
+    ids = [dls.new_id() for _ in range(DEEP)]
+    for start in range(0, DEEP, 500):
+        end = min(DEEP, start + 500)
+        q.submit_many(
+            [{"i": i} for i in range(start, end)],
+            ids=ids[start:end],
+            after_each=[[ids[i - 1]] if i else None for i in range(start, end)],
+        )
+    assert q.count("waiting") == DEEP - 1
+
+    # when: the root is cancelled
+    assert q.cancel(ids[0])
+
+    # then: every dependent is cancelled, each naming its own parent, and the counts agree
+    assert q.count("cancelled") == DEEP and q.count("waiting") == 0
+    last = plane.dispatch.invocation(ids[-1])
+    assert last.state == "cancelled" and ids[-2] in (last.error or "")
+    assert plane.recount() == []

@@ -141,3 +141,32 @@ def test_retention_drops_rollup_rows_past_their_age(plane: PlaneEnv) -> None:
         snap = snapshot(store, ns, WINDOW_S, STEP_S)
         (row,) = [r for r in snap["queues"] if r["name"] == "rolled-trim"]
         assert row["window"]["completed"] == 0 and row["depth"]["succeeded"] == 3
+
+
+def test_endings_from_scheduled_and_waiting_are_counted(plane: PlaneEnv) -> None:
+    # given: a delayed job, a dependent, its own dependent, and one stored cancelled at submit
+    q = plane.queue("rolled-live")
+    delayed = q.submit({"i": 0}, delay_s=3600)
+    parent = q.submit({"i": 1})
+    child = q.submit({"i": 2}, after=[parent])
+    q.submit({"i": 3}, after=[child])
+    waiting = q.submit({"i": 4}, after=[parent])
+
+    # when: the delayed one and a waiting one are cancelled, and the parent fails (cancelling
+    # the chain under it), then a dependent of the failed parent is submitted
+    assert q.cancel(delayed) and q.cancel(waiting)
+    job = q.claim()
+    assert job is not None and job.id == parent
+    q.nack(job, error="no", retry=False)
+    q.submit({"i": 5}, after=[parent])
+
+    # then: six endings, all counted as failures, as the rows say
+    with _store(plane) as store:
+        ns = plane.dispatch.namespace  # type: ignore[attr-defined]
+        snap = snapshot(store, ns, WINDOW_S, STEP_S)
+        since, n = snap["window"]["since"], snap["window"]["points"]
+        finished = store.finished_since(ns, math.floor(since))
+    (got,) = [r for r in snap["queues"] if r["name"] == "rolled-live"]
+    want = _scan([r for r in finished if r["queue"] == "rolled-live"], since, n)
+    assert (got["window"]["completed"], got["window"]["failed"]) == (6, 6)
+    assert got["failed"] == want["failed"] and got["completed"] == want["completed"]

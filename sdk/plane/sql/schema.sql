@@ -704,3 +704,203 @@ CREATE INDEX IF NOT EXISTS pending_reasons_by_queue ON pending_reasons (namespac
 INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
 SELECT id, namespace, queue, pending_reason, unschedulable_reason, 0 FROM invocations
 WHERE state = 'queued' AND pending_reason IS NOT NULL;
+
+-- migration: 36
+-- Issue 45, item 9. (a) The rollup counted an ending only from queued or running, so a job
+-- cancelled while scheduled (a delay) or waiting (its parents; the cascade of a failed parent
+-- too) ended uncounted, and so did a child stored cancelled at submit (a parent had failed
+-- already): every ending from a live state counts now, an inserted one as well, and the
+-- endings of the last day that were missed are added (the rollup keeps the larger of what it
+-- counted and what the rows still say: a trimmed row or a retried job's earlier ending is
+-- counted and not in the rows, so neither figure alone is the truth, but neither overcounts).
+-- (b) A failed parent's cancellation ran down its chain of dependents by the trigger firing on
+-- each child in turn, one level of nesting a generation: SQLite refuses the 1,001st level ("too
+-- many levels of trigger recursion") and Postgres ran out of stack near 1,500, so a deep chain
+-- could not be cancelled at all. The settle now finds every waiting dependent the failure dooms
+-- in one recursive query (`doomed`: children that cancel on failure, and theirs, as deep as
+-- they go), ends their edges, releases or counts down the after_failure='run' children they
+-- had, and cancels them, then settles its own children as before. Nothing is left for a
+-- nested firing to do (on SQLite none happens: sqlite.py turns recursive_triggers off), so
+-- the depth of a chain costs rows, not nesting.
+{sqlite_only} DROP TRIGGER IF EXISTS invocations_rollup;
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_rollup
+{sqlite_only} AFTER UPDATE OF state ON invocations
+{sqlite_only} WHEN OLD.state IN ('queued', 'running', 'scheduled', 'waiting')
+{sqlite_only}     AND NEW.finished_at IS NOT NULL
+{sqlite_only}     AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{sqlite_only} BEGIN
+{sqlite_only}     UPDATE queue_rollup SET n = n + 1
+{sqlite_only}     WHERE namespace = NEW.namespace AND at = CAST(NEW.finished_at AS INTEGER)
+{sqlite_only}         AND queue = NEW.queue
+{sqlite_only}         AND kind = CASE WHEN NEW.state = 'succeeded' THEN 'latency' ELSE 'failed' END
+{sqlite_only}         AND bin = CASE WHEN NEW.state = 'succeeded' THEN
+{sqlite_only}             length(CAST(CAST(max(0, NEW.finished_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT)) * 100
+{sqlite_only}             + CAST(substr(CAST(CAST(max(0, NEW.finished_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT), 1, 2) AS INTEGER)
+{sqlite_only}             ELSE 0 END
+{sqlite_only}         AND shard = 0; -- not last after END: the splitter would end the trigger there
+{sqlite_only}     INSERT INTO queue_rollup (namespace, at, queue, kind, bin, shard, n)
+{sqlite_only}     SELECT NEW.namespace, CAST(NEW.finished_at AS INTEGER), NEW.queue,
+{sqlite_only}         CASE WHEN NEW.state = 'succeeded' THEN 'latency' ELSE 'failed' END,
+{sqlite_only}         CASE WHEN NEW.state = 'succeeded' THEN
+{sqlite_only}             length(CAST(CAST(max(0, NEW.finished_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT)) * 100
+{sqlite_only}             + CAST(substr(CAST(CAST(max(0, NEW.finished_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT), 1, 2) AS INTEGER)
+{sqlite_only}             ELSE 0 END, 0, 1
+{sqlite_only}     WHERE changes() = 0;
+{sqlite_only}     UPDATE queue_rollup SET n = n + 1
+{sqlite_only}     WHERE NEW.started_at IS NOT NULL AND namespace = NEW.namespace
+{sqlite_only}         AND at = CAST(NEW.finished_at AS INTEGER) AND queue = NEW.queue
+{sqlite_only}         AND kind = 'wait' AND shard = 0
+{sqlite_only}         AND bin = length(CAST(CAST(max(0, NEW.started_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT)) * 100
+{sqlite_only}             + CAST(substr(CAST(CAST(max(0, NEW.started_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT), 1, 2) AS INTEGER);
+{sqlite_only}     INSERT INTO queue_rollup (namespace, at, queue, kind, bin, shard, n)
+{sqlite_only}     SELECT NEW.namespace, CAST(NEW.finished_at AS INTEGER), NEW.queue, 'wait',
+{sqlite_only}         length(CAST(CAST(max(0, NEW.started_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT)) * 100
+{sqlite_only}         + CAST(substr(CAST(CAST(max(0, NEW.started_at - NEW.created_at) * 1000000 AS INTEGER) AS TEXT), 1, 2) AS INTEGER),
+{sqlite_only}         0, 1
+{sqlite_only}     WHERE NEW.started_at IS NOT NULL AND changes() = 0;
+{sqlite_only} END;
+-- A job stored already ended (a dependent of a parent that had failed) never started and
+-- did not succeed: one 'failed' ending.
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_rollup_insert
+{sqlite_only} AFTER INSERT ON invocations
+{sqlite_only} WHEN NEW.finished_at IS NOT NULL
+{sqlite_only}     AND NEW.state IN ('failed', 'cancelled', 'killed', 'timeout')
+{sqlite_only} BEGIN
+{sqlite_only}     UPDATE queue_rollup SET n = n + 1
+{sqlite_only}     WHERE namespace = NEW.namespace AND at = CAST(NEW.finished_at AS INTEGER)
+{sqlite_only}         AND queue = NEW.queue AND kind = 'failed' AND bin = 0 AND shard = 0;
+{sqlite_only}     INSERT INTO queue_rollup (namespace, at, queue, kind, bin, shard, n)
+{sqlite_only}     SELECT NEW.namespace, CAST(NEW.finished_at AS INTEGER), NEW.queue, 'failed', 0, 0, 1
+{sqlite_only}     WHERE changes() = 0;
+{sqlite_only} END;
+{postgres_only} DROP TRIGGER IF EXISTS invocations_rollup ON invocations;
+{postgres_only} CREATE TRIGGER invocations_rollup AFTER UPDATE OF state ON invocations
+{postgres_only}     FOR EACH ROW
+{postgres_only}     WHEN (OLD.state IN ('queued', 'running', 'scheduled', 'waiting')
+{postgres_only}         AND NEW.finished_at IS NOT NULL
+{postgres_only}         AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout'))
+{postgres_only}     EXECUTE FUNCTION lakeshore_rollup_invocations();
+{postgres_only} CREATE TRIGGER invocations_rollup_insert AFTER INSERT ON invocations
+{postgres_only}     FOR EACH ROW
+{postgres_only}     WHEN (NEW.finished_at IS NOT NULL
+{postgres_only}         AND NEW.state IN ('failed', 'cancelled', 'killed', 'timeout'))
+{postgres_only}     EXECUTE FUNCTION lakeshore_rollup_invocations();
+
+-- The missed endings of the last day: per queue and second, what the rows say beyond what the
+-- rollup counted, added to stripe 0.
+INSERT INTO queue_rollup (namespace, at, queue, kind, bin, shard, n)
+SELECT e.namespace, e.at, e.queue, 'failed', 0, 0, e.n - COALESCE(r.n, 0)
+FROM (
+{sqlite_only}     SELECT namespace, CAST(finished_at AS INTEGER) AS at, queue, count(*) AS n
+{sqlite_only}     FROM invocations
+{sqlite_only}     WHERE finished_at >= CAST(strftime('%s', 'now') AS INTEGER) - 86400
+{postgres_only}     SELECT namespace, CAST(floor(finished_at) AS bigint) AS at, queue, count(*) AS n
+{postgres_only}     FROM invocations
+{postgres_only}     WHERE finished_at >= extract(epoch FROM now()) - 86400
+        AND state IN ('failed', 'cancelled', 'killed', 'timeout')
+    GROUP BY 1, 2, 3
+) AS e LEFT JOIN (
+    SELECT namespace, at, queue, sum(n) AS n FROM queue_rollup WHERE kind = 'failed'
+    GROUP BY namespace, at, queue
+) AS r ON r.namespace = e.namespace AND r.at = e.at AND r.queue = e.queue
+WHERE e.n > COALESCE(r.n, 0)
+ON CONFLICT (namespace, at, queue, kind, bin, shard) DO UPDATE SET n = queue_rollup.n + EXCLUDED.n;
+-- The edges a settle is ending, for the moment between marking and counting them down
+-- (empty outside a settle's transaction).
+CREATE INDEX IF NOT EXISTS dependencies_cancelling ON dependencies (child)
+    WHERE parent_state = 'cancelling';
+{sqlite_only} DROP TRIGGER IF EXISTS invocations_settle_dependents;
+{sqlite_only} CREATE TRIGGER IF NOT EXISTS invocations_settle_dependents
+{sqlite_only} AFTER UPDATE OF state ON invocations
+{sqlite_only} WHEN NEW.dependents IS NOT NULL
+{sqlite_only}     AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{sqlite_only}     AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{sqlite_only} BEGIN
+{postgres_only} CREATE OR REPLACE FUNCTION lakeshore_settle_dependents() RETURNS trigger
+{postgres_only} LANGUAGE plpgsql AS $$
+{postgres_only} BEGIN
+    -- the doomed's own edges end ('cancelling' until their children are counted down)
+    UPDATE dependencies SET parent_state = 'cancelling'
+    WHERE parent_state IS NULL AND parent IN (
+        WITH RECURSIVE doomed(id) AS (
+            SELECT d.child FROM dependencies d JOIN invocations c ON c.id = d.child
+            WHERE NEW.state <> 'succeeded' AND d.parent = NEW.id AND d.parent_state IS NULL
+                AND c.state = 'waiting' AND c.after_failure IS NULL
+            UNION
+            SELECT d.child FROM doomed JOIN dependencies d ON d.parent = doomed.id
+                JOIN invocations c ON c.id = d.child
+            WHERE c.state = 'waiting' AND c.after_failure IS NULL)
+        SELECT id FROM doomed);
+    -- their after_failure='run' children: one open parent fewer for each doomed one
+    UPDATE invocations SET
+        open_parents = open_parents - (SELECT count(*) FROM dependencies d
+            WHERE d.child = invocations.id AND d.parent_state = 'cancelling'),
+        state = CASE WHEN open_parents > (SELECT count(*) FROM dependencies d
+            WHERE d.child = invocations.id AND d.parent_state = 'cancelling') THEN 'waiting'
+            WHEN not_before > COALESCE(NEW.finished_at, NEW.created_at) THEN 'scheduled'
+            ELSE 'queued' END,
+        deadline_at = CASE WHEN deadline_at IS NULL OR open_parents > (SELECT count(*) FROM dependencies d
+            WHERE d.child = invocations.id AND d.parent_state = 'cancelling') THEN deadline_at
+            ELSE deadline_at
+                + CASE WHEN COALESCE(NEW.finished_at, NEW.created_at) > not_before
+                    THEN COALESCE(NEW.finished_at, NEW.created_at) ELSE not_before END
+                - CASE WHEN created_at > not_before THEN created_at ELSE not_before END END
+    WHERE state = 'waiting' AND after_failure IS NOT NULL AND id IN (
+        SELECT child FROM dependencies WHERE parent_state = 'cancelling');
+    UPDATE dependencies SET parent_state = 'cancelled' WHERE parent_state = 'cancelling';
+    -- the doomed below this job's own children, cancelled naming a cancelled parent
+    UPDATE invocations SET
+        state = 'cancelled',
+        error = 'parent ' || (SELECT min(d.parent) FROM dependencies d
+                WHERE d.child = invocations.id AND d.parent_state = 'cancelled')
+            || ' ended cancelled, so this dependent did not run (after_failure=cancel)',
+        finished_at = COALESCE(NEW.finished_at, NEW.created_at)
+    WHERE state = 'waiting' AND after_failure IS NULL
+        AND id NOT IN (SELECT child FROM dependencies WHERE parent = NEW.id)
+        AND id IN (
+            WITH RECURSIVE doomed(id) AS (
+                SELECT d.child FROM dependencies d JOIN invocations c ON c.id = d.child
+                WHERE NEW.state <> 'succeeded' AND d.parent = NEW.id AND d.parent_state IS NULL
+                    AND c.state = 'waiting' AND c.after_failure IS NULL
+                UNION
+                SELECT d.child FROM doomed JOIN dependencies d ON d.parent = doomed.id
+                    JOIN invocations c ON c.id = d.child
+                WHERE c.state = 'waiting' AND c.after_failure IS NULL)
+            SELECT id FROM doomed);
+    -- then this job's own children, as migration 26 settled them
+    UPDATE invocations SET
+        open_parents = open_parents - 1,
+        state = CASE
+            WHEN NEW.state <> 'succeeded' AND after_failure IS NULL THEN 'cancelled'
+            WHEN open_parents > 1 THEN 'waiting'
+            WHEN not_before > COALESCE(NEW.finished_at, NEW.created_at) THEN 'scheduled'
+            ELSE 'queued' END,
+        error = CASE WHEN NEW.state <> 'succeeded' AND after_failure IS NULL
+            THEN 'parent ' || NEW.id || ' ended ' || NEW.state
+                || ', so this dependent did not run (after_failure=cancel)'
+            ELSE error END,
+        finished_at = CASE WHEN NEW.state <> 'succeeded' AND after_failure IS NULL
+            THEN COALESCE(NEW.finished_at, NEW.created_at) ELSE finished_at END,
+        deadline_at = CASE WHEN deadline_at IS NULL OR open_parents > 1
+                OR (NEW.state <> 'succeeded' AND after_failure IS NULL) THEN deadline_at
+            ELSE deadline_at
+                + CASE WHEN COALESCE(NEW.finished_at, NEW.created_at) > not_before
+                    THEN COALESCE(NEW.finished_at, NEW.created_at) ELSE not_before END
+                - CASE WHEN created_at > not_before THEN created_at ELSE not_before END END
+    WHERE state = 'waiting' AND id IN (
+        SELECT child FROM dependencies WHERE parent = NEW.id AND parent_state IS NULL);
+    UPDATE dependencies SET parent_state = NEW.state
+    WHERE parent = NEW.id AND parent_state IS NULL;
+{sqlite_only} END;
+{postgres_only}     RETURN NULL;
+{postgres_only} END $$;
+-- Postgres fires it on those rows too unless told: only a change a statement of the store made
+-- itself settles (pg_trigger_depth() 0), as SQLite's recursive_triggers off has it, else each
+-- doomed row's firing would walk its empty subtree again (14 s for a chain of 1,500).
+{postgres_only} DROP TRIGGER IF EXISTS invocations_settle_dependents ON invocations;
+{postgres_only} CREATE TRIGGER invocations_settle_dependents AFTER UPDATE OF state ON invocations
+{postgres_only}     FOR EACH ROW
+{postgres_only}     WHEN (NEW.dependents IS NOT NULL AND pg_trigger_depth() = 0
+{postgres_only}         AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
+{postgres_only}         AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout'))
+{postgres_only}     EXECUTE FUNCTION lakeshore_settle_dependents();
