@@ -13,6 +13,7 @@ its class from the other arguments: `priority_field=` -> PriorityQueue, `tempera
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast, overload
@@ -28,7 +29,7 @@ from .queue import (
     SyncQueue,
 )
 from .resources import check_optional
-from .types import normalize_kind
+from .types import MAX_PREEMPTIONS_LIMIT, normalize_kind
 
 if TYPE_CHECKING:
     from .mapping import MapResults
@@ -39,6 +40,44 @@ R = TypeVar("R")
 #: What `@udf` passes on to the queue it builds from a name.
 QUEUE_OPTIONS = ("priority_field", "temperature", "anneal", "elasticity", "kind")
 SCOPES = ("run",)
+
+
+def _number(name: str, value: object, low: float, high: float, allowed: str) -> object:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (low <= value <= high and math.isfinite(value))
+    ):
+        raise InvalidArgument(f"{name}= must be {allowed}, got {value!r:.80}")
+    return value
+
+
+def _whole(name: str, value: object, low: int, high: int) -> object:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{name}= must be an integer {low}..{high}, got {value!r:.80}")
+    return value
+
+
+#: The per-call options a udf may carry as its defaults (`@udf(max_attempts=1)`), each
+#: overridden by a call's `_name=` (`f.submit(x, _max_attempts=5)`) or a map's `name=`: one line
+#: each, its check. The store checks them again at submit; these say it at decoration time.
+CALL_OPTIONS: dict[str, Callable[[str, object], object]] = {
+    "priority": lambda n, v: _number(n, v, -math.inf, math.inf, "a finite number"),
+    "max_attempts": lambda n, v: _whole(n, v, 1, 1000),
+    "timeout_s": lambda n, v: _number(n, v, 1e-9, math.inf, "a positive number of seconds"),
+    "max_preemptions": lambda n, v: _whole(n, v, 0, MAX_PREEMPTIONS_LIMIT),
+}
+
+
+def check_call_options(options: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The call options given (None: left to the queue), each checked, named as the caller
+    spelt it (`prefix` "_" for a call's overrides)."""
+    return {
+        k: v if v is None else CALL_OPTIONS[k](prefix + k, v)
+        for k, v in options.items()
+        if k in CALL_OPTIONS
+    }
+
 
 _BY_KIND: dict[str, type[SyncQueue]] = {
     "fifo": SyncQueue,
@@ -86,15 +125,20 @@ class SubmitOptions:
     after_failure: str = "cancel"
 
     @classmethod
-    def take(cls, kwargs: dict[str, Any]) -> SubmitOptions:
-        """Pop the underscored options from `kwargs` (what is left is the function's)."""
+    def take(cls, kwargs: dict[str, Any], defaults: Mapping[str, Any] = {}) -> SubmitOptions:
+        """Pop the underscored options from `kwargs` (what is left is the function's); a call
+        option not given is the udf's default (`defaults`), else the submit's own."""
+        given = check_call_options(
+            {k[1:]: kwargs.pop(k) for k in [f"_{n}" for n in CALL_OPTIONS] if k in kwargs}, "_"
+        )
+        calls = {**defaults, **given}
         return cls(
             key=_option(kwargs, "_key", str, None),
-            priority=_option(kwargs, "_priority", (int, float), None),
             dispatch=_option(kwargs, "_dispatch", Plane, None),
-            timeout_s=_option(kwargs, "_timeout_s", (int, float), None),
-            max_attempts=_option(kwargs, "_max_attempts", int, 3),
-            max_preemptions=_option(kwargs, "_max_preemptions", int, None),
+            priority=calls.get("priority"),
+            timeout_s=calls.get("timeout_s"),
+            max_attempts=calls.get("max_attempts", 3),
+            max_preemptions=calls.get("max_preemptions"),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
             resources=_option(kwargs, "_resources", Mapping, None),
             delay_s=_option(kwargs, "_delay_s", (int, float), None),
@@ -128,8 +172,11 @@ class UDF(Generic[P, R]):
         *,
         scope: str | None = None,
         resources: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
+        #: The call options each call takes unless it says otherwise (`CALL_OPTIONS`).
+        self.defaults = check_call_options(defaults or {})
         #: What each call needs to run (sdk/resources.py), unless a call says `_resources=`;
         #: None: the queue's default.
         self.resources = check_optional(resources)
@@ -162,7 +209,7 @@ class UDF(Generic[P, R]):
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue a call; returns its durable id."""
-        opts = SubmitOptions.take(kwargs)
+        opts = SubmitOptions.take(kwargs, self.defaults)
         return self.queue_for(opts.dispatch).submit(
             envelope=self.envelope(*args, **kwargs),
             key=opts.key,
@@ -197,17 +244,26 @@ class UDF(Generic[P, R]):
             ordered=ordered,
             return_exceptions=return_exceptions,
             chunk_size=chunk_size,
-            **submit,
+            **self._map_options(submit),
         )
+
+    def _map_options(self, submit: dict[str, Any]) -> dict[str, Any]:
+        """A map's submit keywords over this udf's defaults and request."""
+        given = {**self.defaults, **check_call_options(submit), **submit}
+        if self.resources is not None:
+            given.setdefault("resources", self.resources)
+        return given
 
     def starmap(self, inputs: Iterable[Any], **kw: Any) -> MapResults:
         """`map` with each input a tuple of arguments."""
-        return self.queue_for(kw.pop("dispatch", None)).starmap(self.fn, inputs, **kw)
+        return self.queue_for(kw.pop("dispatch", None)).starmap(
+            self.fn, inputs, **self._map_options(kw)
+        )
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Submit and wait for the result (`_timeout` seconds, default 30): one round trip, as
         `q.call` makes."""
-        opts = SubmitOptions.take(kwargs)
+        opts = SubmitOptions.take(kwargs, self.defaults)
         result: R = self.queue_for(opts.dispatch).call(
             envelope=self.envelope(*args, **kwargs),
             key=opts.key,
@@ -216,6 +272,7 @@ class UDF(Generic[P, R]):
             timeout_s=opts.timeout_s,
             timeout=opts.timeout,
             resources=self._resources(opts),
+            max_preemptions=opts.max_preemptions,
             after=opts.after,
             after_failure=opts.after_failure,
         )
@@ -234,6 +291,10 @@ def udf(
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
     resources: Mapping[str, Any] | None = ...,
+    priority: float | None = ...,
+    max_attempts: int = ...,
+    timeout_s: float | None = ...,
+    max_preemptions: int | None = ...,
     **unknown: NoReturn,
 ) -> UDF[P, R]: ...
 @overload
@@ -248,6 +309,10 @@ def udf(
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
     resources: Mapping[str, Any] | None = ...,
+    priority: float | None = ...,
+    max_attempts: int = ...,
+    timeout_s: float | None = ...,
+    max_preemptions: int | None = ...,
     **unknown: NoReturn,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]: ...
 def udf(
@@ -265,17 +330,18 @@ def udf(
     `resources=` is what each call needs to run (GPUs, CPUs, memory: sdk/resources.py).
     """
     check_optional(resources)
+    defaults = check_call_options(options)
+    options = {k: v for k, v in options.items() if k not in CALL_OPTIONS}
     unknown = sorted(set(options) - set(QUEUE_OPTIONS))
     if unknown:
         import difflib  # only to word this refusal: not loaded with the SDK
 
-        close = difflib.get_close_matches(
-            unknown[0], [*QUEUE_OPTIONS, "queue", "scope", "resources"], n=1
-        )
+        takes = ["queue", "scope", "resources", *CALL_OPTIONS]
+        close = difflib.get_close_matches(unknown[0], [*QUEUE_OPTIONS, *takes], n=1)
         raise InvalidArgument(
             f"@udf got an unknown argument {unknown[0]}="
             + (f"; did you mean {close[0]}=?" if close else "")
-            + " (it takes queue=, scope=, resources= and, with a queue name, "
+            + f" (it takes {'=, '.join(takes)}= and, with a queue name, "
             + f"{'=, '.join(QUEUE_OPTIONS)}=)"
         )
     check_scope(scope)
@@ -287,6 +353,6 @@ def udf(
     bound = queue_from_name(queue, options) if isinstance(queue, str) else queue
 
     def wrap(f: Callable[P, R]) -> UDF[P, R]:
-        return UDF(f, bound, scope=scope, resources=resources)
+        return UDF(f, bound, scope=scope, resources=resources, defaults=defaults)
 
     return wrap(fn) if fn is not None else wrap
