@@ -34,6 +34,7 @@ import click
 
 from dreamlake.lakeshore import codec
 from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.pending import pending_text
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
@@ -263,9 +264,9 @@ def show(
     if inv.after:
         waiting = f" (waiting on {inv.waiting_on})" if inv.state == "waiting" else ""
         table.add_row("after", escape(" ".join(inv.after)) + waiting)
-    if inv.state == "queued" and (inv.pending_reason or inv.unschedulable_reason):
-        why = inv.unschedulable_reason or ""
-        table.add_row("pending", escape(f"{inv.pending_reason or '-'}" + (f": {why}" * bool(why))))
+    why = pending_text(inv.pending_reason, inv.unschedulable_reason)
+    if inv.state == "queued" and why:
+        table.add_row("pending", escape(why))
     table.add_row("submitted", when(inv.created_at))
     table.add_row("started", when(inv.started_at))
     table.add_row("finished", when(inv.finished_at))

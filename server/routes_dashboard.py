@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dreamlake.lakeshore.errors import InvalidArgument
+from dreamlake.lakeshore.pending import COUNTED, pending_label, pending_text
 from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.plane.auth import READ, format_scopes
 from dreamlake.lakeshore.plane.connector import Row
@@ -116,8 +117,13 @@ def _series(rows: list[Row], since: float, step_s: float, n: int) -> dict[str, A
 
 
 def _brief_invocation(inv: Invocation) -> dict[str, Any]:
+    """A recent row, with why it waits in the words `lakeshore jobs show` uses (None: nothing
+    to say, or no longer queued) and their short form for the row's tag."""
     row = asdict(inv)
     row.pop("result", None)
+    queued = inv.state == "queued"
+    row["pending"] = pending_text(inv.pending_reason, inv.unschedulable_reason) if queued else None
+    row["pending_label"] = pending_label(inv.pending_reason) if queued else None
     return row
 
 
@@ -139,6 +145,7 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
     since = math.floor(now) + 1 - n * step_s
     queues = [q for q in store.queues([ns]) if q.namespace == ns]
     depth = store.depth_by_state(ns)
+    pending = store.pending_by_queue(ns)
     by_queue: dict[str, list[Row]] = {}
     for r in store.rollup_since(ns, math.floor(since)):
         by_queue.setdefault(r["queue"], []).append(r)
@@ -157,6 +164,8 @@ def snapshot(store: SqlStore, ns: str, window_s: float, step_s: float) -> dict[s
             {
                 **asdict(q),
                 "depth": {s: depth.get(q.name, {}).get(s, 0) for s in STATES},
+                # Of the queued: those nothing could ever run, those that wait for a launch.
+                "pending": {r: pending.get(q.name, {}).get(r, 0) for r in COUNTED},
                 "members": len(members),
                 "slots": sum(int(w.info.get("concurrency", 1)) for w in members),
                 "maps": store.maps_in_flight(ns, q.name),

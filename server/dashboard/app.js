@@ -16,6 +16,7 @@
   let token = store.getItem("lakeshore.token");
   let ns = store.getItem("lakeshore.ns");
   let selected = null; // {id, since, ended}
+  let pendingById = {}; // why each recent queued job waits, in the server's words
   let lastOk = 0;
   let timer = null;
 
@@ -110,6 +111,23 @@
 
   // -- rendering ------------------------------------------------------------------------------
 
+  // Of a queue's queued jobs: those no daemon could ever run, those that wait for a launch
+  // (as `lakeshore status` counts them; the server sweeps them into `pending`).
+  const COUNTED = [
+    ["unschedulable", "can never run"], ["waiting_for_capacity", "waiting for capacity"],
+  ];
+
+  function pendingCell(q) {
+    const cell = el("td", { class: "pending-cell" });
+    for (const [reason, words] of COUNTED) {
+      const n = (q.pending || {})[reason] || 0;
+      cell.append(el("span", {
+        class: "reason " + reason + (n ? "" : " zero"), title: reason, dataset: { reason: reason },
+      }, el("b", {}, n), " " + words));
+    }
+    return cell;
+  }
+
   function renderQueues(snapshot) {
     const body = $("#queues tbody");
     const rows = snapshot.queues.map((q) => {
@@ -134,6 +152,7 @@
         el("td", {}, q.kind),
         el("td", {}, q.state),
         depth,
+        pendingCell(q),
         el("td", {}, q.members + " / " + q.slots),
         throughput,
         latency);
@@ -225,21 +244,42 @@
     $("#no-workers").hidden = rows.length > 0;
   }
 
+  // A queued job's state, tagged with why it waits when the store says (the full words go on
+  // the line under the row, as `lakeshore jobs show` prints them).
+  function recentState(inv) {
+    const cell = stateCell(inv.state);
+    if (inv.pending_label) {
+      const kind = (inv.pending_reason || "").split(":")[0];
+      cell.append(" ", el("span", { class: "why-tag " + kind }, inv.pending_label));
+    }
+    return cell;
+  }
+
   function renderRecent(snapshot) {
     const now = snapshot.now;
-    const rows = snapshot.recent.map((inv) => {
+    pendingById = {};
+    const rows = snapshot.recent.flatMap((inv) => {
       const end = inv.finished_at || now;
+      if (inv.pending) pendingById[inv.id] = inv.pending;
       const tr = el("tr", { class: "clickable", dataset: { id: inv.id } },
         el("td", { class: "id" }, inv.id),
         el("td", {}, inv.queue),
-        stateCell(inv.state),
+        recentState(inv),
         el("td", {}, inv.attempt + "/" + inv.max_attempts),
         el("td", {}, inv.worker || ""),
         el("td", {}, span(now - inv.created_at)),
         el("td", {}, inv.started_at ? span(end - inv.started_at) : "–"));
-      if (selected && selected.id === inv.id) tr.classList.add("selected");
-      tr.addEventListener("click", () => select(inv.id));
-      return tr;
+      const out = [tr];
+      if (inv.pending) {
+        tr.classList.add("has-why");
+        out.push(el("tr", { class: "clickable why", dataset: { why: inv.id } },
+          el("td", { colspan: "7" }, inv.pending)));
+      }
+      for (const row of out) {
+        if (selected && selected.id === inv.id) row.classList.add("selected");
+        row.addEventListener("click", () => select(inv.id));
+      }
+      return out;
     });
     $("#recent tbody").replaceChildren(...rows);
   }
@@ -284,6 +324,7 @@
     if (selected !== current) return;
     const fields = [
       ["queue", inv.queue], ["state", inv.state],
+      ...(inv.state === "queued" && pendingById[inv.id] ? [["pending", pendingById[inv.id]]] : []),
       ...(inv.after && inv.after.length ? [["after", inv.after.join(" ")]] : []),
       ["attempt", inv.attempt + " of " + inv.max_attempts], ["worker", inv.worker || "–"],
       ["submitted", clock(inv.created_at)], ["started", clock(inv.started_at)],

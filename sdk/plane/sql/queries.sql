@@ -883,6 +883,14 @@ SELECT count(*) AS n FROM pending_reasons r JOIN invocations i ON i.id = r.id
 WHERE r.namespace = :ns AND r.queue = :queue AND r.reason = 'waiting_for_capacity'
   AND i.state = 'queued';
 
+-- name: pending_by_queue
+-- The dashboard's counts of both, every queue of a namespace in one read: what
+-- unschedulable_in_queue and waiting_in_queue count (index pending_reasons_by_queue).
+SELECT r.queue, r.reason, count(*) AS n FROM pending_reasons r JOIN invocations i ON i.id = r.id
+WHERE r.namespace = :ns AND r.reason IN ('unschedulable', 'waiting_for_capacity')
+  AND i.state = 'queued'
+GROUP BY r.queue, r.reason;
+
 -- name: release_preempted
 -- Issue 35: a preempted attempt goes back to the queue at once (no backoff: not_before = 0) and
 -- keeps its place (its id orders it among its priority: ahead of everything submitted after

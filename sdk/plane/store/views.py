@@ -31,6 +31,17 @@ class ViewStore(StoreBase):
             out.setdefault(r["queue"], {})[r["state"]] = int(r["n"])
         return out
 
+    def pending_by_queue(self, ns: str) -> dict[str, dict[str, int]]:
+        """{queue: {reason: count}} of the queued jobs that are `unschedulable` or
+        `waiting_for_capacity`, as `stats` counts them per queue, in one read for the dashboard.
+        A queue with neither is absent."""
+        with self.connector.transaction(write=False) as tx:
+            rows = tx.all("pending_by_queue", ns=ns)
+        out: dict[str, dict[str, int]] = {}
+        for r in rows:
+            out.setdefault(r["queue"], {})[r["reason"]] = int(r["n"])
+        return out
+
     def recount_check(self) -> list[Row]:
         """Where the depth counters disagree with a recount of the rows: [] when exact.
 
