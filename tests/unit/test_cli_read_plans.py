@@ -67,6 +67,10 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         q = dls.SyncQueue("q", dispatch=plane)
         q.submit_many([0] * 300)
         q.submit(0, resources={"gpus": 1})
+        # The default queue is made by the first listing ever (DESIGN), a write each test
+        # would otherwise see only if it ran first in its worker: made here, as on any box
+        # that was listed once.
+        plane.queues()
     return home
 
 
