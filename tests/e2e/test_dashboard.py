@@ -229,6 +229,58 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
     assert shot.stat().st_size > 10_000
 
 
+def test_the_page_says_why_a_job_waits(server, tenant, plane):
+    """Issue 45 item 12: a job no live daemon could ever run, and one that waits for room, are
+    told apart on the page: the queue counts the first, each row and detail gives its reason
+    in the words `lakeshore jobs show` prints."""
+    sync_playwright, chromium = _browser_or_skip()
+    plane.create_queue("why-q")
+    gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(4)]
+    # `resources`: a worker that places jobs, as a lakeshore-daemon registers (one without it
+    # takes any job, and nothing is ever unschedulable for it)
+    info = {"concurrency": 4, "gpus": gpus, "resources": {}}
+    worker = plane.register_worker("why-worker", queues=["why-q"], host="gpu-box-4", info=info)
+    plane.heartbeat(worker.id, {"busy": 0, "idle": 4})
+    never, fits = plane.submit(
+        "why-q",
+        [
+            SubmitRequest(payload=codec.encode("big"), resources={"gpus": 8}),
+            SubmitRequest(payload=codec.encode("two"), resources={"gpus": 2}),
+        ],
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "dashboard-why.png"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # the server's pending sweep names the 8-GPU job (every LAKESHORE_PENDING_SWEEP_S),
+            # then the page's next poll shows it
+            page.set_default_timeout(UI_DEADLINE_MS + 10_000)
+            page.goto(server.url + "/")
+            page.fill("#token", tenant.token)
+            page.click("#login-form button[type=submit]")
+            counted = '#queues tr[data-queue="why-q"] span.reason[data-reason="unschedulable"] b'
+            page.wait_for_function(
+                f"() => (document.querySelector('{counted}') || {{}}).textContent === '1'"
+            )
+            row = page.locator(f'#recent tr[data-id="{never}"]')
+            assert "can never run" in row.inner_text()
+            why = page.locator(f'#recent tr[data-why="{never}"]').inner_text()
+            shown = plane.invocation(never)
+            assert why.startswith("unschedulable") and shown.pending_reason == "unschedulable"
+            # the 2-GPU job fits a live daemon: no tag says it never runs
+            assert "can never run" not in page.locator(f'#recent tr[data-id="{fits}"]').inner_text()
+            page.locator(f'#recent tr[data-id="{never}"]').click()
+            page.wait_for_function(
+                "() => document.querySelector('#detail-fields').textContent.includes('pending')"
+            )
+            assert "unschedulable" in page.locator("#detail-fields").inner_text()
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+
+
 def test_a_bad_token_returns_to_the_login_form(server):
     sync_playwright, chromium = _browser_or_skip()
     with sync_playwright() as pw:
