@@ -18,6 +18,7 @@ COPY daemon/ daemon/
 COPY controller/ controller/
 COPY providers/ providers/
 COPY cli/ cli/
+COPY systemd/ systemd/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
