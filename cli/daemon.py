@@ -15,8 +15,9 @@ import click
 from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.types import WorkerInfo
 
-from .output import emit_json, hidden_alias, json_option, plain_table
+from .output import emit_json, hidden_alias, json_option
 from .params import seconds
+from .table import Column, print_table, wide_option
 
 
 class _DaemonGroup(click.Group):
@@ -94,44 +95,83 @@ def worker_json(row: WorkerInfo) -> dict[str, Any]:
     }
 
 
+#: `daemon ls`: a hostname-long name, its queues, slots and heartbeat fit 80 columns.
+LS_COLUMNS = (
+    Column("name"),
+    Column("state"),
+    Column("queues"),
+    Column("slots"),
+    Column("gpus"),
+    Column("heartbeat"),
+    Column("host", wide=True),
+    Column("failed-gpus", wide=True),
+)
+
+
 @daemon.command("ls")
 @plane_options
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
-def ls(url: str | None, token: str | None, namespace: str | None, as_json: bool) -> None:
+def ls(
+    url: str | None, token: str | None, namespace: str | None, wide: bool, as_json: bool
+) -> None:
     """Live worker daemons of the namespace (rows marked gone are left out)."""
     with plane_session(url, token, namespace) as plane:
         rows = plane.workers()
     if as_json:
         emit_json([worker_json(r) for r in rows])
         return
-    # Plain aligned columns, without rich's ~50 ms import (issue 17, item 5): see `plain_table`.
-    plain_table(
-        ("name", "state", "queues", "host", "slots", "gpus", "failed-gpus", "heartbeat"),
+    # Plain aligned columns, without rich's ~50 ms import (issue 17, item 5): see cli/table.py.
+    print_table(
+        LS_COLUMNS,
         (
             (
                 r.name,
                 r.state,
                 _queues(r),
-                f"{r.host or '?'}:{r.pid or '?'}",
                 "{}/{}".format(*_slots(r)),
                 str(len(r.info.get("gpus", []))),
-                _failed_gpus(r),
                 _age(r.heartbeat_at),
+                f"{r.host or '?'}:{r.pid or '?'}",
+                _failed_gpus(r),
             )
             for r in rows
         ),
+        wide=wide,
     )
 
 
 hidden_alias(daemon, "ls", "list")
 
 
+#: `daemon show`'s GPUs: the UUID (40 characters) only with `--wide`; why one failed folds.
+GPU_COLUMNS = (
+    Column("gpu"),
+    Column("model"),
+    Column("memory"),
+    Column("uuid", wide=True),
+    Column("health"),
+)
+#: `daemon show`'s slots: the job in each, with its ULID, fits 80 columns.
+SLOT_COLUMNS = (
+    Column("slot"),
+    Column("state"),
+    Column("invocation"),
+    Column("queue"),
+    Column("running"),
+    Column("gpus"),
+    Column("attempt", wide=True),
+    Column("pid", wide=True),
+)
+
+
 @daemon.command("show")
 @click.argument("name")
 @plane_options
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
 def show(
-    name: str, url: str | None, token: str | None, namespace: str | None, as_json: bool
+    name: str, url: str | None, token: str | None, namespace: str | None, wide: bool, as_json: bool
 ) -> None:
     """One daemon: queues, host, GPUs, slots and the jobs running in them."""
     with plane_session(url, token, namespace) as plane:
@@ -156,32 +196,42 @@ def show(
         lines.append("labels:     " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
     gpus = row.info.get("gpus") or []
     lines.append(f"gpus:       {len(gpus) or 'none'}")
-    failed = {g["index"]: g["reason"] for g in load.get("gpus_failed") or []}
-    for gpu in gpus:
-        why = f"  FAILED: {failed[gpu['index']]}" if gpu["index"] in failed else ""
-        lines.append(
-            f"  [{gpu['index']}] {gpu['name']}  {gpu['memory_mb']} MiB  {gpu['uuid']}{why}"
-        )
     click.echo("\n".join(lines))
+    failed = {g["index"]: g["reason"] for g in load.get("gpus_failed") or []}
+    if gpus:
+        print_table(
+            GPU_COLUMNS,
+            (
+                (
+                    g.get("index", "?"),
+                    g.get("name", "?"),
+                    f"{g.get('memory_mb', '?')} MiB",
+                    g.get("uuid", "?"),
+                    f"FAILED: {failed[g['index']]}" if g.get("index") in failed else "ok",
+                )
+                for g in gpus
+            ),
+            wide=wide,
+        )
     slots = load.get("slots") or []
     if slots:
-        from rich.console import Console  # only here: `daemon ls` and the rest start without it
-        from rich.table import Table
-
-        table = Table("slot", "state", "invocation", "queue", "attempt", "running", "gpus", "pid")
-        for s in slots:
-            since = s.get("since")
-            table.add_row(
-                str(s["index"]),
-                s["state"],
-                s.get("invocation") or "-",
-                s.get("queue") or "-",
-                str(s.get("attempt") or "-"),
-                f"{time.time() - since:.0f}s" if since else "-",
-                ",".join(str(g) for g in s.get("gpus", [])) or "-",
-                str(s.get("pid") or "-"),
-            )
-        Console().print(table)
+        print_table(
+            SLOT_COLUMNS,
+            (
+                (
+                    str(s["index"]),
+                    s["state"],
+                    s.get("invocation") or "-",
+                    s.get("queue") or "-",
+                    f"{time.time() - s['since']:.0f}s" if s.get("since") else "-",
+                    ",".join(str(g) for g in s.get("gpus", [])) or "-",
+                    str(s.get("attempt") or "-"),
+                    str(s.get("pid") or "-"),
+                )
+                for s in slots
+            ),
+            wide=wide,
+        )
 
 
 @daemon.command("update")

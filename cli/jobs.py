@@ -40,8 +40,9 @@ from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import STATES, TERMINAL_STATES, Frame, Invocation
 
-from .output import emit_json, hidden_alias, json_option, plain_table, report, when
+from .output import emit_json, hidden_alias, json_option, report, when
 from .params import count
+from .table import Column, print_table, wide_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -158,13 +159,14 @@ def styled_state(state: str) -> str:
     return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
 
 
-def first_line(text: str | None, width: int = 60) -> str:
+def first_line(text: str | None) -> str:
+    """The line of an error that says what it was, whole (a table folds it, never cuts it)."""
     if not text:
         return ""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     # A traceback's last line is the exception; a plain message is its first line.
     line = lines[-1] if lines and lines[0].startswith("Traceback") else (lines or [""])[0]
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return line
 
 
 @click.group("jobs")
@@ -179,12 +181,26 @@ def jobs() -> None:
     """
 
 
+#: `jobs ls`: id to took fit 80 columns with a ULID and a queue such as `training-h100`.
+LS_COLUMNS = (
+    Column("id"),
+    Column("queue"),
+    Column("state"),
+    Column("submitted"),
+    Column("took"),
+    Column("attempt", wide=True),
+    Column("worker", wide=True),
+    Column("error", wide=True),
+)
+
+
 @jobs.command("ls")
 @click.option("--queue", "-q", default=None, help="Only this queue.")
 @click.option("--state", "-s", type=click.Choice(STATES), default=None, help="Only this state.")
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--before", default=None, help="Page: only ids older than this one.")
 @click.option("--map", "map_id", default=None, help="Only the jobs of this map (f.map).")
+@wide_option
 @json_option
 @plane_options
 def ls(
@@ -193,6 +209,7 @@ def ls(
     limit: int,
     before: str | None,
     map_id: str | None,
+    wide: bool,
     as_json: bool,
     url: str | None,
     token: str | None,
@@ -207,22 +224,23 @@ def ls(
         emit_json([invocation_json(r) for r in rows])
         return
     now = time.time()
-    # Plain aligned columns, not rich (see `plain_table`): a list read at a glance or piped on.
-    plain_table(
-        ("id", "queue", "state", "attempt", "worker", "submitted", "took", "error"),
+    # Plain aligned columns, not rich (see cli/table.py): a list read at a glance or piped on.
+    print_table(
+        LS_COLUMNS,
         (
             (
                 r.id,
                 r.queue,
                 r.state,
-                f"{r.attempt}/{r.max_attempts}",
-                r.worker or "",
                 when(r.created_at, short=True),
                 span(timings(r, now)["total_s"]),
-                first_line(r.error, 40) if r.state != "succeeded" else "",
+                f"{r.attempt}/{r.max_attempts}",
+                r.worker or "",
+                first_line(r.error) if r.state != "succeeded" else "",
             )
             for r in rows
         ),
+        wide=wide,
     )
     if len(rows) == limit:
         click.echo(f"(more: --before {rows[-1].id})", err=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import click
 
 from .admin_target import admin_options, admin_target
-from .output import emit_json, json_option, plain_table, when
+from .output import emit_json, json_option, when
+from .table import Column, print_table
 
 
 @click.group("namespaces")
@@ -51,8 +52,8 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
     if as_json:
         emit_json(rows)  # created_at as ISO 8601, as every listing
         return
-    plain_table(
-        ("name", "org", "created"),
+    print_table(
+        (Column("name"), Column("org"), Column("created")),
         ((r["name"], r["org"] or "-", when(r["created_at"])) for r in rows),
     )
 
@@ -68,7 +69,10 @@ def orgs(as_json: bool, url: str | None, token: str | None, store: str | None) -
     if as_json:
         emit_json(rows)
         return
-    plain_table(("org", "namespaces"), ((r["name"], _joined(r["namespaces"])) for r in rows))
+    print_table(  # the namespaces, last, fold onto lines of their own at 80 columns
+        (Column("org"), Column("namespaces")),
+        ((r["name"], _joined(r["namespaces"])) for r in rows),
+    )
 
 
 def _joined(names: object) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -84,22 +84,6 @@ def _is_time(key: Any, value: Any) -> bool:
 def emit_json(value: Any, *, indent: int | None = 2) -> None:
     """One JSON document on stdout (times as ISO 8601, see `plain`)."""
     click.echo(json.dumps(plain(value), indent=indent, sort_keys=True, default=str))
-
-
-def plain_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """A list as aligned columns (two spaces apart, header first), printed without rich.
-
-    For the short lists a person reads at a glance (`queues ls`): rich costs tens of
-    milliseconds to import, more than the whole verb on an empty plane (issue 17, item 5), and
-    in a pipe it wraps and elides cells at 80 columns and reads `[...]` in a value as markup.
-    Here every value is shown whole, on one line (line breaks become spaces), the same on a
-    terminal and in a pipe; scripts still want `--json`.
-    """
-    lines = [list(headers), *([" ".join(str(v).split()) for v in row] for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
-    for line in lines:
-        cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=True)]
-        click.echo("  ".join(cells).rstrip())
 
 
 def hidden_alias(group: click.Group, name: str, alias: str) -> None:

@@ -36,6 +36,7 @@ from dreamlake.lakeshore.shapes import launch_shape
 
 from .output import emit_json, hidden_alias, json_option, report
 from .params import seconds
+from .table import Column, print_table
 
 #: How often `--wait` re-reads the worker rows.
 POLL_S = 0.25
@@ -177,16 +178,19 @@ def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None)
     if as_json:
         emit_json([_with_shape(r) for r in rows])
         return
-    table = Table("name", "kind", "launch shape", "config")
-    for r in rows:
-        shape = launch_shape(r.kind, r.config)
-        table.add_row(
-            r.name,
-            r.kind,
-            shape.describe() if shape else "-",
-            ", ".join(f"{k}={v}" for k, v in sorted(r.config.items())),
-        )
-    Console().print(table)
+    shapes = [launch_shape(r.kind, r.config) for r in rows]
+    print_table(  # the config, last, folds onto lines of its own at 80 columns
+        (Column("name"), Column("kind"), Column("launch shape"), Column("config")),
+        (
+            (
+                r.name,
+                r.kind,
+                shape.describe() if shape else "-",
+                ", ".join(f"{k}={v}" for k, v in sorted(r.config.items())),
+            )
+            for r, shape in zip(rows, shapes, strict=True)
+        ),
+    )
 
 
 def _with_shape(info: ProviderInfo) -> dict[str, Any]:

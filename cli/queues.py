@@ -4,7 +4,7 @@ The verbs are exactly the page's, irregular ones included (`ls`, `rm`). Every co
 `--url/--token/--namespace` (see `context.py`), so the same line works on this box's SQLite
 plane and on a control plane; `--json` prints machine-readable output for scripts, otherwise a
 table for people: rich for the single-queue screens, a plain table for `ls`, which must start
-fast (see `output.plain_table`). rich is imported by the verbs that draw with it, not here.
+fast (see cli/table.py). rich is imported by the verbs that draw with it, not here.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from dreamlake.lakeshore.resources import describe
 from dreamlake.lakeshore.types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 
 from .controller import controller_figures
-from .output import emit_json, hidden_alias, json_option, plain_table, report, when
+from .output import emit_json, hidden_alias, json_option, report, when
 from .params import count, seconds
+from .table import Column, print_table, wide_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -101,12 +102,29 @@ def queues() -> None:
     """Queues: named pipes of pending work that daemons subscribe to."""
 
 
+#: `queues ls`: the description, free text, last, where it folds onto lines of its own.
+LS_COLUMNS = (
+    Column("namespace"),
+    Column("name"),
+    Column("kind"),
+    Column("state"),
+    Column("elasticity"),
+    Column("description"),
+)
+
+
 @queues.command("ls")
 @click.option("--state", type=click.Choice(QUEUE_STATES), default=None, help="Only this state.")
+@wide_option
 @json_option
 @plane_options
 def ls(
-    state: str | None, as_json: bool, url: str | None, token: str | None, namespace: str | None
+    state: str | None,
+    wide: bool,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
 ) -> None:
     """List the queues of the namespace's org (the default queue appears on first use)."""
     with plane_session(url, token, namespace) as plane:
@@ -114,12 +132,13 @@ def ls(
     if as_json:
         emit_json(rows)
         return
-    plain_table(
-        ("namespace", "name", "kind", "state", "elasticity", "description"),
+    print_table(
+        LS_COLUMNS,
         (
             (q.namespace, q.name, q.kind, q.state, q.elasticity.get("kind", "none"), q.description)
             for q in rows
         ),
+        wide=wide,
     )
 
 
@@ -186,12 +205,28 @@ def _admission(
     return admission
 
 
+#: `queues show`'s members: the worker's id, a second ULID, only with `--wide`.
+MEMBER_COLUMNS = (
+    Column("member"),
+    Column("state"),
+    Column("host"),
+    Column("id", wide=True),
+    Column("queues"),  # last: folds at its commas
+)
+
+
 @queues.command("show")
 @click.argument("name")
+@wide_option
 @json_option
 @plane_options
 def show(
-    name: str, as_json: bool, url: str | None, token: str | None, namespace: str | None
+    name: str,
+    wide: bool,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+    namespace: str | None,
 ) -> None:
     """The full queue row and the workers pulling from it now."""
     with plane_session(url, token, namespace) as plane:
@@ -201,14 +236,20 @@ def show(
         emit_json({**asdict(info), "members": [asdict(m) for m in members]})
         return
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
-    _print_queue(info, console)
-    table = Table("member", "id", "host", "state", "queues", title="members")
-    for w in members:
-        table.add_row(w.name, w.id, w.host or "", w.state, ", ".join(w.queues) or "(default)")
-    console.print(table if members else "members: none")
+    _print_queue(info, Console())
+    if not members:
+        click.echo("members: none")
+        return
+    click.echo("members")
+    print_table(
+        MEMBER_COLUMNS,
+        (
+            (w.name, w.state, w.host or "", w.id, ", ".join(w.queues) or "(default)")
+            for w in members
+        ),
+        wide=wide,
+    )
 
 
 @queues.command("patch")
@@ -335,14 +376,14 @@ def events(
     if as_json:
         emit_json(rows)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("at", "event", *(["detail"] if verbose else []))
-    for r in rows:
-        extra = [json.dumps(r.get("detail", {}), sort_keys=True)] if verbose else []
-        table.add_row(when(r["at"]), str(r["kind"]), *extra)
-    Console().print(table)
+    columns = [Column("at"), Column("event"), *([Column("detail")] if verbose else [])]
+    print_table(  # the detail, last, folds onto lines of its own at 80 columns
+        columns,
+        (
+            (when(r["at"]), str(r["kind"]), json.dumps(r.get("detail", {}), sort_keys=True))
+            for r in rows
+        ),
+    )
 
 
 @queues.command("stats")

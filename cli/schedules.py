@@ -21,9 +21,10 @@ from dreamlake.lakeshore.plane.schedules import CATCHUP, OVERLAP, ScheduleInfo
 from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.scheduling import schedule
 
-from .output import age, emit_json, hidden_alias, json_option, plain_table, report
+from .output import age, emit_json, hidden_alias, json_option, report
 from .params import Finite, seconds
 from .submit import _choose_payload
+from .table import Column, print_table, wide_option
 
 
 @click.group("schedules")
@@ -92,10 +93,29 @@ def add(
     report(as_json, info, f"schedule {info.name}: next {zoned(info.next_fire_at, info.tz)}")
 
 
+#: `schedules ls`: the next firing shows its zone's abbreviation (or `paused`), so the zone and
+#: the state are `--wide` only.
+LS_COLUMNS = (
+    Column("name"),
+    Column("queue"),
+    Column("cron"),
+    Column("state", wide=True),
+    Column("next"),
+    Column("in", wide=True),
+    Column("tz", wide=True),
+    Column("last fired", wide=True),
+    Column("fired", wide=True),
+    Column("missed", wide=True),
+)
+
+
 @schedules.command("ls")
+@wide_option
 @json_option
 @plane_options
-def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None) -> None:
+def ls(
+    wide: bool, as_json: bool, url: str | None, token: str | None, namespace: str | None
+) -> None:
     """The namespace's schedules and when each fires next (in its own zone)."""
     with plane_session(url, token, namespace) as plane:
         rows = plane.schedules()
@@ -103,23 +123,24 @@ def ls(as_json: bool, url: str | None, token: str | None, namespace: str | None)
         emit_json(rows)
         return
     now = time.time()
-    plain_table(
-        ("name", "cron", "tz", "queue", "state", "next", "in", "last fired", "fired", "missed"),
+    print_table(
+        LS_COLUMNS,
         [
             (
                 r.name,
-                r.cron,
-                r.tz,
                 r.queue,
+                r.cron,
                 r.state,
-                zoned(r.next_fire_at, r.tz) if r.state == "active" else "-",
+                zoned(r.next_fire_at, r.tz) if r.state == "active" else r.state,
                 age(r.next_fire_at - now) if r.next_fire_at and r.state == "active" else "-",
+                r.tz,
                 zoned(r.last_fired_at, r.tz),
                 r.fired,
                 r.missed,
             )
             for r in rows
         ],
+        wide=wide,
     )
 
 

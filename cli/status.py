@@ -26,10 +26,6 @@ import time
 from typing import Any
 
 import click
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.plane.options import plane_options, plane_session
@@ -40,6 +36,7 @@ from .controller import CONTROLLER_EVENTS
 from .output import age, json_option, plain
 from .params import count, seconds
 from .schedules import zoned
+from .table import Column, table_lines, wide_option
 
 #: Completions counted over this window for the rate column.
 RATE_WINDOW_S = 60.0
@@ -219,126 +216,169 @@ def _rate_text(row: dict[str, Any]) -> str:
     return (">=" + text) if row["rate_is_floor"] else text
 
 
-def render(snap: dict[str, Any]) -> Group:
-    """The three tables of a snapshot, times as ages."""
+#: The queues table: the counts a glance needs fit 80 columns with a queue such as
+#: `training-h100` and a depth of millions; `--wide` adds the rest. The job states keep their
+#: names (`scheduled`, `waiting` on dependencies); the two pending reasons are titled apart.
+QUEUE_COLUMNS = (
+    Column("queue"),
+    Column("state"),
+    Column("depth"),
+    Column("running"),
+    Column("scheduled", wide=True),
+    Column("waiting", wide=True),
+    Column("daemons", wide=True),
+    Column("slots"),
+    Column("rate"),
+    Column("oldest"),
+    Column("unschedulable"),
+    Column("no-capacity", wide=True),
+)
+DAEMON_COLUMNS = (
+    Column("daemon"),
+    Column("state"),
+    Column("queues"),
+    Column("host", wide=True),
+    Column("slots"),
+    Column("gpus"),
+    Column("heartbeat"),
+)
+DECISION_COLUMNS = (
+    Column("when"),
+    Column("queue"),
+    Column("decision"),
+    Column("workers"),
+    Column("reason"),  # last: folds onto lines of its own
+)
+MAP_COLUMNS = (
+    Column("map"),  # whole: `lakeshore jobs ls --map ID` takes it
+    Column("queue"),
+    Column("ended"),
+    Column("failed"),
+    Column("cancelled", wide=True),
+    Column("running"),
+    Column("queued"),
+    Column("scheduled", wide=True),
+)
+SCHEDULE_COLUMNS = (
+    Column("schedule"),  # whole: `lakeshore schedules show` takes it
+    Column("queue"),
+    Column("next fire"),  # `paused` for a paused one
+    Column("last fired", wide=True),
+    Column("missed"),
+    Column("paused", wide=True),
+)
+
+
+def render(snap: dict[str, Any], *, wide: bool = False) -> str:
+    """The tables of a snapshot, times as ages, each under its title (see cli/table.py)."""
+    sections = [
+        _section(
+            f"queues in {snap['namespace']}",
+            table_lines(QUEUE_COLUMNS, (_queue_cells(q) for q in snap["queues"]), wide=wide),
+        )
+    ]
+    maps = [(q["name"], m) for q in snap["queues"] for m in q.get("maps", [])]
+    if maps:
+        sections.append(_section("maps in flight", _maps_lines(maps, wide)))
+    if snap.get("schedules"):
+        sections.append(_section("schedules", _schedules_lines(snap, wide)))
+    daemons = [_daemon_cells(d) for d in snap["daemons"]]
+    sections.append(
+        _section("daemons", table_lines(DAEMON_COLUMNS, daemons, wide=wide))
+        if daemons
+        else "daemons: none"
+    )
+    decisions = _decision_cells(snap)
+    sections.append(
+        _section("controller", table_lines(DECISION_COLUMNS, decisions, wide=wide))
+        if decisions
+        else "controller: no decisions recorded"
+    )
+    return "\n\n".join(sections)
+
+
+def _section(title: str, lines: list[str]) -> str:
+    return "\n".join([title, *lines])
+
+
+def _queue_cells(q: dict[str, Any]) -> tuple[object, ...]:
+    return (
+        q["name"],
+        q["state"],
+        q["depth"],
+        q["running"],
+        q.get("scheduled", 0),
+        q.get("waiting", 0),
+        q["daemons"],
+        q["slots"],
+        _rate_text(q),
+        age(q["oldest_age_s"]),
+        q.get("unschedulable", 0),
+        q.get("waiting_for_capacity", 0),
+    )
+
+
+def _daemon_cells(d: dict[str, Any]) -> tuple[object, ...]:
+    return (
+        d["name"],
+        d["state"],
+        ",".join(d["queues"]) or "default",
+        d["host"] or "?",
+        f"{d['busy']}/{d['slots']}",
+        d["gpus"],
+        age(d["heartbeat_age_s"]) + " ago",
+    )
+
+
+def _decision_cells(snap: dict[str, Any]) -> list[tuple[object, ...]]:
     now = float(snap["at"])
-    queues = Table(
-        "queue",
-        "state",
-        "depth",
-        "running",
-        "scheduled",
-        "waiting",
-        "daemons",
-        "slots",
-        "rate",
-        "oldest",
-        "unschedulable",
-        "waiting",
-    )
-    queues.title = f"queues in {snap['namespace']}"
-    for q in snap["queues"]:
-        queues.add_row(
-            q["name"],
-            q["state"],
-            str(q["depth"]),
-            str(q["running"]),
-            str(q.get("scheduled", 0)),
-            str(q.get("waiting", 0)),
-            str(q["daemons"]),
-            str(q["slots"]),
-            _rate_text(q),
-            age(q["oldest_age_s"]),
-            str(q.get("unschedulable", 0)),
-            str(q.get("waiting_for_capacity", 0)),
-        )
-    daemons = Table(
-        "daemon", "state", "queues", "host", "slots", "gpus", "heartbeat", title="daemons"
-    )
-    for d in snap["daemons"]:
-        daemons.add_row(
-            d["name"],
-            d["state"],
-            ",".join(d["queues"]) or "default",
-            d["host"] or "?",
-            f"{d['busy']}/{d['slots']}",
-            str(d["gpus"]),
-            age(d["heartbeat_age_s"]) + " ago",
-        )
-    decisions = Table("when", "queue", "decision", "workers", "reason", title="controller")
+    rows: list[tuple[object, ...]] = []
     for e in snap["decisions"]:
         was = "?" if e["current"] is None else e["current"]
         sized = "" if e["desired"] is None else f"{was} -> {e['desired']}"
-        decisions.add_row(
-            age(now - float(e["at"] or now)) + " ago", e["queue"], e["kind"], sized, e["reason"]
-        )
-    parts: list[Any] = [queues]
-    maps = _maps_table(snap)
-    if maps is not None:
-        parts.append(maps)
-    schedules = _schedules_table(snap)
-    if schedules is not None:
-        parts.append(schedules)
-    parts.append(daemons if snap["daemons"] else Text("daemons: none"))
-    parts.append(decisions if snap["decisions"] else Text("controller: no decisions recorded"))
-    return Group(*parts)
+        when = age(now - float(e["at"] or now)) + " ago"
+        rows.append((when, e["queue"], e["kind"], sized, e["reason"]))
+    return rows
 
 
 #: A map's states in the order its progress reads.
 MAP_STATES = ("succeeded", "failed", "cancelled", "running", "queued", "scheduled")
 
 
-def _maps_table(snap: dict[str, Any]) -> Table | None:
+def _maps_lines(maps: list[tuple[str, dict[str, Any]]], wide: bool) -> list[str]:
     """The maps in flight (f.map): how many of their jobs have ended, and how."""
-    rows = [(q["name"], m) for q in snap["queues"] for m in q.get("maps", [])]
-    if not rows:
-        return None
-    table = Table(title="maps in flight")
-    table.add_column("map", no_wrap=True)  # whole: `lakeshore jobs ls --map ID` takes it
-    table.add_column("queue")
-    table.add_column("ended", no_wrap=True)
-    for name in MAP_STATES[1:]:
-        table.add_column(name)
-    for queue, m in rows:
+    rows = []
+    for queue, m in maps:
         states: dict[str, int] = m.get("states") or {}
         ended = sum(n for s, n in states.items() if s not in ("running", "queued", "scheduled"))
         jobs = int(m.get("jobs", 0))
-        table.add_row(
-            m["map_id"], queue, f"{ended}/{jobs}", *(str(states.get(s, 0)) for s in MAP_STATES[1:])
-        )
-    return table
+        counts = (states.get(s, 0) for s in MAP_STATES[1:])
+        rows.append((m["map_id"], queue, f"{ended}/{jobs}", *counts))
+    return table_lines(MAP_COLUMNS, rows, wide=wide)
 
 
-def _schedules_table(snap: dict[str, Any]) -> Table | None:
+def _schedules_lines(snap: dict[str, Any], wide: bool) -> list[str]:
     """The cron schedules: when each fires next and last did, in its own zone, and what it
     missed (slots passed unfired: catchup, overlap skips, a refused submit)."""
-    rows = snap.get("schedules") or []
-    if not rows:
-        return None
     now = float(snap["at"])
-    table = Table(title="schedules")
-    table.add_column("schedule", no_wrap=True)  # whole: `lakeshore schedules show` takes it
-    table.add_column("queue")
-    table.add_column("next fire", no_wrap=True)
-    table.add_column("last fired", no_wrap=True)
-    table.add_column("missed")
-    table.add_column("paused")
-    for s in rows:
+    rows = []
+    for s in snap["schedules"]:
         nxt = s["next_fire_at"]
         when = "-" if nxt is None else f"{zoned(nxt, s['tz'])} (in {age(max(0.0, nxt - now))})"
-        table.add_row(
-            s["name"],
-            s["queue"],
-            when,
-            zoned(s["last_fired_at"], s["tz"]),
-            str(s["missed"]),
-            "yes" if s["paused"] else "no",
+        paused = "yes" if s["paused"] else "no"
+        when = "paused" if s["paused"] else when
+        rows.append(
+            (s["name"], s["queue"], when, zoned(s["last_fired_at"], s["tz"]), s["missed"], paused)
         )
-    return table
+    return table_lines(SCHEDULE_COLUMNS, rows, wide=wide)
 
 
-def _watch(plane: Plane, interval_s: float, times: int | None, as_json: bool) -> None:
+def _watch(plane: Plane, interval_s: float, times: int | None, as_json: bool, wide: bool) -> None:
     """Redraw every interval until Ctrl-C (or `times` refreshes); a wait, not a busy loop."""
+    from rich.console import Console  # only here: the screen drawn once starts without rich
+    from rich.live import Live
+    from rich.text import Text
+
     tick = threading.Event()  # never set: its wait is an interruptible sleep
     shown = 0
     live = None if as_json else Live(console=Console(), auto_refresh=False, transient=False)
@@ -353,7 +393,7 @@ def _watch(plane: Plane, interval_s: float, times: int | None, as_json: bool) ->
             if live is None:
                 click.echo(json.dumps(plain(snap), sort_keys=True, default=str))
             else:
-                live.update(render(snap), refresh=True)
+                live.update(Text(render(snap, wide=wide)), refresh=True)
     except KeyboardInterrupt:
         pass
     finally:
@@ -377,12 +417,14 @@ def _watch(plane: Plane, interval_s: float, times: int | None, as_json: bool) ->
     default=None,
     help="With --watch: stop after this many refreshes.",
 )
+@wide_option
 @json_option
 @plane_options
 def status(
     watch: bool,
     interval_s: float,
     times: int | None,
+    wide: bool,
     as_json: bool,
     url: str | None,
     token: str | None,
@@ -390,15 +432,16 @@ def status(
 ) -> None:
     """One screen: queues, maps and schedules, daemons and the controller's last decisions.
 
-    With --json, one JSON object (times as ISO 8601, ages in seconds); with --watch --json, one
-    such object per line per refresh.
+    The tables fit 80 columns; --wide adds every column (scheduled and waiting jobs, daemons,
+    jobs waiting for capacity, hosts, ...). With --json, one JSON object (times as ISO 8601,
+    ages in seconds), complete; with --watch --json, one such object per line per refresh.
     """
     with plane_session(url, token, namespace) as plane:
         if watch:
-            _watch(plane, interval_s, times, as_json)
+            _watch(plane, interval_s, times, as_json, wide)
             return
         snap = snapshot(plane)
     if as_json:
         click.echo(json.dumps(plain(snap), indent=2, sort_keys=True, default=str))
     else:
-        Console().print(render(snap))
+        click.echo(render(snap, wide=wide))

@@ -14,8 +14,6 @@ from __future__ import annotations
 import datetime as dt
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from dreamlake.lakeshore.errors import DispatchError
 from dreamlake.lakeshore.plane.auth import DEFAULT_SCOPES, SCOPES, format_scopes, hash_token
@@ -23,6 +21,7 @@ from dreamlake.lakeshore.prune import parse_duration
 
 from .admin_target import admin_options, admin_target
 from .output import emit_json, json_option
+from .table import Column, print_table, wide_option
 
 
 def lifetime(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -117,10 +116,22 @@ def create(
     emit_json({"token": secret, **row})
 
 
+#: `tokens ls`: the scopes, last, fold onto lines of their own; the dates are `--wide` only.
+LS_COLUMNS = (
+    Column("digest"),
+    Column("namespace"),
+    Column("label"),
+    Column("created", wide=True),
+    Column("expires", wide=True),
+    Column("scopes"),
+)
+
+
 @tokens.command("ls")
+@wide_option
 @json_option
 @admin_options
-def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
+def ls(wide: bool, as_json: bool, url: str | None, token: str | None, store: str | None) -> None:
     """List tokens (digest prefix, namespace, label, scopes, expiry); the secrets are not stored."""
 
     with admin_target(url, token, store) as target:
@@ -128,19 +139,20 @@ def ls(as_json: bool, url: str | None, token: str | None, store: str | None) -> 
     if as_json:
         emit_json(rows)  # created_at / expires_at as ISO 8601, as every listing
         return
-    table = Table("digest", "namespace", "label", "scopes", "created", "expires")
+    rows_shown = []
     for r in rows:
         scopes = r["scopes"]
-        shown = format_scopes(scopes if isinstance(scopes, list) else ()) or "none"
-        table.add_row(
-            str(r["hash"]),
-            str(r["namespace"]),
-            str(r["label"]),
-            shown,
-            _when(r["created_at"]),
-            _when(r.get("expires_at")) or "never",
+        rows_shown.append(
+            (
+                str(r["hash"]),
+                str(r["namespace"]),
+                str(r["label"]),
+                _when(r["created_at"]),
+                _when(r.get("expires_at")) or "never",
+                format_scopes(scopes if isinstance(scopes, list) else ()) or "none",
+            )
         )
-    Console().print(table)
+    print_table(LS_COLUMNS, rows_shown, wide=wide)
 
 
 @tokens.command("revoke")

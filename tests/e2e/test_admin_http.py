@@ -197,7 +197,7 @@ def test_the_cli_over_url(server):
     assert row["scopes"] == ["read"] and row["label"] == "ci"
     lifetime = datetime.fromisoformat(row["expires_at"]) - datetime.fromisoformat(row["created_at"])
     assert 29.9 * 86400 < lifetime.total_seconds() <= 30 * 86400  # --json times are ISO 8601
-    table = _cli(server, "tokens", "ls", *url).stdout
+    table = _cli(server, "tokens", "ls", "--wide", *url).stdout  # the dates are --wide
     assert row["hash"] in table and "never" in table  # the admin token never expires
 
     revoked = _cli(server, "tokens", "revoke", row["hash"], *url)

@@ -164,7 +164,7 @@ def test_a_failed_gpu_leaves_the_offer_and_its_job_runs_again_uncharged(
         assert worker.load["gpu_use"]["failed"] == 1
 
         env = {"LAKESHORE_HOME": str(home), "LAKESHORE_URL": ""}
-        listed = CliRunner().invoke(cli, ["daemon", "ls"], env=env)
+        listed = CliRunner().invoke(cli, ["daemon", "ls", "--wide"], env=env)  # failed-gpus
         assert listed.exit_code == 0, listed.output
         line = next(ln for ln in listed.output.splitlines() if ln.startswith("gpu-fail "))
         assert f"{bad} (Xid 79)" in line

@@ -111,8 +111,8 @@ def test_show_names_the_error_with_its_traceback(run, worker):
     assert "failed" in text and "ValueError: bad input" in text and "job.py" in text
     row = json.loads(run("jobs", "ls", "--state", "failed", "--json").output)[0]
     assert row["id"] == inv_id and row["error"] == trace
-    # the table shows a traceback's exception line, not its "Traceback" header
-    assert "ValueError: bad input" in run("jobs", "ls").output
+    # the wide table shows a traceback's exception line, not its "Traceback" header
+    assert "ValueError: bad input" in run("jobs", "ls", "--wide").output
 
 
 def test_cancel_then_kill_then_retry(run, worker):

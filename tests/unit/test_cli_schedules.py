@@ -42,8 +42,11 @@ def test_add_ls_show_pause_resume_rm(run) -> None:  # type: ignore[no-untyped-de
     )
     assert out.startswith("schedule nightly: next ") and " 03:00 CE" in out
     table = run("ls").splitlines()
-    assert table[0].split()[:6] == ["name", "cron", "tz", "queue", "state", "next"]
+    assert table[0].split() == ["name", "queue", "cron", "next"]  # fits 80 columns
     assert table[1].startswith("nightly") and "03:00 CE" in table[1]
+    wide = run("ls", "--wide").splitlines()
+    assert wide[0].split()[:6] == ["name", "queue", "cron", "state", "next", "in"]
+    assert "Europe/Berlin" in wide[1] and "active" in wide[1]
     (row,) = json.loads(run("ls", "--json"))
     assert (row["name"], row["queue"], row["tz"], row["state"]) == (
         "nightly",

@@ -72,7 +72,7 @@ def test_queues_ls_on_an_empty_plane_imports_only_its_verb(tmp_path: Path) -> No
         "dreamlake.lakeshore.cli.controller",
     }
     assert "dreamlake.lakeshore.controller.main" not in loaded
-    header, row = shown.splitlines()
+    header, row, *_ = shown.splitlines()  # the description folds at 80 columns
     assert header.split() == ["namespace", "name", "kind", "state", "elasticity", "description"]
     assert row.split()[:5] == ["default", "default", "fifo", "active", "none"]
 
@@ -120,11 +120,8 @@ def test_an_unknown_verb_is_still_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("args", "header"),
     [
-        (["jobs", "ls"], ["id", "queue", "state", "attempt", "worker", "submitted", "took"]),
-        (
-            ["daemon", "ls"],
-            ["name", "state", "queues", "host", "slots", "gpus", "failed-gpus", "heartbeat"],
-        ),
+        (["jobs", "ls"], ["id", "queue", "state", "submitted", "took"]),
+        (["daemon", "ls"], ["name", "state", "queues", "slots", "gpus", "heartbeat"]),
         (["namespaces", "ls"], ["name", "org", "created"]),
         (["namespaces", "orgs"], ["org", "namespaces"]),
     ],

@@ -207,7 +207,7 @@ def test_status_lists_the_schedules_when_there_are_any(home, monkeypatch):
     )
     assert nightly["next_fire_at"].endswith("+00:00") and nightly["last_fired_at"] is None
     assert hourly["paused"] is True and hourly["next_fire_at"] is None
-    shown = CliRunner().invoke(cli, ["status"], catch_exceptions=False, terminal_width=200)
+    shown = CliRunner().invoke(cli, ["status", "--wide"], catch_exceptions=False)
     table = shown.output[shown.output.index("schedules") :]
     for text in ("next fire", "last fired", "missed", "paused", "nightly", "hourly"):
         assert text in table
