@@ -13,7 +13,8 @@ import click
 from dreamlake.lakeshore.runtime import scan
 from dreamlake.lakeshore.runtime.limits import WARN_SHARE, max_bytes, mb
 
-from .output import emit_json, plain_table
+from .output import emit_json
+from .table import Column, print_table
 
 
 @click.group("runtime")
@@ -57,4 +58,4 @@ def inspect(directory: Path, excludes: tuple[str, ...], top: int, as_json: bool)
         click.echo("        near the cap: a submit with this workdir warns")
     if largest:
         click.echo("")
-        plain_table(["largest", "size"], [(e.path, mb(e.size)) for e in largest])
+        print_table([Column("largest"), Column("size")], [(e.path, mb(e.size)) for e in largest])
