@@ -43,6 +43,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from dreamlake.lakeshore.daemon.uvtool import (
     DaemonSite,
@@ -234,7 +235,9 @@ class Environments:
             constraints = build / "constraints.txt"
             constraints.write_text(
                 "".join(
-                    f"{d.name}=={d.version}\n" for d in self.site.installed.values() if not d.local
+                    f"{d.name}=={d.version}\n"
+                    for d in self.site.installed.values()
+                    if _is_pep440(d.version)
                 )
             )
             wanted = build / "requirements.txt"
@@ -342,6 +345,16 @@ def _parse_one(text: str) -> Requirement:
             f"only {', '.join(_URL_SCHEMES)} URLs are taken (a file on the box is not the job's)"
         )
     return req
+
+
+def _is_pep440(version: str) -> bool:
+    """Whether uv can read `name==version` as a constraint; a distribution whose version it
+    cannot is still stubbed, and the check of the stubs after the install protects it."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _python_of(env: Path) -> Path:

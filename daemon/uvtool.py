@@ -72,12 +72,11 @@ def mask(text: str) -> str:
 
 @dataclass(frozen=True)
 class Installed:
-    """One distribution the daemon imports: `local` when uv cannot take it as a constraint
-    (an editable install or one from a local folder or file)."""
+    """One distribution the daemon imports (an editable install or a local build too: its
+    stub in a new environment is a plain installed distribution to uv)."""
 
     name: str
     version: str
-    local: bool
 
     @property
     def key(self) -> str:
@@ -108,9 +107,7 @@ for d in m.distributions(path=dirs):
     key = re.sub(r"[-_.]+", "-", name).lower()
     if key in seen:
         continue
-    direct = d.read_text("direct_url.json") or ""
-    local = '"editable": true' in direct or '"url": "file:' in direct
-    seen[key] = {"name": name, "version": d.version, "local": local}
+    seen[key] = {"name": name, "version": d.version}
 print(json.dumps({"version": "%d.%d" % sys.version_info[:2], "site": dirs,
     "implementation": sys.implementation.name, "platform": sysconfig.get_platform(),
     "installed": list(seen.values())}))

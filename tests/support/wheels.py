@@ -23,12 +23,14 @@ def write_wheel(
     *,
     requires: Sequence[str] = (),
     files: Mapping[str, str] | None = None,
+    scripts: Mapping[str, str] | None = None,
 ) -> Path:
     """Write `<name>-<version>-py3-none-any.whl` into `folder` and return its path.
 
     `files` maps paths inside the wheel to their text; by default one module named after the
     distribution (`-` as `_`) whose `VALUE` is `"<name> <version>"`, for a test to import.
-    `requires` become the wheel's `Requires-Dist` lines.
+    `requires` become the wheel's `Requires-Dist` lines; `scripts` its console scripts
+    (`{"tinycli": "tinypkg:main"}`), which an installer writes into the environment's bin/.
     """
     module = name.replace("-", "_").lower()
     if files is None:
@@ -50,6 +52,9 @@ def write_wheel(
         f"{dist_info}/METADATA": metadata,
         f"{dist_info}/WHEEL": wheel,
     }
+    if scripts:
+        lines = "".join(f"{name} = {target}\n" for name, target in scripts.items())
+        contents[f"{dist_info}/entry_points.txt"] = f"[console_scripts]\n{lines}"
     record = [f"{path},{_digest(text)},{len(text.encode())}" for path, text in contents.items()]
     record.append(f"{dist_info}/RECORD,,")
     contents[f"{dist_info}/RECORD"] = "\n".join(record) + "\n"

@@ -35,9 +35,18 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A find-links folder: tinypkg (needs the daemon's click), leafpkg, and oldclick (needs a
     click older than the daemon's); uv reads it alone, its cache under the test's folder."""
     folder = tmp_path / "wheels"
-    write_wheel(folder, "tinypkg", "1.0", requires=["click>=7", "leafpkg"])
+    write_wheel(
+        folder,
+        "tinypkg",
+        "1.0",
+        requires=["click>=7", "leafpkg"],
+        files={"tinypkg/__init__.py": "VALUE = 'tinypkg 1.0'\ndef main():\n    print(VALUE)\n"},
+        scripts={"tinycli": "tinypkg:main"},
+    )
     write_wheel(folder, "leafpkg", "2.0")
     write_wheel(folder, "oldclick", "1.0", requires=["click<2"])
+    write_wheel(folder, "dreamlake-lakeshore", "99.0")  # a newer Lakeshore than the daemon's
+    write_wheel(folder, "newlakeshore", "1.0", requires=["dreamlake-lakeshore>=99"])
     monkeypatch.setenv("UV_FIND_LINKS", str(folder))
     monkeypatch.setenv("UV_OFFLINE", "1")
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
@@ -100,6 +109,20 @@ def test_first_ensure_builds_and_the_second_is_a_hit(
     assert again == Built(first.python, first.key, False, again.seconds)
     assert len(runs(uv_log)) == 2  # no uv run for a hit
     assert (envs.stats.hits, envs.stats.misses) == (1, 1)
+
+
+def test_the_environment_was_built_elsewhere_and_still_runs_its_scripts(
+    tmp_path: Path, wheels: Path
+) -> None:
+    progress: list[str] = []
+    built = Environments(tmp_path / "envs").ensure(["tinypkg"], on_progress=progress.append)
+
+    script = built.python.parent / "tinycli"
+    done = subprocess.run([str(script)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "tinypkg 1.0\n"), done.stderr
+    assert any("uv pip install" in line for line in progress)
+    assert any("+ tinypkg==1.0" in line for line in progress)  # uv's own lines, as they come
+    assert progress[-1].endswith(": ready")
 
 
 def test_a_new_environments_on_the_same_root_reuses_the_build(
@@ -253,6 +276,19 @@ def test_a_dependency_that_would_replace_a_daemon_package_fails_naming_it(
         Environments(tmp_path / "envs").ensure(["oldclick"])
     assert "click<2" in "\n".join(failed.value.tail)
     assert "click==" in "\n".join(failed.value.tail)  # the daemon's version, as a constraint
+
+
+def test_a_dependency_that_would_replace_the_editable_lakeshore_fails_naming_it(
+    tmp_path: Path, wheels: Path
+) -> None:
+    """The daemon's own Lakeshore is an editable install here, and the find-links folder has
+    a newer one: the daemon's version holds as a constraint all the same."""
+    lakeshore = importlib.metadata.version("dreamlake-lakeshore")
+    with pytest.raises(EnvironmentBuildFailed) as failed:
+        Environments(tmp_path / "envs").ensure(["newlakeshore"])
+    said = " ".join(line.strip() for line in failed.value.tail)
+    assert f"dreamlake-lakeshore>=99 and dreamlake-lakeshore=={lakeshore}" in said, said
+    assert not (tmp_path / "envs" / "envs").exists()
 
 
 @pytest.mark.parametrize(
