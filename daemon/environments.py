@@ -88,7 +88,8 @@ class RequirementRefused(InvalidArgument):
 
 @dataclass(frozen=True)
 class Built:
-    """A job's environment: its interpreter, its key, and whether this call built it."""
+    """A job's environment: its interpreter, its key, whether this call built it, and how long
+    the call took (a wait on another builder's lock included)."""
 
     python: Path
     key: str
@@ -98,8 +99,8 @@ class Built:
 
 @dataclass
 class Stats:
-    """Counters the daemon's metrics export: cache hits and misses (builds run), failed
-    builds, uv runs, and the seconds spent building."""
+    """Counters the daemon's metrics export: cache hits, misses (builds run, failed ones
+    too), failed builds, uv runs, and the seconds spent building (waits for a lock excluded)."""
 
     hits: int = 0
     misses: int = 0
@@ -178,12 +179,16 @@ class Environments:
         with self._locked(key):
             if not target.is_dir():
                 self._raise_remembered(key)
-                self._build(key, parsed, target, on_progress)
-                seconds = time.monotonic() - started
-                self.stats.misses += 1
-                self.stats.build_seconds += seconds
-                return Built(_python_of(target), key, True, seconds)
-        self.stats.hits += 1
+                building = time.monotonic()
+                try:
+                    self._build(key, parsed, target, on_progress)
+                finally:
+                    with self._guard:
+                        self.stats.misses += 1
+                        self.stats.build_seconds += time.monotonic() - building
+                return Built(_python_of(target), key, True, time.monotonic() - started)
+        with self._guard:
+            self.stats.hits += 1
         return Built(_python_of(target), key, False, time.monotonic() - started)
 
     # -- checking requirements ---------------------------------------------------------------
@@ -260,7 +265,8 @@ class Environments:
         line = command_line(command)
         if on_progress is not None:
             on_progress(f"environment {key[:12]}: {line}")
-        self.stats.uv_runs += 1
+        with self._guard:
+            self.stats.uv_runs += 1
         code, tail = run_logged(command, self._uv_env(), on_progress)
         if code != 0:
             self._fail(key, f"uv exited {code} building environment {key[:12]}", line, tail)
@@ -297,11 +303,10 @@ class Environments:
             on_progress(f"environment {key[:12]}: ready")
 
     def _fail(self, key: str, message: str, command: str, tail: Sequence[str]) -> None:
-        last = next((line for line in reversed(tail) if line.strip()), "")
-        error = EnvironmentBuildFailed(f"{message}: {last}", command=command, tail=tail)
+        error = EnvironmentBuildFailed(f"{message}: {_said(tail)}", command=command, tail=tail)
         with self._guard:
             self._failures[key] = _Failure(error, time.monotonic() + self.failure_memory_s)
-        self.stats.failures += 1
+            self.stats.failures += 1
         raise error
 
     # -- locks and housekeeping --------------------------------------------------------------
@@ -345,6 +350,14 @@ def _parse_one(text: str) -> Requirement:
             f"only {', '.join(_URL_SCHEMES)} URLs are taken (a file on the box is not the job's)"
         )
     return req
+
+
+def _said(tail: Sequence[str]) -> str:
+    """uv's error as one line: from its last `error:` line on (uv wraps its explanation over
+    several), else the last line it printed."""
+    starts = [i for i, line in enumerate(tail) if line.startswith("error:")]
+    lines = tail[starts[-1] :] if starts else [line for line in tail if line.strip()][-1:]
+    return " ".join(line.strip() for line in lines)[:2000]
 
 
 def _is_pep440(version: str) -> bool:
