@@ -174,19 +174,13 @@ class Environments:
         self._refuse_replacements(parsed)
         key = self.key(requirements)
         target = self.root / "envs" / key
-        if not target.is_dir():
+        if not target.is_dir():  # made by a rename: a folder there is whole
             self._raise_remembered(key)
-        with self._locked(key):
-            if not target.is_dir():
-                self._raise_remembered(key)
-                building = time.monotonic()
-                try:
-                    self._build(key, parsed, target, on_progress)
-                finally:
-                    with self._guard:
-                        self.stats.misses += 1
-                        self.stats.build_seconds += time.monotonic() - building
-                return Built(_python_of(target), key, True, time.monotonic() - started)
+            with self._locked(key):
+                if not target.is_dir():  # not built while this call waited for the lock
+                    self._raise_remembered(key)
+                    self._build_counted(key, parsed, target, on_progress)
+                    return Built(_python_of(target), key, True, time.monotonic() - started)
         with self._guard:
             self.stats.hits += 1
         return Built(_python_of(target), key, False, time.monotonic() - started)
@@ -220,6 +214,21 @@ class Environments:
             self._failures.pop(key, None)
 
     # -- building ----------------------------------------------------------------------------
+
+    def _build_counted(
+        self,
+        key: str,
+        requirements: Sequence[Requirement],
+        target: Path,
+        on_progress: Callable[[str], None] | None,
+    ) -> None:
+        building = time.monotonic()
+        try:
+            self._build(key, requirements, target, on_progress)
+        finally:
+            with self._guard:
+                self.stats.misses += 1
+                self.stats.build_seconds += time.monotonic() - building
 
     def _build(
         self,
@@ -323,10 +332,22 @@ class Environments:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _sweep(self, key: str) -> None:
-        """Builds of this key left by a daemon that died mid-build: this key's lock is held
-        now, so whoever made them is gone."""
-        for leftover in (self.root / "tmp").glob(f"{key}.*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        """Builds left by a daemon that died mid-build: this key's, whose lock is held now, and
+        any other key's whose lock is free (nobody is building it)."""
+        for leftover in (self.root / "tmp").iterdir():
+            owner = leftover.name.split(".", 1)[0]
+            if owner == key:
+                shutil.rmtree(leftover, ignore_errors=True)
+                continue
+            with open(self.root / "locks" / f"{owner}.lock", "a+b") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # being built now
+                try:
+                    shutil.rmtree(leftover, ignore_errors=True)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _parse_one(text: str) -> Requirement:

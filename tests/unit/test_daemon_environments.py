@@ -219,6 +219,14 @@ def test_a_build_killed_midway_leaves_nothing_used(killed_mid_build: Path) -> No
     assert not list((killed_mid_build / "tmp").iterdir())  # swept
 
 
+def test_another_keys_build_sweeps_a_killed_build(killed_mid_build: Path, wheels: Path) -> None:
+    assert list((killed_mid_build / "tmp").iterdir())
+
+    assert Environments(killed_mid_build).ensure(["leafpkg"]).built
+
+    assert not list((killed_mid_build / "tmp").iterdir())
+
+
 def test_an_unsatisfiable_requirement_fails_with_uvs_words_and_is_remembered(
     tmp_path: Path, wheels: Path, counting_uv: str, uv_log: Path
 ) -> None:
