@@ -6,7 +6,9 @@ fresh interpreter that holds no lease, no plane and no daemon state.
 The messages on the pipe:
 
     parent -> child   ("run", invocation id, payload bytes, attempt, queue, checkpoint, job token,
-                       the parents' results its arguments take)
+                       the parents' results its arguments take,
+                       what its runtime shipped: (sys.path entries, variables, the attempt's
+                       working directory) | None)
                       | None (exit)
     child -> parent   ("ready", pid) | ("fatal", text) once at start,
                       ("frame", id, encoded value)* then ("ok", id, encoded result)
@@ -39,7 +41,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
@@ -98,9 +100,11 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
         return
     conn.send(("ready", os.getpid()))
     pipe = ChildPipe(conn)
+    runtime = _JobRuntime()
     while (taken := pipe.next_job()) is not None:
         message, link = taken
-        _, inv_id, payload, attempt, queue, _checkpoint, job_token, inputs = message
+        _, inv_id, payload, attempt, queue, _checkpoint, job_token, inputs, shipped = message
+        runtime.enter(shipped)
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
             pipe.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref
@@ -129,6 +133,35 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
             pipe.send(reply)
         except OSError:
             return
+
+
+class _JobRuntime:
+    """What the child's jobs brought (issue 46; daemon/runtimes.py): the shipped tree's
+    `python/` on `sys.path` and the runtime's variables, taken once, at the first job (the
+    slot sends a child jobs of one runtime only), and each job's own working directory, its
+    current directory and first `sys.path` entry while it runs."""
+
+    def __init__(self) -> None:
+        self.adopted = False
+        self.workdir: str | None = None
+        self.home = os.getcwd()
+
+    def enter(self, shipped: tuple[tuple[str, ...], dict[str, str], str | None] | None) -> None:
+        if shipped is None:
+            return
+        paths, env, workdir = shipped
+        if not self.adopted:
+            self.adopted = True
+            sys.path[0:0] = [p for p in paths if p not in sys.path]
+            os.environ.update(env)
+        if self.workdir is not None and self.workdir in sys.path:
+            sys.path.remove(self.workdir)
+        self.workdir = workdir
+        if workdir is not None:
+            sys.path.insert(0, workdir)
+            os.chdir(workdir)
+        else:
+            os.chdir(self.home)
 
 
 def _import_from_working_directory() -> None:
@@ -162,12 +195,19 @@ def _die_with_parent() -> None:
 class Child:
     """A started child process and its pipe."""
 
-    def __init__(self, process: SpawnProcess, conn: Connection) -> None:
+    def __init__(self, process: SpawnProcess, conn: Connection, python: str | None) -> None:
         self.process = process
         self.conn = conn
         #: Held by a write from a thread other than the slot's (a notice) and by the slot's
         #: own writes while a job runs, so two messages never interleave on the pipe.
         self.send_lock = threading.Lock()
+        #: The interpreter it runs (a job environment's; None: the daemon's), the runtime it
+        #: took at its first job (daemon/runtimes.py `runtime_key`), whether it has run one,
+        #: and what it holds while alive (its runtime's tree, kept from eviction).
+        self.python = python
+        self.runtime_key: str | None = None
+        self.ran = False
+        self.holds = contextlib.ExitStack()
 
     def send(self, message: Any) -> None:
         with self.send_lock:
@@ -175,16 +215,23 @@ class Child:
 
     @classmethod
     def spawn(
-        cls, ctx: SpawnContext, name: str, handler: str | None, env: Mapping[str, str]
+        cls,
+        ctx: SpawnContext,
+        name: str,
+        handler: str | None,
+        env: Mapping[str, str],
+        python: str | None = None,
     ) -> Child:
+        """`python`: the interpreter of a job's environment (None: the daemon's)."""
         parent_end, child_end = ctx.Pipe(duplex=True)
         # Not a daemonic process: jobs must be free to start their own (DataLoader workers).
         process = ctx.Process(
             target=child_main, args=(child_end, handler, dict(env)), name=name, daemon=False
         )
-        process.start()
+        with _interpreter(ctx, python):
+            process.start()
         child_end.close()
-        child = cls(process, parent_end)
+        child = cls(process, parent_end, python)
         child._await_ready()
         return child
 
@@ -237,6 +284,26 @@ class Child:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.conn.close()
+        self.holds.close()
+
+
+#: Spawn reads its interpreter from one process-wide setting: slots starting children of
+#: different environments at once take turns.
+_INTERPRETER_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _interpreter(ctx: SpawnContext, python: str | None) -> Iterator[None]:
+    if python is None:
+        with _INTERPRETER_LOCK:
+            yield
+        return
+    with _INTERPRETER_LOCK:
+        ctx.set_executable(python)
+        try:
+            yield
+        finally:
+            ctx.set_executable(sys.executable)
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -29,6 +29,7 @@ from dreamlake.lakeshore.worker import default_name
 
 from . import log
 from .credentials import seal_process
+from .runtimes import DEFAULT_CACHE_GB
 from .systemd import Notifier
 from .worker import EXIT_CONFIG, Daemon, DaemonConfig
 
@@ -126,6 +127,14 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "from NVML each second; its neighbours keep running.",
 )
 @click.option(
+    "--runtime-cache-gb",
+    type=Finite(0, 1 << 30),
+    default=DEFAULT_CACHE_GB,
+    show_default=True,
+    help="How much of jobs' shipped code this box keeps, least recently used first out "
+    "(under $LAKESHORE_HOME/runtime; a running job's is never removed).",
+)
+@click.option(
     "--handler",
     default=None,
     metavar="MODULE:FN",
@@ -218,6 +227,7 @@ def daemon_command(
     cpus: float | None,
     memory_gb: float | None,
     enforce_gpu_memory: bool,
+    runtime_cache_gb: float,
     handler: str | None,
     burst: bool,
     give_up_unreachable_s: float | None,
@@ -268,6 +278,7 @@ def daemon_command(
         preempt_grace_s=preempt_grace_s,
         spot_notice=None if spot_notice == "none" else spot_notice,
         enforce_gpu_memory=enforce_gpu_memory,
+        runtime_cache_gb=runtime_cache_gb,
     )
     try:
         plane = open_plane(url, token, namespace)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.context import SpawnContext
 from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 from typing import Any
 
 from dreamlake.lakeshore.errors import DispatchError
@@ -41,6 +42,7 @@ from .child import Child, describe_exit
 from .inventory import Gpu
 from .log import get_logger
 from .oom import OomCounters, death
+from .runtimes import JobRuntimes, Ready, RuntimeFailed
 
 #: what the daemon buffers for a body that yields faster than the plane takes frames.
 FRAME_BATCH = 256
@@ -76,6 +78,7 @@ class ProcessSlot(SlotBase):
         gpus_for: Callable[[Claim], Sequence[Gpu]] | None = None,
         oom: OomCounters | None = None,
         warm: bool = True,
+        runtimes: JobRuntimes | None = None,
     ) -> None:
         """`warm` False: no child until the slot's first job (slots past one per GPU, which
         a default daemon has up to its CPU count, cost no process while nobody shares).
@@ -83,7 +86,9 @@ class ProcessSlot(SlotBase):
         others is replaced before the job runs, since CUDA reads CUDA_VISIBLE_DEVICES once.
         None: the slot's `gpus` for every job.
         `oom`: the box's OOM-kill counters, to tell a job the kernel killed for memory from
-        one that died otherwise (oom.py); None: every death is `died`."""
+        one that died otherwise (oom.py); None: every death is `died`.
+        `runtimes`: the box's job runtimes (runtimes.py), which make a claim's bundle and
+        environment ready before its child runs it; None: a job that brings one fails."""
         super().__init__(index, kill_grace_s=kill_grace_s)
         self._gpus_for = gpus_for
         #: The GPUs the slot's child sees (its CUDA_VISIBLE_DEVICES).
@@ -107,6 +112,10 @@ class ProcessSlot(SlotBase):
         #: The OOM-kill counters as the current attempt was assigned (oom.py; `_assigned`).
         self._oom_before: dict[str, int] = {}
         self._warm = warm
+        self._runtimes = runtimes
+        #: The current attempt's own working directory (runtimes.py `job_folder`), removed
+        #: once the attempt ends.
+        self._job_folder: Path | None = None
         self._log = get_logger(slot=index)
 
     def snapshot(self) -> dict[str, Any]:
@@ -141,7 +150,9 @@ class ProcessSlot(SlotBase):
         child = self._child
         if child is None or not child.alive() or self._gpus_of(claim) != self.gpus:
             return  # the slot thread starts a new one and sends the job itself
-        message = ForkingPickler.dumps(_run_message(claim))  # what Connection.send writes
+        if claim.runtime is not None or child.runtime_key is not None:
+            return  # its runtime is made ready (and checked against the child's) first
+        message = ForkingPickler.dumps(_run_message(claim, None))  # what Connection.send writes
         if len(message) > HAND_MAX_BYTES:
             return
         # The clock starts before the write: the child may start the body while this thread,
@@ -179,6 +190,7 @@ class ProcessSlot(SlotBase):
                 self._began = time.monotonic()
                 outcome = self._run_safely(claim)
                 self._end(self._sink, claim, outcome)
+                self._drop_job_folder()
                 self._rewarm()
         finally:
             if self._child is not None:
@@ -189,6 +201,11 @@ class ProcessSlot(SlotBase):
                 os.close(self._wake_r)
                 os.close(self._wake_w)
 
+    def _drop_job_folder(self) -> None:
+        folder, self._job_folder = self._job_folder, None
+        if folder is not None and self._runtimes is not None:
+            self._runtimes.drop_job_folder(folder)
+
     def _rewarm(self) -> None:
         """A child was terminated or died: start the next one now, before the next claim.
         A slot that ran a job stays warm from then on."""
@@ -196,9 +213,11 @@ class ProcessSlot(SlotBase):
         if self._child is None:
             self._child = self._spawn()
 
-    def _spawn(self) -> Child:
-        child = Child.spawn(self._ctx, f"lakeshore-slot-{self.index}", self._handler, self._env)
-        self._log.debug("slot.child_started", pid=child.pid)
+    def _spawn(self, python: str | None = None) -> Child:
+        child = Child.spawn(
+            self._ctx, f"lakeshore-slot-{self.index}", self._handler, self._env, python
+        )
+        self._log.debug("slot.child_started", pid=child.pid, python=python)
         return child
 
     def _run_safely(self, claim: Claim) -> Outcome:
@@ -211,36 +230,87 @@ class ProcessSlot(SlotBase):
 
     def _run(self, claim: Claim) -> Outcome:
         handed, self._handed = self._handed, None
-        child = self._child_for(claim)
+        try:
+            ready = self._make_ready(claim)
+        except RuntimeFailed as exc:
+            self._log.error("job.runtime_failed", invocation=claim.id, error=str(exc))
+            return Outcome("error", error=str(exc), summary=str(exc)[:200], cause="runtime")
+        child = self._child_for(claim, ready)
         if handed is not None and handed[:2] == (claim.id, child):
             self._began = handed[2]
         else:
+            shipped = self._shipped(claim, ready)
             self._began = time.monotonic()  # before the send, as in `_assigned`
             try:
-                child.send(_run_message(claim))
+                child.send(_run_message(claim, shipped))
             except OSError as exc:
                 return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
+        child.ran = True
         if (noticed := self.noticed) is not None:
             with contextlib.suppress(OSError):  # after the run message, on the same pipe
                 child.send(("preempt", noticed[0]))
         self._sink.post_resume(claim)
         return self._watch(claim, child)
 
-    def _child_for(self, claim: Claim) -> Child:
+    def _make_ready(self, claim: Claim) -> Ready | None:
+        """The claim's runtime made ready on this box (runtimes.py), before any child has the
+        job; None for a job that brings none."""
+        if claim.runtime is None:
+            return None
+        if self._runtimes is None:
+            raise RuntimeFailed("this daemon runs no job runtimes (it was started without them)")
+        ready = self._runtimes.ready(claim.runtime)
+        self._log.info(
+            "job.runtime_ready",
+            invocation=claim.id,
+            runtime=ready.key,
+            fetched=ready.fetched,
+            fetched_bytes=ready.fetched_bytes,
+            built=ready.built,
+            ms=round(1000 * ready.seconds, 1),
+        )
+        return ready
+
+    def _child_for(self, claim: Claim, ready: Ready | None = None) -> Child:
         """This slot's warm child, unless the job's GPUs differ from what it sees (CUDA reads
-        CUDA_VISIBLE_DEVICES once: it is replaced) or it is gone (a fresh one)."""
+        CUDA_VISIBLE_DEVICES once: it is replaced), its runtime differs from the child's (a
+        child holds the code of the jobs it ran: one that has run none takes any runtime of
+        its interpreter), or it is gone (a fresh one)."""
         child = self._child
         wanted = self._gpus_of(claim)
+        key = ready.key if ready is not None else None
+        python = ready.python if ready is not None else None
         if wanted != self.gpus:
             self.gpus, self._env = wanted, self._child_env(wanted)
             if child is not None:
                 child.stop()
                 self._child = child = None
+        if (
+            child is not None
+            and key != child.runtime_key
+            and (child.ran or child.runtime_key is not None or child.python != python)
+        ):
+            child.stop()
+            self._child = child = None
         if child is None or not child.alive():
             if child is not None:
                 child.terminate(0.0)
-            child = self._child = self._spawn()
+            child = self._child = self._spawn(python)
+        if key != child.runtime_key and ready is not None and self._runtimes is not None:
+            child.holds.enter_context(self._runtimes.hold(ready))  # its tree stays while it lives
+            child.runtime_key = key
         return child
+
+    def _shipped(
+        self, claim: Claim, ready: Ready | None
+    ) -> tuple[tuple[str, ...], dict[str, str], str | None] | None:
+        """The runtime part of a run message: the tree's paths, its variables, and the
+        attempt's own working directory (made here, removed when the attempt ends)."""
+        if ready is None or self._runtimes is None:
+            return None
+        self._job_folder = self._runtimes.job_folder(ready, claim.id, claim.attempt)
+        folder = str(self._job_folder) if self._job_folder is not None else None
+        return ready.sys_path, ready.env, folder
 
     def _watch(self, claim: Claim, child: Child) -> Outcome:
         """Until the job ends: its frames and outcome, an end asked for, or its timeout."""
@@ -401,11 +471,10 @@ def _ended(kind: str, value: Any) -> Outcome:
     return Outcome("error", error=str(text), summary=str(summary), cause=str(cause))
 
 
-def _run_message(
-    claim: Claim,
-) -> tuple[str, str, bytes, int, str, bytes | None, str | None, dict[str, bytes | None] | None]:
+def _run_message(claim: Claim, shipped: Any) -> tuple[Any, ...]:
     """What the child reads to run a job (`child_main`): with the job's own token, never the
-    daemon's, and the parents' results its arguments take (`dls.output`)."""
+    daemon's, the parents' results its arguments take (`dls.output`), and what its runtime
+    shipped (`_shipped`)."""
     return (
         "run",
         claim.id,
@@ -415,4 +484,5 @@ def _run_message(
         claim.checkpoint,
         claim.job_token,
         claim.inputs,
+        shipped,
     )

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from dreamlake.lakeshore.home import home
 from dreamlake.lakeshore.objects.plane import child_environment
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.shapes import default_slots
@@ -44,10 +45,12 @@ from .inventory import (
 from .log import get_logger
 from .oom import OomCounters
 from .placement import Placer, declared_gpus
+from .runtimes import DEFAULT_CACHE_GB, JobRuntimes
 from .slots import ProcessSlot
 from .systemd import Notifier
 
 if TYPE_CHECKING:  # prometheus_client is imported only when --metrics-port asks for it
+    from .environments import Environments
     from .metrics import DaemonMetrics
 
 __all__ = [
@@ -81,6 +84,8 @@ class DaemonConfig(WorkerConfig):
     spot_notice: str | None = None
     #: End a job that uses more GPU memory than its share (gpuwatch.py; issue 34 item 6).
     enforce_gpu_memory: bool = False
+    #: `--runtime-cache-gb`: the shipped trees this box keeps (runtimes.py, issue 46).
+    runtime_cache_gb: float = DEFAULT_CACHE_GB
 
 
 class Daemon(WorkerCore):
@@ -151,6 +156,13 @@ class Daemon(WorkerCore):
         env = {"LAKESHORE_STORAGE": config.storage} if config.storage else {}
         env |= child_environment(self.plane)  # its jobs' objects go through this plane
         oom = OomCounters()  # found once: which OOM-kill counters this box offers
+        runtimes = JobRuntimes(
+            self.plane,
+            home() / "runtime",
+            cache_bytes=int(config.runtime_cache_gb * (1 << 30)),
+            environments=_environments,
+        )
+        self.runtimes = runtimes
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(
@@ -164,6 +176,7 @@ class Daemon(WorkerCore):
                 gpus_for=self._gpus_for,
                 oom=oom,
                 warm=index < warm,
+                runtimes=runtimes,
             )
 
         return slot
@@ -315,3 +328,11 @@ def _cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def _environments() -> Environments:
+    """The box's job environments (environments.py), made at the first job with requirements:
+    uv is found then, not at every daemon's start."""
+    from .environments import Environments
+
+    return Environments(home() / "runtime" / "envs")

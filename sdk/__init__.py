@@ -68,6 +68,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "run_worker": (".worker", "run_worker"),
     "output": (".workflow", "output"),
     "new_id": (".ids", "new_id"),
+    "Runtime": (".runtime.spec", "Runtime"),
     "schedule": (".scheduling", "schedule"),
 }
 
@@ -106,6 +107,7 @@ __all__ = [
     "Queue",
     "QueueFullError",
     "Ref",
+    "Runtime",
     "StorageRef",
     "SyncBoltzmannQueue",
     "SyncFILOQueue",

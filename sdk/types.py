@@ -62,7 +62,8 @@ MAX_PREEMPTIONS_LIMIT = 1000
 #: process dying, the job's own error, its worker lost with the lease, a command exiting 75;
 #: and, on a daemon: the job's process out of host memory (`oom`), a job over its share of GPU
 #: memory under `--enforce-gpu-memory` (`gpu_memory`), a GPU of the job's that failed
-#: (`gpu_failed`: released as a preemption, not charged).
+#: (`gpu_failed`: released as a preemption, not charged), the job's runtime that could not be
+#: made (`runtime`: its bundle or its environment, issue 46).
 END_CAUSES = (
     "notice",
     "cancel",
@@ -74,12 +75,13 @@ END_CAUSES = (
     "oom",
     "gpu_memory",
     "gpu_failed",
+    "runtime",
 )
 #: The causes `end` accepts for each state it sets (the first is the default).
 END_STATE_CAUSES = {
     "killed": ("cancel",),
     "timeout": ("timeout",),
-    "failed": ("died", "oom", "gpu_memory"),
+    "failed": ("died", "oom", "gpu_memory", "runtime"),
 }
 
 DEFAULT_QUEUE = "default"
@@ -191,6 +193,9 @@ class SubmitRequest:
     #: The parents whose results its arguments take (`dls.output`): a subset of `after`, whose
     #: results a claim hands the worker with the job.
     inputs: tuple[str, ...] = ()
+    #: What the job brings to its worker (issue 46, sdk/runtime/): its bundle's digest,
+    #: requirements, variables and what shipped, as plain data; None: nothing.
+    runtime: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +277,8 @@ class Claim:
     #: The results of the parents its arguments name (`dls.output`), by parent id, as the
     #: parents stored them; only those that succeeded (sdk/plane/dependencies.py).
     inputs: dict[str, bytes | None] | None = None
+    #: What the job brings (SubmitRequest.runtime): the daemon makes it ready before the run.
+    runtime: dict[str, Any] | None = None
 
 
 class Ack(NamedTuple):

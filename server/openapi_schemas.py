@@ -323,6 +323,11 @@ SCHEMAS: dict[str, Any] = {
                 "description": "the results of the parents its arguments take (dls.output), "
                 "by parent id; only those that succeeded",
             },
+            "runtime": {
+                **_nullable(OBJ),
+                "description": "what the job brings (issue 46): its bundle's digest, "
+                "requirements, variables and what shipped; null: nothing",
+            },
         },
     ),
     "ClaimResult": _obj(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,10 +25,15 @@ from dreamlake.lakeshore.errors import InvalidArgument
 
 from .ignore import walk
 
-__all__ = ["Entry", "Manifest", "check_path", "scan"]
+__all__ = ["Entry", "Manifest", "check_path", "file_sha256", "scan"]
 
 #: Bytes read at a time while hashing (a checkpoint-sized file is never held whole).
 _CHUNK: Final = 1 << 20
+#: Files whose hash this process remembers (path -> (stat key, sha256)), and how many at most.
+_HASHED: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
+_HASHED_MAX: Final = 200_000
+#: How long ago a file must have changed for its remembered hash to be trusted.
+_SETTLED_NS: Final = 3_000_000_000
 
 
 @dataclass(frozen=True)
@@ -178,8 +184,28 @@ def _entries(root: Path, excludes: Sequence[str], prefix: str) -> Iterable[Entry
             _check_link(rel.as_posix(), target)
             yield Entry(path, 0o777, 0, link=target)
         elif stat.S_ISREG(info.st_mode):
-            yield Entry(path, stat.S_IMODE(info.st_mode), info.st_size, _sha256(dirent.path))
+            yield Entry(
+                path, stat.S_IMODE(info.st_mode), info.st_size, file_sha256(dirent.path, info)
+            )
         # sockets, fifos and devices are not code: they do not ship
+
+
+def file_sha256(path: str, info: os.stat_result) -> str:
+    """The file's sha256, hashed again only when its size, times or inode changed since this
+    process last hashed it: a producer submitting in a loop stats its tree, it does not reread
+    it. As git does with its index, a file changed in the last few seconds is never taken from
+    memory: a second edit within the file system's clock tick would leave its times as they
+    were."""
+    key = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev)
+    found = _HASHED.get(path)
+    if found is not None and found[0] == key:
+        return found[1]
+    digest = _sha256(path)
+    if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > _SETTLED_NS:
+        if len(_HASHED) >= _HASHED_MAX:
+            _HASHED.clear()
+        _HASHED[path] = (key, digest)
+    return digest
 
 
 def _sha256(path: str) -> str:

@@ -59,8 +59,9 @@ class Settling:
         log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
         if outcome.kind == "ok":
             self._acks.put(claim, outcome.result)  # logged once its batch commits
-        elif outcome.kind == "error" and outcome.cause == "oom":
-            self._end_failed(claim, outcome, log)  # out of host memory: said so, not retried
+        elif outcome.kind == "error" and outcome.cause in ("oom", "runtime"):
+            # out of host memory, or a runtime that could not be made: said so, not retried
+            self._end_failed(claim, outcome, log)
         elif outcome.kind == "error":
             if self._settle_call(
                 claim,
