@@ -165,6 +165,20 @@ SLOT_COLUMNS = (
 )
 
 
+def _running(since: Any) -> str:
+    """How long a slot's job has run, '-' where the heartbeat gave no start time."""
+    if not isinstance(since, (int, float)) or isinstance(since, bool):
+        return "-"
+    return f"{time.time() - since:.0f}s"
+
+
+def _figure(load: dict[str, Any], key: str) -> str:
+    """A percentage from a heartbeat's load, '-' where it has none: a worker other than
+    lakeshore-daemon (a `run_worker` loop, a client of the HTTP API) may send any load."""
+    value = load.get(key)
+    return f"{value}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 @daemon.command("show")
 @click.argument("name")
 @plane_options
@@ -188,7 +202,11 @@ def show(
         f"host:       {row.host}  pid {row.pid}  version {row.info.get('version', '?')}",
         f"cpus:       {row.info.get('cpus', '?')}  memory {row.info.get('memory_mb', '?')} MiB",
         f"heartbeat:  {_age(row.heartbeat_at)}"
-        + (f"  cpu {load['cpu_percent']}%  mem {load['memory_percent']}%" if load else ""),
+        + (
+            f"  cpu {_figure(load, 'cpu_percent')}  mem {_figure(load, 'memory_percent')}"
+            if load
+            else ""
+        ),
         f"slots:      {busy}/{total} busy",
     ]
     labels = row.info.get("labels") or {}
@@ -197,7 +215,7 @@ def show(
     gpus = row.info.get("gpus") or []
     lines.append(f"gpus:       {len(gpus) or 'none'}")
     click.echo("\n".join(lines))
-    failed = {g["index"]: g["reason"] for g in load.get("gpus_failed") or []}
+    failed = {g.get("index"): g.get("reason", "?") for g in load.get("gpus_failed") or []}
     if gpus:
         print_table(
             GPU_COLUMNS,
@@ -219,11 +237,11 @@ def show(
             SLOT_COLUMNS,
             (
                 (
-                    str(s["index"]),
-                    s["state"],
+                    str(s.get("index", "-")),
+                    s.get("state") or "-",
                     s.get("invocation") or "-",
                     s.get("queue") or "-",
-                    f"{time.time() - s['since']:.0f}s" if s.get("since") else "-",
+                    _running(s.get("since")),
                     ",".join(str(g) for g in s.get("gpus", [])) or "-",
                     str(s.get("attempt") or "-"),
                     str(s.get("pid") or "-"),

@@ -4,6 +4,11 @@ The command rides as an exec envelope (plain msgpack, nothing pickled); the daem
 its shell with stdout and stderr merged, one frame per line. With --wait the lines stream back
 here as they are posted and this command exits with the job's outcome, so
 `lakeshore exec --wait -q training 'python train.py'` reads like running it locally.
+
+The options are parsed strictly: the argv is cut at its first `--`, click parses what comes
+before (an unknown or misspelt option is a usage error and nothing is submitted), and what comes
+after is the command, word for word, its own `--flag`s included. Without `--` the command is the
+words left over, which is meant for one quoted string.
 """
 
 from __future__ import annotations
@@ -32,7 +37,70 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
     return env or None
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": True})
+class ExecCommand(click.Command):
+    """`lakeshore exec`'s parser: strict before the first `--`, verbatim after it.
+
+    A mistyped option must never become the start of a shell command that then runs on a
+    worker, so nothing unknown is let through; and a command's own `--flag`s must reach it
+    untouched, so click never parses what follows the first `--`.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" not in args:
+            return self._strict(ctx, args)
+        cut = args.index("--")
+        before, after = args[:cut], args[cut + 1 :]
+        if before and before[-1] in self._valued_options():
+            # click would take the `--` as this option's value and run the rest as before
+            raise click.BadOptionUsage(
+                before[-1], f"Option '{before[-1]}' requires a value before --.", ctx
+            )
+        # click stops parsing options at `--` and hands every word after it over as it is
+        rest = self._strict(ctx, [*before, "--", *after])
+        if ctx.resilient_parsing:
+            return rest
+        words = tuple(ctx.params.get("command") or ())
+        ahead = words[: len(words) - len(after)]
+        if ahead:
+            raise click.UsageError(
+                f"the command is given both before -- ({shlex.join(ahead)}) and after it: "
+                "put all of it after --, or give it as one quoted string without --",
+                ctx,
+            )
+        return rest
+
+    def _strict(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            guess = " or ".join(exc.possibilities or ())
+            allowed = ", ".join(sorted(self._option_names()))
+            raise click.NoSuchOption(
+                exc.option_name,
+                f"No such option: {exc.option_name}"
+                + (f" (did you mean {guess}?)" if guess else "")
+                + f". lakeshore exec takes {allowed}; a command's own options go after --: "
+                "lakeshore exec [OPTIONS] -- CMD ARGS...",
+                ctx=ctx,
+            ) from None
+
+    def _option_names(self) -> set[str]:
+        return {
+            max(p.opts, key=len)
+            for p in self.params
+            if isinstance(p, click.Option) and not p.hidden and p.opts
+        }
+
+    def _valued_options(self) -> set[str]:
+        return {
+            name
+            for p in self.params
+            if isinstance(p, click.Option) and not p.is_flag and not p.count
+            for name in p.opts
+        }
+
+
+@click.command("exec", cls=ExecCommand)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("--queue", "-q", default=DEFAULT_QUEUE, show_default=True, help="Queue to submit to.")
 @click.option("--wait", "-w", is_flag=True, help="Stream the output here and exit with the job.")
@@ -77,7 +145,13 @@ def exec_(
     token: str | None,
     namespace: str | None,
 ) -> None:
-    """Submit COMMAND (one quoted string, or words after --) and print its invocation id."""
+    """Submit COMMAND (one quoted string, or words after --) and print its invocation id.
+
+    Options come before the command and are checked: a misspelt one is refused and nothing is
+    submitted. Every word after -- is the command as given, its own options included:
+
+        lakeshore exec -q training -- python train.py --lr 3
+    """
     line = command[0] if len(command) == 1 else shlex.join(command)
     with plane_session(url, token, namespace) as plane:
         q = SyncQueue(queue, dispatch=plane)
