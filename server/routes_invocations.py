@@ -47,7 +47,6 @@ ITEM_FIELDS = (
     "resources",
     "max_preemptions",
     "map_id",
-    "nodes",
     "delay_s",
     "at",
     "after",
@@ -98,8 +97,6 @@ async def submit(call: Call) -> dict[str, Any]:
                 after=_id_list(item, "after"),
                 after_failure=item.text("after_failure") or "cancel",
                 inputs=_id_list(item, "inputs"),
-                # As sent, as resources are: the store refuses a bad one in every plane's words.
-                nodes=item.data.get("nodes", 1),
             )
         )
     wait_s = _wait_s(call)
