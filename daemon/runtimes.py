@@ -39,8 +39,6 @@ __all__ = ["DEFAULT_CACHE_GB", "JobRuntimes", "Ready", "RuntimeFailed", "runtime
 
 #: `--runtime-cache-gb`: how much the box keeps of shipped trees.
 DEFAULT_CACHE_GB: Final = 20.0
-#: Job folders older than this whose daemon is gone are swept at start.
-_JOB_FOLDER_STALE_S: Final = 24 * 3600.0
 
 
 class RuntimeFailed(DispatchError):

@@ -162,7 +162,6 @@ class Daemon(WorkerCore):
             cache_bytes=int(config.runtime_cache_gb * (1 << 30)),
             environments=_environments,
         )
-        self.runtimes = runtimes
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(
