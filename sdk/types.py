@@ -241,6 +241,9 @@ class Invocation:
     #: id only), and how many of them have not ended yet; None: it names no parent.
     after: list[str] = field(default_factory=list)
     waiting_on: int | None = None
+    #: What the job brings to its worker (SubmitRequest.runtime, issue 46): its bundle's digest,
+    #: requirements, variables and what shipped; None: nothing.
+    runtime: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

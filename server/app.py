@@ -41,6 +41,7 @@ from . import (
     routes_providers,
     routes_queues,
     routes_retention,
+    routes_runtime,
     routes_schedules,
     routes_work,
     routes_workers,
@@ -114,6 +115,7 @@ def all_apis() -> list[Api]:
         *routes_fleet.ROUTES,
         *routes_admin.ROUTES,
         *routes_objects.ROUTES,
+        *routes_runtime.ROUTES,
     ]
 
 

@@ -203,6 +203,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "description": "the map this job is an item of (listed by ?map= on /invocations)",
             },
+            "runtime": {
+                **_ref("Runtime"),
+                "description": "what the job brings to its worker (docs/runtime.md): a bundle "
+                "put first through /runtime/blobs and /runtime/manifests, requirements, env; "
+                "needs the 'submit-code' scope",
+            },
             "delay_s": {
                 "type": "number",
                 "description": "held as 'scheduled' this many seconds, then queued",
@@ -268,6 +274,10 @@ SCHEMAS: dict[str, Any] = {
             "waiting_on": {
                 **INT,
                 "description": "how many of its parents have not ended; null: it has none",
+            },
+            "runtime": {
+                **_ref("Runtime"),
+                "description": "what the job brings to its worker (issue 46); null: nothing",
             },
         },
     ),

@@ -52,6 +52,7 @@ ITEM_FIELDS = (
     "after",
     "after_failure",
     "inputs",
+    "runtime",
 )
 #: Said with a refused `?wait=`: a longer wait is allowed, and is held up to the cap.
 WAIT_HINT = f"the server holds a request at most {MAX_WAIT_S:g} s; ask again to wait longer"
@@ -97,6 +98,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 after=_id_list(item, "after"),
                 after_failure=item.text("after_failure") or "cancel",
                 inputs=_id_list(item, "inputs"),
+                runtime=item.data.get("runtime"),  # checked by the store, as resources are
             )
         )
     wait_s = _wait_s(call)
@@ -115,6 +117,7 @@ async def submit(call: Call) -> dict[str, Any]:
             for i, r in enumerate(requests)
         ],
     )
+    refuse_runtime(call, requests)
     queue = call.param("queue")
     before = call.store.waker.generation  # the submit's outcome comes after this
     # A submit-and-wait answers after its job's ack, whose fsync carries the submit to disk
@@ -210,6 +213,19 @@ def _payload(item: Fields) -> bytes:
         except InvalidArgument as exc:
             raise InvalidArgument(f"field '{item.where('json')}': {exc}") from None
     return item.req_blob("payload")
+
+
+def refuse_runtime(call: Call, requests: list[SubmitRequest]) -> None:
+    """A job's runtime ships code (its bundle) and what to install to the workers: like a
+    payload with code, it needs `submit-code`."""
+    token = call.token
+    if token is None or token.allows(SUBMIT_CODE):
+        return
+    if any(r.runtime is not None for r in requests):
+        raise Forbidden(
+            f"a job's runtime ships code and requirements to the workers: it needs a token with "
+            f"the '{SUBMIT_CODE}' scope; this token's scopes: {token.describe()}"
+        )
 
 
 async def refuse_code(call: Call, values: list[tuple[str, bytes | None]]) -> None:

@@ -49,6 +49,7 @@ SCHEMAS.setdefault(
         {
             "frames": INT,
             "invocations": INT,
+            "runtime_blobs": {**INT, "description": "runtime blobs no kept bundle named"},
             "refs": {
                 "type": "array",
                 "items": _obj({"url": STR, "key": STR, "size": INT}),

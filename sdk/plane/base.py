@@ -104,6 +104,19 @@ class Plane(Protocol):
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]: ...
 
+    # job runtimes (issue 46): bundles, as manifests over content-addressed blobs
+    def runtime_missing(self, shas: Sequence[str]) -> list[str]:
+        """Which of the blobs named `shas` (sha256 hex) this namespace does not hold."""
+
+    def put_runtime_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        """Store (sha256, bytes) pairs in one commit; how many were new."""
+
+    def put_runtime_manifest(self, manifest: dict[str, Any]) -> str:
+        """Store a bundle's manifest (its blobs first); its digest."""
+
+    def runtime_manifest(self, digest: str) -> dict[str, Any]: ...
+    def runtime_blob(self, sha: str) -> bytes: ...
+
     # queues
     def create_queue(self, name: str, **fields: Any) -> QueueInfo: ...
     def queue(self, name: str) -> QueueInfo: ...

@@ -361,6 +361,23 @@ class LocalPlane:
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         return self.store.renew(leases, lease_s)
 
+    # -- job runtimes -------------------------------------------------------------------------
+
+    def runtime_missing(self, shas: Sequence[str]) -> list[str]:
+        return self.store.runtime_missing(self.namespace, shas)
+
+    def put_runtime_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        return self.store.put_runtime_blobs(self._writing(), blobs)
+
+    def put_runtime_manifest(self, manifest: dict[str, Any]) -> str:
+        return self.store.put_runtime_manifest(self._writing(), manifest)
+
+    def runtime_manifest(self, digest: str) -> dict[str, Any]:
+        return self.store.runtime_manifest(self.namespace, digest)
+
+    def runtime_blob(self, sha: str) -> bytes:
+        return self.store.runtime_blob(self.namespace, sha)
+
     # -- queues -------------------------------------------------------------------------------
 
     def create_queue(self, name: str, **fields: Any) -> QueueInfo:

@@ -355,6 +355,28 @@ class HttpPlane(HttpTransport):
         data = self._request(routes.RENEW, {"leases": list(leases), "lease_s": lease_s})
         return {str(k): bool(v) for k, v in data["leases"].items()}
 
+    # -- job runtimes -------------------------------------------------------------------------
+
+    def runtime_missing(self, shas: Sequence[str]) -> list[str]:
+        data = self._request(routes.RUNTIME_MISSING, {"blobs": list(shas)})
+        return [str(s) for s in data["missing"]]
+
+    def put_runtime_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        if not blobs:
+            return 0
+        body = {"blobs": [{"sha256": sha, "data": bytes(data)} for sha, data in blobs]}
+        return int(self._request(routes.PUT_RUNTIME_BLOBS, body)["stored"])
+
+    def put_runtime_manifest(self, manifest: dict[str, Any]) -> str:
+        return str(self._request(routes.PUT_RUNTIME_MANIFEST, {"manifest": manifest})["digest"])
+
+    def runtime_manifest(self, digest: str) -> dict[str, Any]:
+        data = self._request(routes.RUNTIME_MANIFEST.at(digest=digest))
+        return dict(data["manifest"])
+
+    def runtime_blob(self, sha: str) -> bytes:
+        return bytes(self._request(routes.RUNTIME_BLOB.at(sha=sha))["data"])
+
     # -- queues -------------------------------------------------------------------------------
 
     def create_queue(self, name: str, **fields: Any) -> QueueInfo:

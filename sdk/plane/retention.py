@@ -53,17 +53,21 @@ class Trimmed:
 
     frames: int = 0
     invocations: int = 0
+    #: Runtime blobs (issue 46) that no kept bundle named any more.
+    runtime_blobs: int = 0
     refs: list[StorageRef] = field(default_factory=list)
 
     def add(self, other: Trimmed) -> None:
         self.frames += other.frames
         self.invocations += other.invocations
+        self.runtime_blobs += other.runtime_blobs
         self.refs.extend(other.refs)
 
     def public(self) -> dict[str, Any]:
         return {
             "frames": self.frames,
             "invocations": self.invocations,
+            "runtime_blobs": self.runtime_blobs,
             "refs": [{"url": r.url, "key": r.key, "size": r.size} for r in self.refs],
         }
 
@@ -72,6 +76,7 @@ class Trimmed:
         return cls(
             frames=int(data.get("frames", 0)),
             invocations=int(data.get("invocations", 0)),
+            runtime_blobs=int(data.get("runtime_blobs", 0)),
             refs=[StorageRef(r["url"], r["key"], int(r.get("size", 0))) for r in data["refs"]],
         )
 

@@ -175,6 +175,12 @@ PROVIDER = Route("GET", "/providers/{name}")
 DELETE_PROVIDER = Route("DELETE", "/providers/{name}")
 TRIM_RETENTION = Route("POST", "/retention/trim")
 PUT_OBJECT = Route("PUT", "/objects/{id}")
+# job runtimes (issue 46): a bundle's blobs and manifest, content-addressed, per namespace
+RUNTIME_MISSING = Route("POST", "/runtime/missing", repeatable=True)
+PUT_RUNTIME_BLOBS = Route("POST", "/runtime/blobs", repeatable=True)
+RUNTIME_BLOB = Route("GET", "/runtime/blobs/{sha}")
+PUT_RUNTIME_MANIFEST = Route("POST", "/runtime/manifests", repeatable=True)
+RUNTIME_MANIFEST = Route("GET", "/runtime/manifests/{digest}")
 GET_OBJECT = Route("GET", "/objects/{id}")
 
 # the fleet (the controller's, across namespaces: an admin token)

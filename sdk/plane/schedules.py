@@ -135,6 +135,11 @@ def check_template(req: SubmitRequest) -> None:
                 f"a schedule's job takes no {what}: each firing makes its own job, keyed "
                 "schedule:<name>:<slot>"
             )
+    if req.runtime is not None:
+        raise InvalidArgument(
+            "a schedule's job takes no runtime: retention keeps a bundle only while a job names "
+            "it, so a firing days later could find it gone; install its code on the workers"
+        )
     if req.objects:
         raise InvalidArgument(
             "a schedule's payload must not own spilled objects (each firing's job would "

@@ -86,6 +86,20 @@ def item_error(err: dict[str, Any]) -> DispatchError:
     return error_of(status, {"error": err})
 
 
+#: A submit item's fields sent only when set: a server older than a field refuses it, so a
+#: producer that does not use one stays understood by any server.
+_OPTIONAL_ITEM_FIELDS = (
+    "host",  # locality
+    "id",
+    "resources",
+    "max_preemptions",  # issue 35
+    "map_id",
+    "runtime",  # issue 46
+    "delay_s",
+    "at",
+)
+
+
 def submit_item(r: SubmitRequest) -> dict[str, Any]:
     item: dict[str, Any] = {
         "payload": r.payload,
@@ -94,23 +108,12 @@ def submit_item(r: SubmitRequest) -> dict[str, Any]:
         "max_attempts": r.max_attempts,
         "timeout_s": r.timeout_s,
     }
-    if r.host is not None:  # only when there is one: a server before locality refuses it
-        item["host"] = r.host
-    if r.id is not None:
-        item["id"] = r.id
-    if r.resources is not None:  # likewise
-        item["resources"] = r.resources
-    if r.max_preemptions is not None:  # likewise: a server before issue 35 refuses it
-        item["max_preemptions"] = r.max_preemptions
-    if r.objects:  # likewise: a server before objects refuses the field
+    for name in _OPTIONAL_ITEM_FIELDS:
+        if (value := getattr(r, name)) is not None:
+            item[name] = value
+    if r.objects:
         item["objects"] = [{"url": o.url, "key": o.key, "size": o.size} for o in r.objects]
-    if r.map_id is not None:
-        item["map_id"] = r.map_id
-    if r.delay_s is not None:
-        item["delay_s"] = r.delay_s
-    if r.at is not None:
-        item["at"] = r.at
-    if r.after:  # only when there are some: a server before dependencies refuses the fields
+    if r.after:  # dependencies: only when there are some
         item["after"] = list(r.after)
     if r.after_failure != "cancel":
         item["after_failure"] = r.after_failure

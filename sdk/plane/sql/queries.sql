@@ -55,7 +55,7 @@ CASE WHEN state = 'queued' THEN (SELECT words FROM pending_reasons r WHERE r.id 
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
     resources, placement, {reasons},
-    preemptions, max_preemptions, ended_by, checkpoint, open_parents
+    preemptions, max_preemptions, ended_by, checkpoint, open_parents, runtime
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -90,7 +90,7 @@ state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :ex
 -- What every claim statement returns of the row it took (`claim_of`, and `inputs` for
 -- `dependencies.with_inputs`): written once, so no claim path returns less than another.
 id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs
+    signature, resources, preemptions, checkpoint, inputs, runtime
 
 -- fragment: claim_queued_id
 -- Claim the one job :id that a claim picked first and takes second (`resumed_head`'s, or the
@@ -1119,3 +1119,61 @@ RETURNING name;
 SELECT namespace, queue, next_fire_at FROM schedules
 WHERE state = 'active' AND next_fire_at > :now
 ORDER BY next_fire_at LIMIT 1;
+
+-- Job runtimes (issue 46, store/runtimes.py): bundles as manifests over content-addressed
+-- blobs, each per namespace.
+
+-- name: set_invocation_runtime
+-- What a submit's job brings (its runtime object) on the row it just inserted; only a submit
+-- that names one runs it.
+UPDATE invocations SET runtime = :runtime, runtime_bundle = :bundle WHERE id = :id;
+
+-- name: runtime_blobs_present
+SELECT sha256 FROM runtime_blobs WHERE namespace = :ns AND sha256 IN (:shas);
+
+-- name: insert_runtime_blob
+-- A blob is named by its content: one already stored is the same bytes, and stays.
+INSERT INTO runtime_blobs (namespace, sha256, size, data, created_at)
+VALUES (:ns, :sha, :size, :data, :now)
+ON CONFLICT (namespace, sha256) DO NOTHING
+RETURNING sha256;
+
+-- name: get_runtime_blob
+SELECT data FROM runtime_blobs WHERE namespace = :ns AND sha256 = :sha;
+
+-- name: insert_runtime_manifest
+INSERT INTO runtime_manifests (namespace, digest, entries, files, bytes, created_at)
+VALUES (:ns, :digest, :entries, :files, :bytes, :now)
+ON CONFLICT (namespace, digest) DO UPDATE SET created_at = excluded.created_at
+RETURNING digest;
+
+-- name: insert_runtime_manifest_blob
+INSERT INTO runtime_manifest_blobs (namespace, digest, sha256) VALUES (:ns, :digest, :sha)
+ON CONFLICT (namespace, digest, sha256) DO NOTHING;
+
+-- name: get_runtime_manifest
+SELECT entries FROM runtime_manifests WHERE namespace = :ns AND digest = :digest;
+
+-- name: runtime_manifest_known
+SELECT digest FROM runtime_manifests WHERE namespace = :ns AND digest = :digest;
+
+-- name: trim_runtime_manifests
+-- Retention: manifests no invocation names any more, put longer ago than the grace a producer
+-- has between putting a bundle and submitting the job that names it.
+DELETE FROM runtime_manifests
+WHERE namespace = :ns AND created_at < :cutoff AND NOT EXISTS (
+    SELECT 1 FROM invocations i
+    WHERE i.namespace = runtime_manifests.namespace
+        AND i.runtime_bundle = runtime_manifests.digest)
+RETURNING digest;
+
+-- name: trim_runtime_manifest_blobs
+DELETE FROM runtime_manifest_blobs WHERE namespace = :ns AND digest = :digest;
+
+-- name: trim_runtime_blobs
+-- Blobs no kept manifest names, past the same grace (a producer puts blobs, then the manifest).
+DELETE FROM runtime_blobs
+WHERE namespace = :ns AND created_at < :cutoff AND NOT EXISTS (
+    SELECT 1 FROM runtime_manifest_blobs m
+    WHERE m.namespace = runtime_blobs.namespace AND m.sha256 = runtime_blobs.sha256)
+RETURNING size;

@@ -904,3 +904,41 @@ CREATE INDEX IF NOT EXISTS dependencies_cancelling ON dependencies (child)
 {postgres_only}         AND NEW.state IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout')
 {postgres_only}         AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'killed', 'timeout'))
 {postgres_only}     EXECUTE FUNCTION lakeshore_settle_dependents();
+
+-- migration: 37
+-- Job runtimes (issue 46): what a job brings to its worker, and the bundles it names. `runtime`
+-- is the invocation's runtime object as JSON (its bundle's digest, requirements, variables and
+-- what shipped); `runtime_bundle` repeats the digest so retention finds the bundles still in
+-- use with an index, not by reading JSON. A bundle is a manifest (runtime_manifests: its entries
+-- as JSON, never a pickle) over content-addressed blobs (runtime_blobs), all per namespace: one
+-- namespace's upload can never stand in for another's. runtime_manifest_blobs lists the blobs
+-- each manifest names, so a blob is kept while any kept manifest names it.
+ALTER TABLE invocations ADD COLUMN runtime TEXT;
+ALTER TABLE invocations ADD COLUMN runtime_bundle TEXT;
+CREATE INDEX IF NOT EXISTS invocations_runtime_bundle
+    ON invocations (namespace, runtime_bundle) WHERE runtime_bundle IS NOT NULL;
+CREATE TABLE IF NOT EXISTS runtime_blobs (
+    namespace  TEXT NOT NULL,
+    sha256     TEXT NOT NULL,
+    size       BIGINT NOT NULL,
+    data       {blob} NOT NULL,
+    created_at {real} NOT NULL,
+    PRIMARY KEY (namespace, sha256)
+);
+CREATE TABLE IF NOT EXISTS runtime_manifests (
+    namespace  TEXT NOT NULL,
+    digest     TEXT NOT NULL,
+    entries    TEXT NOT NULL,
+    files      INTEGER NOT NULL,
+    bytes      BIGINT NOT NULL,
+    created_at {real} NOT NULL,
+    PRIMARY KEY (namespace, digest)
+);
+CREATE TABLE IF NOT EXISTS runtime_manifest_blobs (
+    namespace TEXT NOT NULL,
+    digest    TEXT NOT NULL,
+    sha256    TEXT NOT NULL,
+    PRIMARY KEY (namespace, digest, sha256)
+);
+CREATE INDEX IF NOT EXISTS runtime_manifest_blobs_by_blob
+    ON runtime_manifest_blobs (namespace, sha256);

@@ -22,6 +22,7 @@ and results stay opaque bytes: the store never decodes them.
     frames.py       the journal
     views.py        read models: the dashboard's, the controller's, /metrics'
     retention.py    trimming ended invocations
+    runtimes.py     job runtimes: bundles (manifests over blobs) and a submit's runtime
     placement.py    resources: a job's request, a queue's default, where an attempt runs
     schedules.py    cron schedules, and firing them (every sweep and claim fires what is due)
 """

@@ -42,6 +42,7 @@ from .records import (
     owned_objects,
     queue_info_of,
 )
+from .runtimes import write_runtime
 from .settle import SettleStore
 
 
@@ -177,6 +178,8 @@ class InvocationStore(SettleStore):
                 set_preemption_limit(tx, row["id"], req, info)
                 if (wanted := asked(req.resources, info)) is not None:
                     write_request(tx, row["id"], wanted)
+                if req.runtime is not None:
+                    write_runtime(tx, ns, row["id"], req.runtime)
             ids[i] = row["id"]
         dependencies.link(tx, ns, planned, requests, ids, inserted, now)
         return info

@@ -32,6 +32,7 @@ from dreamlake.lakeshore.types import (
 )
 
 from .base import ELASTICITY_KINDS, ON_FULL
+from .runtimes import check_runtime_spec
 
 #: A producer's id is a ULID minted this long ago at most (or ahead, for clock skew): its time
 #: orders the queue among equal priorities, so an old one must not jump the line.
@@ -83,6 +84,7 @@ def check_submit(req: SubmitRequest) -> None:
         )
     check_host(req.host)
     check_optional(req.resources)
+    check_runtime_spec(req.runtime)
     if req.map_id is not None:
         check_map_id(req.map_id)
     check_due(req.delay_s, req.at)
@@ -260,6 +262,7 @@ def invocation_of(row: Row) -> Invocation:
         placement=json_object(row.get("placement")) or None,
         checkpoint=_blob(row["checkpoint"]),
         waiting_on=row.get("open_parents"),
+        runtime=json_object(row.get("runtime")) or None,
     )
 
 
@@ -276,6 +279,7 @@ def claim_of(row: Row) -> Claim:
         resources=json_object(row.get("resources")),
         checkpoint=_blob(row["checkpoint"]),
         inputs=row.get("input_results"),
+        runtime=json_object(row.get("runtime")) or None,
     )
 
 

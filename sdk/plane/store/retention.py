@@ -25,11 +25,11 @@ from dreamlake.lakeshore.plane.retention import (
 )
 from dreamlake.lakeshore.storage import MAX_REF_BYTES, StorageRef, is_spilled, sniff_ref
 
-from .base import StoreBase
 from .records import listed_objects
+from .runtimes import RUNTIME_GRACE_S, RuntimeStore
 
 
-class RetentionStore(StoreBase):
+class RetentionStore(RuntimeStore):
     def trim_retention(
         self,
         *,
@@ -58,6 +58,7 @@ class RetentionStore(StoreBase):
         for name in namespaces:
             if rows_age is not None:
                 done.add(self._trim_rows(name, now - rows_age, batch))
+                done.runtime_blobs += self._trim_runtimes(name, now - RUNTIME_GRACE_S)
             if frames_age is not None:
                 done.add(self._trim_frames(name, now - frames_age, batch))
             if rollup_age is not None:
