@@ -100,6 +100,24 @@ def plain(value: Any) -> Any:
         return repr(value)
 
 
+def brought(runtime: dict[str, Any]) -> str:
+    """What a job brings to its worker (issue 46), in a line: its bundle, what shipped, the
+    requirements and the names of its variables (never their values: they may be secrets)."""
+    parts = []
+    if runtime.get("bundle"):
+        size = int(runtime.get("bytes") or 0)
+        parts.append(f"{runtime['bundle'][:19]} ({runtime.get('files', 0)} files, {size:,} B)")
+    if runtime.get("workdir"):
+        parts.append("workdir")
+    if runtime.get("sources"):
+        parts.append("modules " + ", ".join(runtime["sources"]))
+    if runtime.get("requirements"):
+        parts.append("requires " + " ".join(runtime["requirements"]))
+    if runtime.get("env"):
+        parts.append("env " + " ".join(sorted(runtime["env"])))
+    return "; ".join(parts) or "-"
+
+
 def placed(placement: dict[str, Any]) -> str:
     """Where an attempt ran, in one line: "worker gpu-box-1, GPUs 0, 1 (NVIDIA H100, ...)"."""
     text = f"worker {placement.get('worker', '?')}"
@@ -279,6 +297,8 @@ def show(
     table.add_row("resources", escape(describe(inv.resources)))
     if inv.placement:
         table.add_row("placement", escape(placed(inv.placement)))
+    if inv.runtime:
+        table.add_row("runtime", escape(brought(inv.runtime)))
     if inv.after:
         waiting = f" (waiting on {inv.waiting_on})" if inv.state == "waiting" else ""
         table.add_row("after", escape(" ".join(inv.after)) + waiting)

@@ -80,6 +80,12 @@ class BundleCache:
         """The tree's folder, made now if this box has not got it yet."""
         name = _tree_name(manifest.digest)
         target = self.trees / name
+        # Shared first: a tree that is here is taken under the lock running jobs hold (`use`),
+        # which an exclusive lock would wait on for as long as any of them runs.
+        with self._locked(name, fcntl.LOCK_SH):
+            if target.is_dir():
+                _touch(target)
+                return Made(target, 0, 0)
         with self._locked(name, fcntl.LOCK_EX):
             if target.is_dir():
                 _touch(target)

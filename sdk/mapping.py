@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .envelope import Envelope
 from .errors import DispatchError, InvalidArgument
-from .queue_jobs import result_of
+from .queue_jobs import Shipped, result_of
 from .types import Invocation, SubmitRequest
 
 if TYPE_CHECKING:
@@ -184,6 +184,8 @@ class _Map:
         #: Unordered: jobs a look found ended, not yet yielded (each is out of `pending`).
         self._ready: deque[_Job] = deque()
         self._in_flight = 0  # inputs of the pending jobs
+        #: What every job brings, made for the first (one function: one bundle), then reused.
+        self._shipped: Shipped | None = None
 
     # -- submitting ---------------------------------------------------------------------------
 
@@ -229,9 +231,13 @@ class _Map:
                 self._in_flight += count
 
     def _request(self, body: Any) -> SubmitRequest:
+        options = self.submit_options
+        if self._shipped is not None:
+            options = {**options, "runtime": self._shipped}
         req: SubmitRequest = self.queue._request(  # the queue's own encoder
-            envelope=self._envelope(body), **self.submit_options
+            envelope=self._envelope(body), **options
         )
+        self._shipped = Shipped(req.runtime)
         return replace(req, map_id=self.id)
 
     # -- reading ------------------------------------------------------------------------------

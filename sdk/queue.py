@@ -45,6 +45,7 @@ from .topic import Topic
 
 if TYPE_CHECKING:
     from .mapping import MapResults
+    from .runtime.spec import Runtime
 
 #: Every name callers import from here, those that moved to queue_jobs.py, queue_args.py and
 #: sync_queue.py (issue 38) included.
@@ -157,6 +158,7 @@ class Queue:
         at: Any = None,
         after: Sequence[str] | None = None,
         after_failure: str = "cancel",
+        runtime: Runtime | None = None,
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -173,6 +175,7 @@ class Queue:
             at=at,
             after=after,
             after_failure=after_failure,
+            runtime=runtime,
         )
 
     async def submit_many(
@@ -186,6 +189,7 @@ class Queue:
         after_failure: str = "cancel",
         ids: Sequence[str] | None = None,
         after_each: Sequence[Sequence[str] | None] | None = None,
+        runtime: Runtime | None = None,
     ) -> list[str]:
         return await _to_thread(
             self.sync.submit_many,
@@ -197,6 +201,7 @@ class Queue:
             after_failure=after_failure,
             ids=ids,
             after_each=after_each,
+            runtime=runtime,
         )
 
     async def result(
@@ -285,6 +290,7 @@ class SyncPriorityQueue(SyncQueue):
         priority_field: str = "priority",
         elasticity: Mapping[str, Any] | None = None,
         resources: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "priority", unknown)
@@ -295,6 +301,7 @@ class SyncPriorityQueue(SyncQueue):
             priority_field=priority_field,
             elasticity=elasticity,
             resources=resources,
+            runtime=runtime,
             declare=True,
         )
 
@@ -316,6 +323,7 @@ class SyncBoltzmannQueue(SyncPriorityQueue):
         priority_field: str = "priority",
         elasticity: Mapping[str, Any] | None = None,
         resources: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "boltzmann", unknown)
@@ -328,6 +336,7 @@ class SyncBoltzmannQueue(SyncPriorityQueue):
             priority_field=priority_field,
             elasticity=elasticity,
             resources=resources,
+            runtime=runtime,
             declare=True,
         )
 
@@ -342,6 +351,7 @@ class SyncFILOQueue(SyncQueue):
         dispatch: Plane | None = None,
         elasticity: Mapping[str, Any] | None = None,
         resources: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, "filo", unknown)
@@ -351,6 +361,7 @@ class SyncFILOQueue(SyncQueue):
             kind="filo",
             elasticity=elasticity,
             resources=resources,
+            runtime=runtime,
             declare=True,
         )
 

@@ -30,12 +30,13 @@ from .queue_args import (
     payload_field,
     wire_name,
 )
+from .queue_jobs import checked_runtime
 from .queue_rows import RUN_QUEUE_MARK, RUN_QUEUE_TOUCH_S, RowSpec, prepare_row
 from .resources import check_optional
 from .types import normalize_kind
 
 if TYPE_CHECKING:
-    pass
+    from .runtime.spec import Runtime
 
 _QH = TypeVar("_QH", bound="QueueHandle")
 
@@ -58,6 +59,7 @@ class QueueHandle:
         anneal: Mapping[str, Any] | None = None,
         declare: bool = False,
         resources: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
         self.name = wire_name(name)
         self.kind = normalize_kind(kind)
@@ -70,6 +72,9 @@ class QueueHandle:
         self.elasticity = checked_elasticity(elasticity) if elasticity is not None else None
         #: The request of a job submitted here without one, kept on the queue row.
         self.resources = check_optional(resources, "queue resources")
+        #: What a job submitted here brings unless its submit says (sdk/runtime/): None, the
+        #: default, ships a code job's own modules. Kept on the handle, not the queue row.
+        self.runtime = cast("Runtime | None", checked_runtime(runtime, "queue runtime"))
         self._dispatch = dispatch
         self._held: dict[str, str] = {}  # invocation id -> lease, for post()
         #: The run of a run queue (`for_run`): its jobs carry it, whatever run is current.
@@ -229,4 +234,6 @@ class QueueHandle:
             extra["elasticity"] = self.elasticity
         if self.resources is not None:
             extra["resources"] = self.resources
+        if self.runtime is not None:
+            extra["runtime"] = self.runtime
         return extra

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from . import codec
 from .context import current_run
@@ -18,6 +18,47 @@ from .resources import check_optional
 from .types import DEFAULT_LEASE_S as DEFAULT_LEASE_S  # its home was here
 from .types import Invocation, SubmitRequest
 from .workflow import outputs_in
+
+if TYPE_CHECKING:
+    from .plane.base import Plane
+    from .runtime.spec import Runtime
+
+
+class Shipped(NamedTuple):
+    """A runtime already put on the plane (a map's, made for its first job and reused)."""
+
+    spec: dict[str, Any] | None
+
+
+#: What a submit's job brings, made from its body (the bundle put on the plane first).
+JobRuntime: TypeAlias = Callable[[Any], "dict[str, Any] | None"]
+
+
+def checked_runtime(value: object, where: str = "runtime") -> Runtime | Shipped | None:
+    """`runtime=` as given: None, a `dls.Runtime(...)` (or a map's `Shipped`); the SDK's
+    runtime modules load only to check something else."""
+    if value is None or isinstance(value, Shipped):
+        return value
+    from .runtime.resolve import check_runtime
+
+    return check_runtime(value, where)
+
+
+def job_runtime(plane: Plane, runtime: Runtime | Shipped | None) -> JobRuntime:
+    """The runtime of a job submitted to `plane` with `runtime=` (None: the default, which ships
+    a code job's own modules and nothing for data). A data job with no runtime asked for costs
+    no import: sdk/runtime/ loads with the first job that ships something."""
+    if isinstance(runtime, Shipped):
+        return lambda body: runtime.spec
+
+    def make(body: Any) -> dict[str, Any] | None:
+        if runtime is None and not isinstance(body, (Envelope, Thunk)):
+            return None
+        from .runtime.resolve import runtime_for
+
+        return runtime_for(plane, runtime, body)
+
+    return make
 
 
 @dataclass
@@ -69,10 +110,12 @@ def encode_submit(
     protocol: int | Callable[[], int] = codec.PICKLE_PROTOCOL,
     resources: Mapping[str, Any] | None = None,
     max_preemptions: int | None = None,
+    runtime: JobRuntime | None = None,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
     written in, or the function that picks it, asked only if something is pickled. `resources`
-    is checked here, so a mistake is refused before anything is encoded or sent."""
+    is checked here, so a mistake is refused before anything is encoded or sent. `runtime`
+    makes what the job brings from its body (`job_runtime`)."""
     asked = check_optional(resources)
     from . import spill
 
@@ -84,6 +127,8 @@ def encode_submit(
     run = run or current_run()
     if isinstance(body, Envelope) and body.run is None and run is not None:
         body = replace(body, run=run)  # the job carries its run to the worker
+    # Before anything is spilled: a runtime refused (too big, a bad workdir) leaves nothing.
+    brings = runtime(body) if runtime is not None else None
     # Above the inline limit: a ref to a spilled copy. `host`: where the payload's objects
     # live, so a worker there claims it first (docs/objects.md, locality).
     with codec.pickle_protocol(protocol):
@@ -102,4 +147,5 @@ def encode_submit(
         objects=owned,
         resources=asked,
         max_preemptions=max_preemptions,
+        runtime=brings,
     )

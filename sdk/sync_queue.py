@@ -24,13 +24,24 @@ from .queue_args import (
     refuse_arguments,
 )
 from .queue_handle import QueueHandle
-from .queue_jobs import DEFAULT_LEASE_S, Job, encode_submit, result_of, worker_identity
+from .queue_jobs import (
+    DEFAULT_LEASE_S,
+    Job,
+    JobRuntime,
+    Shipped,
+    checked_runtime,
+    encode_submit,
+    job_runtime,
+    result_of,
+    worker_identity,
+)
 from .topic import Topic, iter_frames
 from .types import STATES, Claim, ClaimArgs, Invocation, SubmitRequest, normalize_kind
 from .workflow import with_after
 
 if TYPE_CHECKING:
     from .mapping import MapResults
+    from .runtime.spec import Runtime
 
 P = ParamSpec("P")
 _SQ = TypeVar("_SQ", bound="SyncQueue")
@@ -72,6 +83,7 @@ class SyncQueue(QueueHandle):
         temperature: float = 1.0,
         elasticity: Mapping[str, Any] | None = None,
         resources: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
         **unknown: NoReturn,
     ) -> None:
         refuse_arguments(type(self), name, kind, unknown)
@@ -84,6 +96,7 @@ class SyncQueue(QueueHandle):
             temperature=temperature,
             elasticity=elasticity,
             resources=resources,
+            runtime=runtime,
         )
 
     @classmethod
@@ -114,6 +127,7 @@ class SyncQueue(QueueHandle):
         at: Any = None,
         after: Sequence[str] | None = None,
         after_failure: str = "cancel",
+        runtime: Runtime | None = None,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
@@ -127,6 +141,9 @@ class SyncQueue(QueueHandle):
         `scheduled` until then (sdk/workflow.py). `after` (ids, on any queue of the namespace)
         holds it as `waiting` until each has succeeded; a parent that ends otherwise cancels
         it, unless `after_failure="run"` (then it runs once every parent has ended).
+        `runtime` (`dls.Runtime`, docs/runtime.md) is what the job brings to its worker: a
+        folder, requirements, variables; without it, the queue's, else a code job ships the
+        producer's own modules that it reaches.
         """
         from .workflow import with_due
 
@@ -141,6 +158,7 @@ class SyncQueue(QueueHandle):
             max_preemptions=max_preemptions,
             after=after,
             after_failure=after_failure,
+            runtime=runtime,
         )
         req = with_due(req, delay_s, at)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
@@ -158,6 +176,7 @@ class SyncQueue(QueueHandle):
         max_preemptions: int | None = None,
         after: Sequence[str] | None = None,
         after_failure: str = "cancel",
+        runtime: Runtime | Shipped | None = None,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
@@ -172,8 +191,14 @@ class SyncQueue(QueueHandle):
             self._protocol(),
             resources=resources,
             max_preemptions=max_preemptions,
+            runtime=self._job_runtime(runtime),
         )
         return with_after(req, after, after_failure)
+
+    def _job_runtime(self, runtime: Runtime | Shipped | None) -> JobRuntime:
+        """What a job submitted here brings: `runtime` as given, else the queue's."""
+        chosen = checked_runtime(runtime)
+        return job_runtime(self.dispatch, chosen if chosen is not None else self.runtime)
 
     def _protocol(self) -> Callable[[], int]:
         """The pickle protocol this queue's live workers all load (`protocols.protocol_for`):
@@ -193,13 +218,15 @@ class SyncQueue(QueueHandle):
         after_failure: str = "cancel",
         ids: Sequence[str] | None = None,
         after_each: Sequence[Sequence[str] | None] | None = None,
+        runtime: Runtime | None = None,
     ) -> list[str]:
-        """Enqueue many in one transaction (one round trip over HTTP); `resources` is each
-        job's request, as `submit` takes it. `after`: parents every job waits on;
+        """Enqueue many in one transaction (one round trip over HTTP); `resources` and
+        `runtime` are each job's, as `submit` takes them. `after`: parents every job waits on;
         `after_each`: each job's own (one list, or None, per payload), which may name the `ids`
         (`dls.new_id()`, one per payload) of jobs earlier in the same batch."""
         self._first_use(submitting=True)
         protocol = self._protocol()
+        brings = self._job_runtime(runtime)
         if ids is not None and len(ids) != len(payloads):
             raise InvalidArgument(f"ids has {len(ids)} entries for {len(payloads)} payloads")
         if after_each is not None and len(after_each) != len(payloads):
@@ -218,6 +245,7 @@ class SyncQueue(QueueHandle):
                     self.run_id,
                     protocol,
                     resources,
+                    runtime=brings,
                 ),
                 [*(after or ()), *((after_each[i] or ()) if after_each else ())],
                 after_failure,

@@ -28,11 +28,13 @@ from .queue import (
     SyncPriorityQueue,
     SyncQueue,
 )
+from .queue_jobs import Shipped, checked_runtime
 from .resources import check_optional
 from .types import MAX_PREEMPTIONS_LIMIT, normalize_kind
 
 if TYPE_CHECKING:
     from .mapping import MapResults
+    from .runtime.spec import Runtime
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -117,6 +119,8 @@ class SubmitOptions:
     timeout: float = 30.0
     #: This call's request (`_resources=`), instead of the udf's.
     resources: Mapping[str, Any] | None = None
+    #: What this call brings (`_runtime=`, a dls.Runtime), instead of the udf's.
+    runtime: Runtime | None = None
     #: submit() only: held as `scheduled` this long, or until then (sdk/workflow.py).
     delay_s: float | None = None
     at: Any = None
@@ -141,6 +145,7 @@ class SubmitOptions:
             max_preemptions=calls.get("max_preemptions"),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
             resources=_option(kwargs, "_resources", Mapping, None),
+            runtime=_runtime_option(kwargs),
             delay_s=_option(kwargs, "_delay_s", (int, float), None),
             at=kwargs.pop("_at", None),
             after=tuple(_option(kwargs, "_after", (list, tuple), ())),
@@ -158,6 +163,12 @@ def _option(kwargs: dict[str, Any], name: str, kind: Any, default: T) -> T:
     return cast(T, value)
 
 
+def _runtime_option(kwargs: dict[str, Any]) -> Runtime | None:
+    found = checked_runtime(kwargs.pop("_runtime", None), "_runtime=")
+    assert not isinstance(found, Shipped)  # only a map makes one, never a call
+    return found
+
+
 def check_scope(scope: object) -> str | None:
     if scope is not None and scope not in SCOPES:
         raise InvalidArgument(f"unknown udf scope {scope!r}; use scope='run' or leave it out")
@@ -173,6 +184,7 @@ class UDF(Generic[P, R]):
         scope: str | None = None,
         resources: Mapping[str, Any] | None = None,
         defaults: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         #: The call options each call takes unless it says otherwise (`CALL_OPTIONS`).
@@ -180,6 +192,9 @@ class UDF(Generic[P, R]):
         #: What each call needs to run (sdk/resources.py), unless a call says `_resources=`;
         #: None: the queue's default.
         self.resources = check_optional(resources)
+        #: What each call brings to its worker (sdk/runtime/), unless a call says `_runtime=`;
+        #: None: the queue's, else the producer's own modules that the function reaches.
+        self.runtime = checked_runtime(runtime)
         self.fn = fn
         if isinstance(queue, Queue):
             queue = queue.sync
@@ -218,6 +233,7 @@ class UDF(Generic[P, R]):
             timeout_s=opts.timeout_s,
             resources=self._resources(opts),
             max_preemptions=opts.max_preemptions,
+            runtime=self._runtime(opts),
             delay_s=opts.delay_s,
             at=opts.at,
             after=opts.after,
@@ -226,6 +242,9 @@ class UDF(Generic[P, R]):
 
     def _resources(self, opts: SubmitOptions) -> Mapping[str, Any] | None:
         return opts.resources if opts.resources is not None else self.resources
+
+    def _runtime(self, opts: SubmitOptions) -> Any:
+        return opts.runtime if opts.runtime is not None else self.runtime
 
     def map(
         self,
@@ -252,6 +271,8 @@ class UDF(Generic[P, R]):
         given = {**self.defaults, **check_call_options(submit), **submit}
         if self.resources is not None:
             given.setdefault("resources", self.resources)
+        if self.runtime is not None:
+            given.setdefault("runtime", self.runtime)
         return given
 
     def starmap(self, inputs: Iterable[Any], **kw: Any) -> MapResults:
@@ -273,6 +294,7 @@ class UDF(Generic[P, R]):
             timeout=opts.timeout,
             resources=self._resources(opts),
             max_preemptions=opts.max_preemptions,
+            runtime=self._runtime(opts),
             after=opts.after,
             after_failure=opts.after_failure,
         )
@@ -291,6 +313,7 @@ def udf(
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
     resources: Mapping[str, Any] | None = ...,
+    runtime: Runtime | None = ...,
     priority: float | None = ...,
     max_attempts: int = ...,
     timeout_s: float | None = ...,
@@ -309,6 +332,7 @@ def udf(
     elasticity: Mapping[str, Any] = ...,
     kind: str = ...,
     resources: Mapping[str, Any] | None = ...,
+    runtime: Runtime | None = ...,
     priority: float | None = ...,
     max_attempts: int = ...,
     timeout_s: float | None = ...,
@@ -321,22 +345,26 @@ def udf(
     queue: SyncQueue | Queue | str = "default",
     scope: str | None = None,
     resources: Mapping[str, Any] | None = None,
+    runtime: Runtime | None = None,
     **options: Any,
 ) -> UDF[P, R] | Callable[[Callable[P, R]], UDF[P, R]]:
     """Bind a function to a queue: `@udf(queue=q)` or `@udf(queue="tutorial", ...)`.
 
     With a name, `priority_field=`, `temperature=`, `anneal=`, `elasticity=` and `kind=` build
     the queue (PriorityQueue for priority_field, BoltzmannQueue for temperature or anneal).
-    `resources=` is what each call needs to run (GPUs, CPUs, memory: sdk/resources.py).
+    `resources=` is what each call needs to run (GPUs, CPUs, memory: sdk/resources.py);
+    `runtime=` what it brings to its worker (a dls.Runtime: a folder, requirements; by default
+    the producer's own modules that the function reaches).
     """
     check_optional(resources)
+    checked_runtime(runtime)
     defaults = check_call_options(options)
     options = {k: v for k, v in options.items() if k not in CALL_OPTIONS}
     unknown = sorted(set(options) - set(QUEUE_OPTIONS))
     if unknown:
         import difflib  # only to word this refusal: not loaded with the SDK
 
-        takes = ["queue", "scope", "resources", *CALL_OPTIONS]
+        takes = ["queue", "scope", "resources", "runtime", *CALL_OPTIONS]
         close = difflib.get_close_matches(unknown[0], [*QUEUE_OPTIONS, *takes], n=1)
         raise InvalidArgument(
             f"@udf got an unknown argument {unknown[0]}="
@@ -353,6 +381,6 @@ def udf(
     bound = queue_from_name(queue, options) if isinstance(queue, str) else queue
 
     def wrap(f: Callable[P, R]) -> UDF[P, R]:
-        return UDF(f, bound, scope=scope, resources=resources, defaults=defaults)
+        return UDF(f, bound, scope=scope, resources=resources, defaults=defaults, runtime=runtime)
 
     return wrap(fn) if fn is not None else wrap

@@ -129,19 +129,21 @@ def _under(rel: PurePosixPath, base: PurePosixPath) -> PurePosixPath | None:
 
 
 def walk(
-    root: Path, excludes: Sequence[str] = ()
+    root: Path, excludes: Sequence[str] = (), *, entered: list[str] | None = None
 ) -> Iterator[tuple[PurePosixPath, os.DirEntry[str]]]:
     """Every entry of `root` that ships, files and symlinks, as (path relative to root, entry),
     in a stable order. An ignored folder is not entered (git's rule too: a file under an
-    excluded folder cannot be re-included)."""
+    excluded folder cannot be re-included). `entered` collects the folders read."""
     rules = IgnoreRules(excludes)
-    yield from _walk(root, PurePosixPath("."), rules)
+    yield from _walk(root, PurePosixPath("."), rules, entered)
 
 
 def _walk(
-    folder: Path, rel: PurePosixPath, rules: IgnoreRules
+    folder: Path, rel: PurePosixPath, rules: IgnoreRules, entered: list[str] | None
 ) -> Iterator[tuple[PurePosixPath, os.DirEntry[str]]]:
     pushed = rules.enter(folder, rel)
+    if entered is not None:
+        entered.append(str(folder))
     try:
         with os.scandir(folder) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -151,7 +153,7 @@ def _walk(
             if rules.ignored(path, is_dir):
                 continue
             if is_dir:
-                yield from _walk(Path(entry.path), path, rules)
+                yield from _walk(Path(entry.path), path, rules, entered)
             else:
                 yield path, entry
     finally:

@@ -156,11 +156,63 @@ def _check_link(path: str, target: str) -> None:
 
 
 def scan(root: Path, excludes: Sequence[str] = (), *, prefix: str = "") -> Manifest:
-    """The manifest of `root` as it ships (ignore.py's rules), `prefix/` before each path."""
+    """The manifest of `root` as it ships (ignore.py's rules), `prefix/` before each path.
+
+    A producer submitting in a loop scans the same tree each time: the last scan of a tree is
+    kept and used again while every folder it read and every file it listed stats as it did
+    (a file added, removed or renamed changes its folder's times; an edit changes the file's),
+    and nothing in it changed in the last few seconds (`file_sha256`'s rule)."""
     root = Path(root)
     if not _is_dir(root):
         raise InvalidArgument(f"runtime folder {_shown(root)} does not exist or is not a folder")
-    return Manifest(tuple(_entries(root, excludes, prefix)))
+    key = (str(root), tuple(excludes), prefix)
+    kept = _SCANS.get(key)
+    if kept is not None and kept.still_true():
+        return kept.manifest
+    folders: list[str] = []
+    files: list[str] = []
+    manifest = Manifest(tuple(_entries(root, excludes, prefix, folders, files)))
+    _SCANS[key] = _Scan(manifest, *_stat_all(folders), *_stat_all(files))
+    if len(_SCANS) > _SCANS_MAX:
+        _SCANS.pop(next(iter(_SCANS)))
+    return manifest
+
+
+_StatKey = tuple[int, int, int, int]
+
+
+def _stat_key(path: str) -> _StatKey | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+def _stat_all(paths: list[str]) -> tuple[tuple[str, ...], tuple[_StatKey | None, ...]]:
+    return tuple(paths), tuple(_stat_key(p) for p in paths)
+
+
+@dataclass(frozen=True)
+class _Scan:
+    manifest: Manifest
+    folders: tuple[str, ...]
+    folder_stats: tuple[_StatKey | None, ...]
+    files: tuple[str, ...]
+    file_stats: tuple[_StatKey | None, ...]
+
+    def still_true(self) -> bool:
+        settled = time.time_ns() - _SETTLED_NS
+        for paths, stats in ((self.folders, self.folder_stats), (self.files, self.file_stats)):
+            for path, was in zip(paths, stats, strict=True):
+                if was is None or _stat_key(path) != was or max(was[1], was[2]) > settled:
+                    return False
+        return True
+
+
+#: The last scan of each tree (root, excludes, prefix), and how many trees are kept.
+_SCANS: dict[tuple[str, tuple[str, ...], str], _Scan] = {}
+_SCANS_MAX: Final = 64
 
 
 def _is_dir(path: Path) -> bool:
@@ -175,8 +227,11 @@ def _shown(path: Path, limit: int = 200) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _entries(root: Path, excludes: Sequence[str], prefix: str) -> Iterable[Entry]:
-    for rel, dirent in walk(root, excludes):
+def _entries(
+    root: Path, excludes: Sequence[str], prefix: str, folders: list[str], files: list[str]
+) -> Iterable[Entry]:
+    for rel, dirent in walk(root, excludes, entered=folders):
+        files.append(dirent.path)
         path = f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix()
         info = dirent.stat(follow_symlinks=False)
         if stat.S_ISLNK(info.st_mode):

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import stat
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -77,6 +78,23 @@ def test_a_tree_is_laid_out_read_only_once_and_then_reused(tmp_path: Path) -> No
 
     again = cache.materialise(manifest, blobs.fetch)
     assert (again.path, again.fetched, blobs.fetched()) == (made.path, 0, 32)
+
+
+def test_a_tree_in_use_is_handed_to_the_next_job_at_once(tmp_path: Path) -> None:
+    """A warm child holds its tree (`use`) for as long as it lives; the next job of the same
+    bundle must get the tree without waiting for that child to go."""
+    blobs = Blobs(tmp_path / "plane")
+    manifest = blobs.add_tree(project(tmp_path / "producer"))
+    cache = BundleCache(tmp_path / "box", max_bytes=1 << 30)
+    made = cache.materialise(manifest, blobs.fetch)
+    with cache.use(manifest.digest):
+        done: list[Path] = []
+        worker = threading.Thread(
+            target=lambda: done.append(cache.materialise(manifest, blobs.fetch).path), daemon=True
+        )
+        worker.start()
+        worker.join(10)
+        assert done == [made.path], "materialise waited on the lock a running job holds"
 
 
 def test_an_edit_of_one_file_fetches_that_one_blob(tmp_path: Path) -> None:

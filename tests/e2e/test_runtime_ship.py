@@ -1,0 +1,158 @@
+"""A producer's own code reaches a daemon that shares none of it (issue 46): the reproduction.
+
+The producer is a script in its project folder (`myproj/features.py`, `mytasks.py`); the daemon
+runs in an empty folder with nothing of the project on its path. Without shipping, the job fails
+with `No module named 'myproj'`; with it (the default), it returns 18, and 30 once the producer
+edits its module and submits again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemons import DaemonProcess, daemon_env
+
+FEATURES = "def scale(x):\n    return {factor} * x\n"
+TASKS = """\
+import dreamlake.lakeshore as dls
+from myproj.features import scale
+
+
+@dls.udf(queue="ct")
+def double(x):
+    return 2 * scale(x)
+"""
+PRODUCER = """\
+import importlib, json, sys, time
+from pathlib import Path
+import dreamlake.lakeshore as dls
+import mytasks
+import myproj.features
+
+q = dls.SyncQueue("ct")
+out = {}
+out["udf"] = q.result(mytasks.double.submit(3), timeout=60)
+out["thunk"] = q.result(q.submit(dls.thunk(mytasks.double.fn, 4)), timeout=60)
+out["map"] = list(q.map(mytasks.double.fn, [1, 2]))
+job = mytasks.double.submit(1)
+q.result(job, timeout=60)
+out["shipped"] = q.status(job).runtime
+Path("myproj/features.py").write_text("def scale(x):\\n    return 5 * x\\n")
+importlib.reload(myproj.features)
+importlib.reload(mytasks)
+out["edited"] = q.result(mytasks.double.submit(3), timeout=60)
+off = mytasks.double.submit(3, _runtime=dls.Runtime(include_source=False))
+try:
+    q.result(off, timeout=60)
+    out["off"] = "succeeded"
+except dls.DispatchError as exc:
+    out["off"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "myproj").mkdir(parents=True)
+    (root / "myproj" / "__init__.py").write_text("")
+    (root / "myproj" / "features.py").write_text(FEATURES.format(factor=3))
+    (root / "mytasks.py").write_text(TASKS)
+    (root / "produce.py").write_text(PRODUCER)
+    return root
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[Path, DaemonProcess]]:
+    home = tmp_path / "home"
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    proc = DaemonProcess(home, "box-ct", ["--queue", "ct", "--concurrency", "1"], cwd=empty)
+    try:
+        proc.ready()
+        yield home, proc
+    finally:
+        proc.stop()
+
+
+def _produce(project: Path, home: Path, extra: dict[str, str] | None = None) -> dict:
+    env = daemon_env(home, extra)
+    env.pop("PYTHONPATH", None)  # the producer imports its own folder, as a user's would
+    done = subprocess.run(
+        [sys.executable, "produce.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_producers_own_modules_ship_to_a_daemon_in_another_folder(project, daemon) -> None:
+    home, _ = daemon
+    out = _produce(project, home)
+    assert out["udf"] == 18
+    assert out["thunk"] == 24
+    assert out["map"] == [6, 12]
+    shipped = out["shipped"]
+    assert shipped["sources"] == ["myproj", "mytasks"]
+    assert shipped["bundle"].startswith("sha256:") and shipped["files"] == 3
+    assert out["edited"] == 30, "the job ran the module a child held from the last job"
+    assert "No module named 'myproj'" in out["off"]
+
+
+def test_the_same_over_http(project, tmp_path, server, tenant) -> None:
+    home = tmp_path / "home-http"
+    empty = tmp_path / "elsewhere-http"
+    empty.mkdir()
+    env = {
+        "LAKESHORE_URL": server.url,
+        "LAKESHORE_TOKEN": tenant.token,
+        "LAKESHORE_NAMESPACE": tenant.namespace,
+    }
+    proc = DaemonProcess(
+        home, "box-ct-http", ["--queue", "ct", "--concurrency", "1"], env=env, cwd=empty
+    )
+    try:
+        proc.ready()
+        out = _produce(project, tmp_path / "producer-home", env)
+    finally:
+        proc.stop()
+    assert (out["udf"], out["thunk"], out["map"], out["edited"]) == (18, 24, [6, 12], 30)
+    assert "No module named 'myproj'" in out["off"]
+
+
+def test_lakeshore_jobs_show_lists_what_shipped(project, daemon) -> None:
+    home, _ = daemon
+    script = textwrap.dedent(
+        """
+        import dreamlake.lakeshore as dls, mytasks
+        job = mytasks.double.submit(2)
+        dls.SyncQueue("ct").result(job, timeout=60)
+        print(job)
+        """
+    )
+    env = daemon_env(home)
+    env.pop("PYTHONPATH", None)
+    job = subprocess.run(
+        [sys.executable, "-c", script], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert job.returncode == 0, job.stderr[-3000:]
+    inv_id = job.stdout.split()[-1]
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "lakeshore"), "jobs", "show", inv_id],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "myproj, mytasks" in shown.stdout and "sha256:" in shown.stdout
