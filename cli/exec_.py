@@ -25,6 +25,7 @@ from dreamlake.lakeshore.queue import SyncQueue
 from dreamlake.lakeshore.types import DEFAULT_QUEUE
 
 from .params import Finite, seconds
+from .runtime_options import runtime_of, runtime_options
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str] | None:
@@ -129,6 +130,7 @@ class ExecCommand(click.Command):
     default=None,
     help="With --wait: give up waiting after this long (the job keeps running).",
 )
+@runtime_options
 @plane_options
 def exec_(
     command: tuple[str, ...],
@@ -141,6 +143,9 @@ def exec_(
     priority: float,
     max_attempts: int,
     result_timeout_s: float | None,
+    workdir: str | None,
+    requirements: str | None,
+    with_: tuple[str, ...],
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -151,8 +156,13 @@ def exec_(
     submitted. Every word after -- is the command as given, its own options included:
 
         lakeshore exec -q training -- python train.py --lr 3
+
+    With --workdir DIR, DIR ships and the command runs in a copy of it on the worker:
+
+        lakeshore exec --workdir . -q training -- python train.py --lr 3e-4
     """
     line = command[0] if len(command) == 1 else shlex.join(command)
+    runtime = runtime_of(workdir, requirements, with_)  # checked before anything is sent
     with plane_session(url, token, namespace) as plane:
         q = SyncQueue(queue, dispatch=plane)
         inv = q.submit(
@@ -160,6 +170,7 @@ def exec_(
             key=key,
             priority=priority,
             max_attempts=max_attempts,
+            runtime=runtime,
         )
         if not wait:
             click.echo(inv)

@@ -37,6 +37,7 @@ from .jobs import (
     span,
 )
 from .params import Finite, Moment, seconds
+from .runtime_options import runtime_of, runtime_options
 
 #: `--json` meant the payload before it meant output format everywhere else; it still works for
 #: one release, with this warning on stderr.
@@ -181,9 +182,13 @@ def wait_for(plane: Plane, inv_id: str, timeout_s: float, console: Console) -> I
     show_default=True,
     help="On a full queue with on_full: block, wait this long for room.",
 )
+@runtime_options
 @plane_options
 def submit(
     queue: str,
+    workdir: str | None,
+    requirements: str | None,
+    with_: tuple[str, ...],
     payload_json: str | None,
     payload_text: str | None,
     legacy_json: str | None,
@@ -204,6 +209,7 @@ def submit(
 ) -> None:
     """Submit one job to QUEUE (payload: --payload-json or --payload); prints its id."""
     value = _choose_payload(payload_text, payload_json, legacy_json)
+    runtime = runtime_of(workdir, requirements, with_)
     if delay_s is not None and at is not None:
         raise click.UsageError("give --delay-s or --at, not both")
     with plane_session(url, token, namespace) as plane:
@@ -219,6 +225,7 @@ def submit(
             at=at,
             after=list(after),
             after_failure=after_failure,
+            runtime=runtime,
         )
         if not wait:
             click.echo(inv_id)

@@ -456,6 +456,7 @@ def test_every_block_of_the_page_runs(path: Path, page_runner: Page) -> None:
         if name is not None:
             target = (page_runner.root / name).resolve()
             assert target.is_relative_to(page_runner.root), f"{block.where}: {name} escapes"
+            target.parent.mkdir(parents=True, exist_ok=True)  # a package's module
             target.write_text(block.source)
         elif block.runs:
             page_runner.run(block, index)

@@ -156,3 +156,40 @@ def test_lakeshore_jobs_show_lists_what_shipped(project, daemon) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert "myproj, mytasks" in shown.stdout and "sha256:" in shown.stdout
+
+
+TRAIN_ARGV = ("python", "train.py", "--lr", "3e-4")
+TRAIN = """\
+import pathlib, sys
+print("training with", *sys.argv[1:])
+pathlib.Path("metrics.txt").write_text("loss 0.1\\n")
+print("wrote", pathlib.Path("metrics.txt").resolve().parent.name == pathlib.Path.cwd().name)
+"""
+
+
+def test_exec_with_a_workdir_runs_a_script_only_the_producer_has(tmp_path, daemon) -> None:
+    home, _ = daemon
+    folder = tmp_path / "train-project"
+    folder.mkdir()
+    (folder / "train.py").write_text(TRAIN)
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    env = daemon_env(home)
+    env.pop("PYTHONPATH", None)
+    lakeshore = str(Path(sys.executable).parent / "lakeshore")
+    done = subprocess.run(
+        [lakeshore, "exec", "--wait", "--workdir", str(folder), "-q", "ct", "--", *TRAIN_ARGV],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "training with --lr 3e-4" in done.stdout
+    assert "wrote True" in done.stdout
+    # the job wrote into its own folder on the box, not the producer's, not the shared tree
+    assert not (folder / "metrics.txt").exists()
+    trees = list((home / "runtime" / "bundles" / "trees").iterdir())
+    assert trees and not any((t / "workdir" / "metrics.txt").exists() for t in trees)
+    assert not any((t / "workdir" / ".git").exists() for t in trees)

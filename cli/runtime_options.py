@@ -1,0 +1,56 @@
+"""`--workdir`, `--requirements` and `--with` on `lakeshore exec` and `lakeshore submit`:
+what the job brings to its worker (issue 46, docs/runtime.md), declared once for both verbs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from dreamlake.lakeshore.runtime.spec import Runtime
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def runtime_options(fn: F) -> F:
+    """Add the three options; the command takes `workdir`, `requirements` and `with_`."""
+    fn = click.option(
+        "--with",
+        "with_",
+        multiple=True,
+        metavar="PKG",
+        help="A requirement to install for the job (uv, on the worker); repeatable.",
+    )(fn)
+    fn = click.option(
+        "--requirements",
+        type=click.Path(dir_okay=False),
+        default=None,
+        metavar="FILE",
+        help="A requirements.txt to install for the job (its lines travel, -r included).",
+    )(fn)
+    fn = click.option(
+        "--workdir",
+        type=click.Path(file_okay=False),
+        default=None,
+        metavar="DIR",
+        help="Ship DIR (git's ignore rules) as the job's working directory.",
+    )(fn)
+    return fn
+
+
+def runtime_of(
+    workdir: str | None, requirements: str | None, with_: tuple[str, ...]
+) -> Runtime | None:
+    """The options as a `dls.Runtime`; None when none was given (nothing ships for a command)."""
+    if workdir is None and requirements is None and not with_:
+        return None
+    from dreamlake.lakeshore.runtime.spec import Runtime, read_requirements
+
+    lines = list(with_)
+    if requirements is not None:
+        from pathlib import Path
+
+        lines = read_requirements(Path(requirements)) + lines
+    return Runtime(workdir=workdir, requirements=lines)
