@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from dreamlake.lakeshore.errors import DispatchError
+from dreamlake.lakeshore.plane.waiting import through_outages
 from dreamlake.lakeshore.runtime.bundle import PYTHON, WORKDIR
 from dreamlake.lakeshore.runtime.manifest import Manifest
 
@@ -39,6 +40,10 @@ __all__ = ["DEFAULT_CACHE_GB", "JobRuntimes", "Ready", "RuntimeFailed", "runtime
 
 #: `--runtime-cache-gb`: how much the box keeps of shipped trees.
 DEFAULT_CACHE_GB: Final = 20.0
+#: How long a fetch of a job's bundle rides out an unreachable plane before the job fails.
+FETCH_OUTAGE_S: Final = 60.0
+
+T = TypeVar("T")
 
 
 class RuntimeFailed(DispatchError):
@@ -162,10 +167,13 @@ class JobRuntimes:
         if not digest:
             return None, 0, 0
         try:
-            manifest = Manifest.from_wire(self.plane.runtime_manifest(str(digest)))
+            wire = self._read(lambda: self.plane.runtime_manifest(str(digest)), "its manifest")
+            manifest = Manifest.from_wire(wire)
             if manifest.digest != digest:
                 raise RuntimeFailed(f"the plane's manifest for {digest} is {manifest.digest}")
-            made = self.bundles.materialise(manifest, self.plane.runtime_blob)
+            made = self.bundles.materialise(
+                manifest, lambda sha: self._read(lambda: self.plane.runtime_blob(sha), "a blob")
+            )
         except DispatchError as exc:
             if isinstance(exc, RuntimeFailed):
                 raise
@@ -179,6 +187,11 @@ class JobRuntimes:
         self.stats["bundle_misses" if made.fetched else "bundle_hits"] += 1
         self.stats["bytes_fetched"] += made.fetched_bytes
         return made.path, made.fetched, made.fetched_bytes
+
+    def _read(self, call: Callable[[], T], what: str) -> T:
+        """A read of the job's bundle, made again through a plane outage (a read by name is
+        safe to repeat): a connection reset mid-fetch is not a job whose code cannot exist."""
+        return through_outages(call, FETCH_OUTAGE_S, what=f"fetching the job's code ({what})")
 
     def _python(self, requirements: list[str]) -> tuple[str | None, bool]:
         if not requirements:

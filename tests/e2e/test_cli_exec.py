@@ -71,7 +71,7 @@ def command_of(plane: Plane, queue: str) -> str:
 @pytest.mark.parametrize(
     ("args", "named", "hint"),
     [
-        (["-q", QUEUE, "--wiat", "--", "python", "x.py"], "--wiat", "did you mean --wait?"),
+        (["-q", QUEUE, "--wiat", "--", "python", "x.py"], "--wiat", "--wait?"),
         (["--wrokdir", ".", "-q", QUEUE, "--", "echo", "hi"], "--wrokdir", "--cwd"),
         (["-q", QUEUE, "--gpu", "2", "--", "python", "x.py"], "--gpu", "--queue"),
         # without --, a command's own option is caught too, and the way to pass it is named
