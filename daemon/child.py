@@ -86,6 +86,7 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
     with contextlib.suppress(OSError):
         os.setsid()
     _die_with_parent()
+    _environment_first()
     _import_from_working_directory()
     from dreamlake.lakeshore import codec, spill
     from dreamlake.lakeshore.attempt import Preempted
@@ -162,6 +163,19 @@ class _JobRuntime:
             os.chdir(workdir)
         else:
             os.chdir(self.home)
+
+
+def _environment_first() -> None:
+    """Spawn hands a child its parent's `sys.path`, whatever interpreter runs it: a child on a
+    job's environment (runtimes.py) puts that environment's site-packages back, first, so the
+    job's requirements are what it imports (the daemon's own packages stay behind them, and
+    the build's constraints keep the two from disagreeing)."""
+    import site
+
+    own = [p for p in site.getsitepackages() if p not in sys.path]
+    sys.path[0:0] = own
+    for path in own:
+        site.addsitedir(path)  # its .pth files (the entries are on the path already)
 
 
 def _import_from_working_directory() -> None:

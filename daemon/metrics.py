@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dreamlake.lakeshore.types import Claim
@@ -114,10 +114,39 @@ class DaemonMetrics(WorkerObserver):
         """Read slot states (and GPUs, through NVML) when scraped, never in between."""
         self.registry.register(_BoxCollector(slots, draining))
 
+    def watch_runtimes(self, figures: Callable[[], Mapping[str, float]]) -> None:
+        """Job runtimes (issue 46): the box's bundle and environment caches, read when scraped
+        (`JobRuntimes.figures`)."""
+        self.registry.register(_RuntimeCollector(figures))
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Serve /metrics on `port` (0 picks a free one) in a daemon thread; the port bound."""
         server, _ = start_http_server(port, addr=addr, registry=self.registry)
         return int(server.server_port)
+
+
+#: What `JobRuntimes.figures` names, as the counters it is exported as.
+RUNTIME_COUNTERS = {
+    "bundle_hits": "Jobs whose shipped tree was on this box already",
+    "bundle_misses": "Shipped trees fetched from the plane",
+    "bundle_bytes_fetched": "Bytes of shipped trees fetched from the plane",
+    "environment_hits": "Jobs whose requirements' environment was built already",
+    "environment_misses": "Environments built for jobs' requirements (failed builds too)",
+    "environment_failures": "Environment builds that failed",
+    "environment_build_seconds": "Seconds spent building environments",
+}
+
+
+class _RuntimeCollector(Collector):
+    def __init__(self, figures: Callable[[], Mapping[str, float]]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self._figures()
+        for name, words in RUNTIME_COUNTERS.items():
+            counter = CounterMetricFamily(f"lakeshore_daemon_runtime_{name}", words)
+            counter.add_metric([], float(figures.get(name, 0)))
+            yield counter
 
 
 class _BoxCollector(Collector):

@@ -133,6 +133,19 @@ class JobRuntimes:
             seconds=time.monotonic() - started,
         )
 
+    def figures(self) -> dict[str, float]:
+        """The box's runtime counters, for the daemon's metrics (read when scraped)."""
+        envs = self._envs.stats if self._envs is not None else None
+        return {
+            "bundle_hits": self.stats["bundle_hits"],
+            "bundle_misses": self.stats["bundle_misses"],
+            "bundle_bytes_fetched": self.stats["bytes_fetched"],
+            "environment_hits": envs.hits if envs else 0,
+            "environment_misses": envs.misses if envs else 0,
+            "environment_failures": envs.failures if envs else 0,
+            "environment_build_seconds": envs.build_seconds if envs else 0.0,
+        }
+
     @contextlib.contextmanager
     def hold(self, ready: Ready) -> Iterator[None]:
         """Keep `ready`'s tree on the box while a child runs from it (eviction passes it by)."""

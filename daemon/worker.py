@@ -109,6 +109,7 @@ class Daemon(WorkerCore):
             log=get_logger(worker=config.name),
             observers=[] if metrics is None else [metrics],
         )
+        self._metrics = metrics
         self._gpus = None if gpus is None else list(gpus)
         self._placer: Placer | None = None
         self._gpuwatch: GpuWatch | None = None
@@ -162,6 +163,8 @@ class Daemon(WorkerCore):
             cache_bytes=int(config.runtime_cache_gb * (1 << 30)),
             environments=_environments,
         )
+        if self._metrics is not None:
+            self._metrics.watch_runtimes(runtimes.figures)
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(

@@ -317,6 +317,17 @@
     }
   }
 
+  // What the job brought to its worker (issue 46): its bundle's digest and what shipped.
+  function runtimeFields(rt) {
+    const out = [];
+    if (rt.bundle) out.push(["bundle", rt.bundle.slice(0, 19) + " (" + rt.files + " files, " +
+      rt.bytes + " B)"]);
+    if (rt.sources && rt.sources.length) out.push(["shipped", rt.sources.join(", ")]);
+    if (rt.workdir) out.push(["workdir", "shipped"]);
+    if (rt.requirements && rt.requirements.length) out.push(["requires", rt.requirements.join(" ")]);
+    return out;
+  }
+
   async function refreshDetail() {
     if (!selected) return;
     const current = selected;
@@ -331,6 +342,7 @@
       ["finished", clock(inv.finished_at)],
       ["queued for", inv.started_at ? span(inv.started_at - inv.created_at) : "–"],
       ["ran for", inv.started_at && inv.finished_at ? span(inv.finished_at - inv.started_at) : "–"],
+      ...(inv.runtime ? runtimeFields(inv.runtime) : []),
     ];
     $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [
       el("dt", {}, k), el("dd", k === "state" ? { class: "state " + v } : {}, v),

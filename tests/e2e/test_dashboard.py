@@ -8,6 +8,7 @@ deadline on something the page shows, never a sleep. The screenshot lands in tes
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -162,8 +163,16 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             def depth(state: str) -> str:
                 return row.locator(f'span.depth[data-state="{state}"]').inner_text()
 
-            # a submit shows up as queued depth within the polling deadline
-            (inv,) = plane.submit("browser-q", [SubmitRequest(payload=codec.encode("hi"))])
+            # a submit shows up as queued depth within the polling deadline; it ships a module
+            code = b"x = 1\n"
+            sha = hashlib.sha256(code).hexdigest()
+            plane.put_runtime_blobs([(sha, code)])
+            entry = {"path": "python/mymod.py", "mode": 0o644, "size": len(code), "sha256": sha}
+            digest = plane.put_runtime_manifest({"entries": [entry]})
+            shipped = {"bundle": digest, "sources": ["mymod"], "files": 1, "bytes": len(code)}
+            (inv,) = plane.submit(
+                "browser-q", [SubmitRequest(payload=codec.encode("hi"), runtime=shipped)]
+            )
             page.wait_for_function(
                 """() => document.querySelector(
                     '#queues tr[data-queue="browser-q"] span.depth[data-state="queued"]'
@@ -216,7 +225,9 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
             page.locator("#frames li").nth(1).wait_for()
             frames = page.locator("#frames li").all_inner_texts()
             assert frames == ["step 1 of 2", '{"loss":0.25}']
-            assert "succeeded" in page.locator("#detail-fields").inner_text()
+            fields = page.locator("#detail-fields").inner_text()
+            assert "succeeded" in fields
+            assert digest[:19] in fields and "mymod" in fields  # what the job brought
             workers = page.locator('#workers tr[data-worker="browser-worker"]').inner_text()
             assert "gpu-box-1" in workers and "NVIDIA H100" in workers
             assert "1 failed" in workers  # a GPU the daemon took out of its offer

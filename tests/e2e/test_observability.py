@@ -99,6 +99,11 @@ def test_daemon_metrics_count_the_jobs_it_ran(tmp_path: Path, plane: Dispatch) -
         assert value(after, "lakeshore_daemon_claim_wait_seconds_count") >= 1.0
         assert value(after, "lakeshore_daemon_lease_renewals_total") >= 1.0
         assert value(after, "lakeshore_daemon_lease_losses_total") == 0.0
+        # both jobs shipped this test's own `jobs` module (issue 46): fetched once, then a hit
+        assert value(after, "lakeshore_daemon_runtime_bundle_misses_total") == 1.0
+        assert value(after, "lakeshore_daemon_runtime_bundle_hits_total") == 1.0
+        assert value(after, "lakeshore_daemon_runtime_bundle_bytes_fetched_total") > 0
+        assert value(after, "lakeshore_daemon_runtime_environment_misses_total") == 0.0
         busy = value(after, "lakeshore_daemon_slots", state="busy")
         assert busy + value(after, "lakeshore_daemon_slots", state="idle") == 1.0
         # and its log named both jobs by invocation, as the server's and controller's do

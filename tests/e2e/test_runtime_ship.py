@@ -193,3 +193,52 @@ def test_exec_with_a_workdir_runs_a_script_only_the_producer_has(tmp_path, daemo
     trees = list((home / "runtime" / "bundles" / "trees").iterdir())
     assert trees and not any((t / "workdir" / "metrics.txt").exists() for t in trees)
     assert not any((t / "workdir" / ".git").exists() for t in trees)
+
+
+def test_requirements_are_built_once_per_box_with_uv_from_the_boxs_own_wheels(
+    tmp_path: Path,
+) -> None:
+    """No registry: the daemon's box finds packages in a local folder (`UV_FIND_LINKS`, with
+    `UV_OFFLINE=1`), as its operator set it; the job names only what it needs."""
+    import importlib.metadata
+
+    import dreamlake.lakeshore as dls
+    from dreamlake.lakeshore.plane import Dispatch
+    from tests.support.wheels import write_wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "tinypkg", "1.0")
+    home = tmp_path / "home-env"
+    box = {
+        "UV_FIND_LINKS": str(wheels),
+        "UV_OFFLINE": "1",
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+    }
+    proc = DaemonProcess(
+        home, "box-env", ["--queue", "envs", "--concurrency", "1"], env=box, cwd=tmp_path
+    )
+    try:
+        proc.ready()
+        with Dispatch(str(home / "lakeshore.db")) as plane:
+            q = dls.SyncQueue("envs", dispatch=plane)
+            version = dls.thunk(importlib.metadata.version, "tinypkg")
+            wants = dls.Runtime(requirements=["tinypkg==1.0"])
+            first = q.submit(version, runtime=wants)
+            assert q.result(first, timeout=120) == "1.0"
+            second = q.submit(version, runtime=wants)
+            assert q.result(second, timeout=60) == "1.0"
+            ready = {e["invocation"]: e["built"] for e in proc.find_all("job.runtime_ready")}
+            assert (ready[first], ready[second]) == (True, False), "the second job rebuilt"
+
+            missing = q.submit(version, runtime=dls.Runtime(requirements=["tinypkg==9.9"]))
+            row = plane.invocation(missing, wait_s=60)
+            assert (row.state, row.ended_by) == ("failed", "runtime")
+            assert "tinypkg==9.9" in (row.error or "")
+
+            numpy = q.submit(version, runtime=dls.Runtime(requirements=["numpy==1.0"]))
+            row = plane.invocation(numpy, wait_s=60)
+            assert (row.state, row.ended_by) == ("failed", "runtime")
+            assert "numpy" in (row.error or "") and "daemon" in (row.error or "")
+    finally:
+        proc.stop()
