@@ -126,6 +126,13 @@ def jobs() -> list[Job]:
         ("concurrency", "celery redis", conc.celery),
         ("concurrency", "ray", conc.ray),
     ]
+    from . import runtime_ship
+
+    out += [
+        ("runtime", "lakeshore embedded, 50 MiB workdir", runtime_ship.lakeshore),
+        ("runtime", "floors (tar, copy)", runtime_ship.floors),
+        ("runtime", "ray working_dir", runtime_ship.ray),
+    ]
     return out
 
 
