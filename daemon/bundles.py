@@ -138,7 +138,7 @@ class BundleCache:
     # -- laying a tree out ---------------------------------------------------------------------
 
     def _lay_out(self, manifest: Manifest, build: Path, fetch: Fetch) -> tuple[int, int]:
-        fetched = size = 0
+        fetched, size = self._fetch_missing(manifest, build, fetch)
         for entry in manifest.entries:
             check_path(entry.path)  # again here: a manifest's checks travel with it, not trust
             dest = build.joinpath(*PurePosixPath(entry.path).parts)
@@ -148,8 +148,7 @@ class BundleCache:
                 os.symlink(entry.link, dest)
                 continue
             assert entry.sha256 is not None
-            blob, new = self._blob(entry.sha256, fetch)
-            fetched, size = fetched + new, size + (entry.size if new else 0)
+            blob = self.blobs / entry.sha256
             mode = _READ_ONLY | (entry.mode & _EXEC_BITS)
             if mode == _READ_ONLY:
                 os.link(blob, dest)  # one inode for every tree that holds this content
@@ -158,26 +157,32 @@ class BundleCache:
                 os.chmod(dest, mode)
         return fetched, size
 
-    def _blob(self, sha256: str, fetch: Fetch) -> tuple[Path, bool]:
-        path = self.blobs / sha256
-        if path.exists():
-            return path, False
-        data = fetch(sha256)
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise BlobCorrupt(f"blob {sha256} came back with other bytes (sha256 mismatch)")
-        fd, tmp = tempfile.mkstemp(dir=self._tmp, prefix=f"blob.{sha256[:12]}.")
+    def _fetch_missing(self, manifest: Manifest, build: Path, fetch: Fetch) -> tuple[int, int]:
+        """Fetch the blobs this box lacks, each checked against its name, into the build's own
+        scratch folder; flush them to disk once (one sync, not one fsync per file: 2,000 small
+        files cost 0.5 s of fsyncs alone); only then move them into the shared store, so a
+        blob there is whole even after a power cut."""
+        wanted = {e.sha256: e.size for e in manifest.entries if e.sha256 is not None}
+        missing = [sha for sha in wanted if not (self.blobs / sha).exists()]
+        if not missing:
+            return 0, 0
+        scratch = build.with_name(build.name + ".blobs")
+        scratch.mkdir()
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(tmp, _READ_ONLY)
-            os.rename(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        return path, True
+            for sha in missing:
+                data = fetch(sha)
+                if hashlib.sha256(data).hexdigest() != sha:
+                    raise BlobCorrupt(f"blob {sha} came back with other bytes (sha256 mismatch)")
+                tmp = scratch / sha
+                with open(tmp, "xb") as out:
+                    out.write(data)
+                os.chmod(tmp, _READ_ONLY)
+            os.sync()
+            for sha in missing:
+                os.replace(scratch / sha, self.blobs / sha)  # the same bytes if one raced in
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return len(missing), sum(wanted[sha] for sha in missing)
 
     # -- locks and housekeeping ------------------------------------------------------------------
 
