@@ -133,6 +133,13 @@ def jobs() -> list[Job]:
         ("runtime", "floors (tar, copy)", runtime_ship.floors),
         ("runtime", "ray working_dir", runtime_ship.ray),
     ]
+    from . import runtime_envs
+
+    out += [
+        ("envs", "lakeshore daemon environments", runtime_envs.lakeshore),
+        ("envs", "floor: uv venv + uv pip install", runtime_envs.floor),
+        ("envs", "ray runtime_env uv", runtime_envs.ray),
+    ]
     return out
 
 
