@@ -111,12 +111,20 @@ def _parse(line: str, where: str) -> str:
         raise InvalidArgument(f"{where}: {text!r} is not a requirement: {exc}") from None
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system, say: no file by that name
+        return False
+
+
 def read_requirements(path: Path, _seen: frozenset[Path] = frozenset()) -> list[str]:
     """A requirements file's requirement strings: comments and blank lines skipped, `-r FILE`
     followed; options that choose where packages come from refused (the box decides)."""
     path = path.expanduser()
-    if not path.is_file():
-        raise InvalidArgument(f"Runtime: requirements file {str(path)!r} does not exist")
+    if not _is_file(path):
+        shown = str(path) if len(str(path)) <= 200 else str(path)[:200] + "..."
+        raise InvalidArgument(f"Runtime: requirements file {shown!r} does not exist")
     resolved = path.resolve()
     if resolved in _seen:
         raise InvalidArgument(f"Runtime: requirements file {str(path)!r} includes itself")
