@@ -210,6 +210,9 @@ class Daemon(WorkerCore):
     def _offer(self) -> dict[str, Any] | None:
         return self._placer.free() if self._placer is not None else None
 
+    def _settles_first(self) -> bool:
+        return bool(self._gpus)
+
     def _placed(self, claim: Claim) -> bool:
         placer = self._placer
         if placer is None:

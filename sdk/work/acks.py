@@ -72,6 +72,19 @@ class AckQueue:
             self._in_flight += len(riders)
             return riders
 
+    def take_all(self, timeout: float) -> list[tuple[Claim, Ack]]:
+        """Every success not yet committed, for a claim whose offer counts their resources free
+        again: a batch the sending thread has in flight is waited for (up to `timeout`), and the
+        rest ride on the claim, so each ack commits no later than the start of the job that
+        takes its GPUs. `done` them once sent, as `take_riders`'."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._in_flight, timeout)
+            riders = [*self._riders, *self._items]
+            self._riders = []
+            self._items.clear()
+            self._in_flight += len(riders)
+            return riders
+
     def unride(self, batch: list[tuple[Claim, Ack]] | None = None) -> None:
         """Hand `batch` (taken but not sent: its request failed) and every rider still put
         aside to the sending thread. Sending an ack twice is harmless: the plane answers a

@@ -24,6 +24,9 @@ from .retry import is_transient
 from .settling import Settling
 from .slot import Slot
 
+#: How long a claim that settles first waits for an ack batch already on its way (a commit).
+SETTLE_FIRST_WAIT_S = 5.0
+
 
 class Claiming(Settling, Preemptible):
     """The claim loop and the prefetch buffer (mixed into `WorkerCore`)."""
@@ -53,6 +56,12 @@ class Claiming(Settling, Preemptible):
         """Take the resources a claimed job asked for; False: it went back to the queue."""
         return True
 
+    def _settles_first(self) -> bool:
+        """Whether a claim carries every success not yet committed (`AckQueue.take_all`): a
+        worker whose offer counts GPUs a finished job just gave back, so that the plane never
+        records the next job's start on them before that job's end."""
+        return False
+
     def _claim_loop(self) -> None:
         backoff = self._retry.backoff()
         while True:
@@ -70,7 +79,11 @@ class Claiming(Settling, Preemptible):
                 continue
             with self._free:
                 buffered = bool(self._buffer)
-            riders = self._acks.take_riders()
+            riders = (
+                self._acks.take_all(SETTLE_FIRST_WAIT_S)
+                if self._claimer is None and self._settles_first()
+                else self._acks.take_riders()
+            )
             try:
                 claims = self._claim(queues, room, self._claim_wait(buffered), riders)
             except Exception as exc:

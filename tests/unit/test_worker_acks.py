@@ -61,6 +61,28 @@ def test_wait_idle_returns_only_once_the_taken_batch_is_done() -> None:
     assert acks.wait_idle(0.05)
 
 
+def test_take_all_waits_for_the_batch_in_flight_and_takes_every_ack_left() -> None:
+    """A GPU daemon's claim settles first: the batch the sender has on its way commits before
+    the claim, and everything still waiting rides on it."""
+    acks = AckQueue()
+    acks.put(_claim(0), None)
+    in_flight = acks.take()
+    assert in_flight is not None
+    acks.put(_claim(1), None)
+    acks.put(_claim(2), None)
+    taken: list[list[str]] = []
+    claimer = threading.Thread(
+        target=lambda: taken.append([a.id for _, a in acks.take_all(10.0)]), daemon=True
+    )
+    claimer.start()
+    claimer.join(0.1)
+    assert claimer.is_alive() and taken == []  # it waits for id0's batch to commit
+    acks.done(in_flight)
+    claimer.join(10)
+    assert taken == [["id1", "id2"]]
+    assert not acks.wait_idle(0.05)  # the riders are in flight until the claim is sent
+
+
 def test_close_ends_the_sender_after_the_queue_empties() -> None:
     acks = AckQueue()
     acks.put(_claim(0), None)
