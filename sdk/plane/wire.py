@@ -110,12 +110,22 @@ def submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["delay_s"] = r.delay_s
     if r.at is not None:
         item["at"] = r.at
-    if r.after:  # only when there are some: a server before dependencies refuses the fields
+    item.update(_workflow_fields(r))
+    return item
+
+
+def _workflow_fields(r: SubmitRequest) -> dict[str, Any]:
+    """The fields a submit sends only when set: a server before dependencies (issue 36) or
+    gangs (issue 47) refuses them."""
+    item: dict[str, Any] = {}
+    if r.after:
         item["after"] = list(r.after)
     if r.after_failure != "cancel":
         item["after_failure"] = r.after_failure
     if r.inputs:
         item["inputs"] = list(r.inputs)
+    if not (type(r.nodes) is int and r.nodes == 1):  # a gang's, or a bad one to refuse
+        item["nodes"] = r.nodes
     return item
 
 
@@ -134,4 +144,6 @@ def claim_body(args: ClaimArgs, wait: float) -> dict[str, Any]:
         body["host"] = args.host
     if args.free is not None:  # only when sent: a server before resources refuses it
         body["free"] = args.free
+    if args.addr is not None:  # likewise, before issue 47
+        body["addr"] = args.addr
     return body
