@@ -695,7 +695,7 @@ SELECT q.*, (
     SELECT COALESCE(SUM(n), 0) FROM queue_counts
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued'
 ) AS queued, CASE WHEN EXISTS (
-    SELECT 1 FROM invocations
+    SELECT 1 FROM invocations {gangs_index}
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND nodes > 1
 ) THEN 1 ELSE 0 END AS gangs
 FROM queues q WHERE q.namespace = :ns AND q.name = :name;
@@ -1137,7 +1137,7 @@ ORDER BY next_fire_at LIMIT 1;
 -- name: gangs_queued
 -- Whether a claim's queues hold a queued gang (index invocations_gangs, empty but for them): a
 -- claim that read its queue row already has it as `queue_for_claim`'s `gangs`.
-SELECT 1 AS found FROM invocations
+SELECT 1 AS found FROM invocations {gangs_index}
 WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND nodes > 1 LIMIT 1;
 
 -- name: gang_held_by
@@ -1161,7 +1161,7 @@ WHERE id = (SELECT g.id FROM gangs g WHERE g.namespace = :ns AND g.queue = :queu
 
 -- name: gang_head_in
 -- The queue's oldest claimable gang, in the queue's order (index invocations_gangs).
-SELECT {gang_columns} FROM invocations
+SELECT {gang_columns} FROM invocations {gangs_index}
 WHERE queue = :queue AND nodes > 1 AND {takeable}
 ORDER BY priority DESC, id ASC LIMIT 1;
 
