@@ -31,7 +31,7 @@ CLIENTS = (
 #: `_REPEATABLE_POSTS`): the POSTs sent to the next replica when one did not answer.
 OLD_REPEATABLE_POSTS = re.compile(
     r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
-    r"|leases/renew"
+    r"|leases/renew|invocations/[^/]+/gang(/ready)?"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 OLD_IDEMPOTENT = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}
@@ -47,6 +47,9 @@ REPEATABLE_POSTS = {
     "/v1/namespaces/{ns}/leases/renew",
     "/v1/namespaces/{ns}/workers/{ref}/heartbeat",
     "/v1/namespaces/{ns}/topics/{queue}/{topic}/frames",
+    # Issue 47: a gang's read, and a part's address posted again, change nothing twice.
+    "/v1/namespaces/{ns}/invocations/{id}/gang",
+    "/v1/namespaces/{ns}/invocations/{id}/gang/ready",
 }
 #: Written down from server/metrics.py's `COUNTED` before routes.py replaced it.
 OLD_COUNTED = {
