@@ -196,6 +196,9 @@ class SubmitRequest:
     #: What the job brings to its worker (issue 46, sdk/runtime/): its bundle's digest,
     #: requirements, variables and what shipped, as plain data; None: nothing.
     runtime: dict[str, Any] | None = None
+    #: Issue 47: how many workers run the job at once, one part each (a gang, store/gangs.py);
+    #: `resources` is per node. 1 is one box's job.
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,8 @@ class Invocation:
     #: What the job brings to its worker (SubmitRequest.runtime, issue 46): its bundle's digest,
     #: requirements, variables and what shipped; None: nothing.
     runtime: dict[str, Any] | None = None
+    #: Issue 47: how many workers run it at once (a gang of parts, store/gangs.py); 1: one box.
+    nodes: int = 1
 
     @property
     def terminal(self) -> bool:
@@ -282,6 +287,47 @@ class Claim:
     inputs: dict[str, bytes | None] | None = None
     #: What the job brings (SubmitRequest.runtime): the daemon makes it ready before the run.
     runtime: dict[str, Any] | None = None
+    #: Issue 47: the part of a gang this claim holds, `{rank, nodes, attempt}`; None for a
+    #: job of one box. A part is held, not started: its worker waits for `Plane.gang` to say
+    #: `started` before it runs anything (and lets it go when it says `ended`).
+    gang: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class GangState:
+    """One attempt of a gang as one of its parts sees it (`Plane.gang`), store/gangs.py."""
+
+    id: str
+    #: The invocation's attempt the gang runs as.
+    attempt: int
+    nodes: int
+    #: `holding` (parts held, nothing started), `started` (every part runs) or `ended` (every
+    #: part stops: `outcome` says how).
+    state: str
+    #: How many parts are held or started.
+    held: int
+    #: The caller's part.
+    rank: int
+    #: Every part in rank order: {rank, worker, addr, port, state}; a part's state is held,
+    #: started, acked, failed (it ended the attempt), stopped (ended with the gang), released
+    #: (let go unstarted) or lost (its lease ran out while held).
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    #: When a holding gang is let go if not complete (its queue's `admission.gang_wait_s`
+    #: after its first part was held), epoch seconds.
+    wait_until: float = 0.0
+    #: Once ended: succeeded | failed | released | cancelled.
+    outcome: str | None = None
+    #: The part whose end ended a started attempt first: {rank, worker, why}; None if none did.
+    failed: dict[str, Any] | None = None
+    #: One more at every change (a part held or let go, an address or port posted, the start,
+    #: a part's ack, the end): what `Plane.gang(..., since=)` waits past.
+    version: int = 0
+
+
+#: The states of a gang attempt (`GangState.state`).
+GANG_STATES = ("holding", "started", "ended")
+#: The most nodes one job may ask for.
+MAX_NODES = 256
 
 
 class Ack(NamedTuple):
@@ -321,6 +367,9 @@ class ClaimArgs(NamedTuple):
     #: What the claimer has free (sdk/resources.py `Free`): only a job whose request fits is
     #: handed over, one at a time while GPUs, CPUs or memory are counted. None: any job.
     free: dict[str, Any] | None = None
+    #: Issue 47: the address other parts of a gang reach this claimer at (the host address it
+    #: reaches the plane from, or its `--advertise-addr`): rank 0's is the gang's MASTER_ADDR.
+    addr: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,13 @@ from dreamlake.lakeshore.resources import FREE_KEYS
 from dreamlake.lakeshore.types import (
     END_CAUSES,
     END_STATE_CAUSES,
+    GANG_STATES,
+    MAX_NODES,
     QUEUE_STATES,
     STATES,
     Claim,
     Frame,
+    GangState,
     Invocation,
     QueueInfo,
     WorkerInfo,
@@ -188,6 +191,13 @@ SCHEMAS: dict[str, Any] = {
                 "description": "locality: the host id whose tier holds the payload's objects",
             },
             "resources": _ref("Resources"),
+            "nodes": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_NODES,
+                "description": "how many daemons run the job at once, one part each (issue "
+                "47); resources are per node",
+            },
             "id": {
                 "type": "string",
                 "description": "the invocation id, chosen by the client (a ULID), so that a "
@@ -279,6 +289,7 @@ SCHEMAS: dict[str, Any] = {
                 **_ref("Runtime"),
                 "description": "what the job brings to its worker (issue 46); null: nothing",
             },
+            "nodes": INT,
         },
     ),
     "Cancel": _obj({"kill": BOOL}),
@@ -303,6 +314,10 @@ SCHEMAS: dict[str, Any] = {
                 "items": _ref("AckItem"),
             },
             "free": _ref("Free"),
+            "addr": {
+                **STR,
+                "description": "where other parts of a gang reach this claimer (issue 47)",
+            },
         },
         ("worker",),
     ),
@@ -338,6 +353,39 @@ SCHEMAS: dict[str, Any] = {
                 "description": "what the job brings (issue 46): its bundle's digest, "
                 "requirements, variables and what shipped; null: nothing",
             },
+            "gang": _obj(
+                {"rank": INT, "nodes": INT, "attempt": INT},
+                ("rank", "nodes", "attempt"),
+            ),
+        },
+    ),
+    "GangRead": _obj({"lease": STR, "wait": SECONDS, "since": INT}, ("lease",)),
+    "GangReady": _obj(
+        {
+            "lease": STR,
+            "addr": _nullable({**STR, "description": "a host name or IP address"}),
+            "port": _nullable({"type": "integer", "minimum": 1, "maximum": 65535}),
+        },
+        ("lease",),
+    ),
+    "GangState": _record(
+        GangState,
+        {
+            "id": STR,
+            "attempt": INT,
+            "nodes": INT,
+            "state": {"enum": list(GANG_STATES)},
+            "held": INT,
+            "rank": INT,
+            "parts": {
+                "type": "array",
+                "description": "every part in rank order: rank, worker, addr, port, state",
+                "items": OBJ,
+            },
+            "wait_until": NUM,
+            "outcome": STR,
+            "failed": OBJ,
+            "version": INT,
         },
     ),
     "ClaimResult": _obj(

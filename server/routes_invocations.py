@@ -47,6 +47,7 @@ ITEM_FIELDS = (
     "resources",
     "max_preemptions",
     "map_id",
+    "nodes",
     "delay_s",
     "at",
     "after",
@@ -99,6 +100,8 @@ async def submit(call: Call) -> dict[str, Any]:
                 after_failure=item.text("after_failure") or "cancel",
                 inputs=_id_list(item, "inputs"),
                 runtime=item.data.get("runtime"),  # checked by the store, as resources are
+                # As sent, as resources are: the store refuses a bad one in every plane's words.
+                nodes=item.data.get("nodes", 1),
             )
         )
     wait_s = _wait_s(call)

@@ -18,7 +18,15 @@ from dreamlake.lakeshore.plane.auth import JOB, READ, SUBMIT_DATA, WORK
 from dreamlake.lakeshore.plane.job_token import with_job_tokens
 from dreamlake.lakeshore.plane.store import MAX_BATCH, SqlStore, topic_channel
 from dreamlake.lakeshore.plane.wakeup import reading
-from dreamlake.lakeshore.types import MAX_LEASE_S, Ack, Claim, ClaimArgs, Frame, check_name
+from dreamlake.lakeshore.types import (
+    MAX_LEASE_S,
+    Ack,
+    Claim,
+    ClaimArgs,
+    Frame,
+    GangState,
+    check_name,
+)
 
 from .endpoint import Api, Call
 from .longpoll import claim_until, hung_up, run_write, wait_until
@@ -50,6 +58,7 @@ async def claim(call: Call) -> dict[str, Any]:
         "host",
         "acks",
         "free",
+        "addr",
     )
     queues = b.str_list("queues")
     worker = b.req_text("worker")
@@ -69,7 +78,8 @@ async def claim(call: Call) -> dict[str, Any]:
     acks = _acks(b) if "acks" in b.data else None
 
     free = b.mapping("free")
-    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host, free)
+    addr = b.text("addr")
+    args = ClaimArgs(queues, worker, lease_s, limit, kind, temperature, host, free, addr)
     out: dict[str, Any] = {}
     got: list[Claim] = []
     since = None
@@ -240,6 +250,38 @@ async def renew(call: Call) -> dict[str, dict[str, bool]]:
     return {"leases": await call.run(call.store.renew, leases, lease_s)}
 
 
+async def gang(call: Call) -> GangState:
+    """Issue 47: the gang attempt a part belongs to; `wait` long-polls for it to change."""
+    b = call.body
+    b.only("lease", "wait", "since")
+    lease = b.req_text("lease")
+    wait_s = b.number("wait", 0.0) or 0.0
+    since = b.integer("since", -1) if "since" in b.data else None
+    inv_id = call.param("id")
+
+    def fetch() -> GangState:
+        return call.store.gang(call.ns, inv_id, lease)
+
+    first = await call.run(fetch)
+    seen = first.version if since is None else since
+    if wait_s <= 0 or first.version > seen:
+        return first
+    return await wait_until(
+        call.store, fetch, lambda g: g.version > seen, wait_s, call.request, work=reading(inv_id)
+    )
+
+
+async def gang_ready(call: Call) -> GangState:
+    """Issue 47: where a gang's part listens (rank 0's port is the gang's MASTER_PORT)."""
+    b = call.body
+    b.only("lease", "addr", "port")
+    lease, addr = b.req_text("lease"), b.text("addr")
+    port = b.data.get("port")  # as sent: the store refuses a bad one in every plane's words
+    return await call.run(
+        lambda: call.store.gang_ready(call.ns, call.param("id"), lease, addr=addr, port=port)
+    )
+
+
 # -- frames: an invocation's journal, or a topic's ---------------------------------------------
 
 
@@ -386,6 +428,25 @@ ROUTES = [
         "Extend leases; returns {id: kill_requested}",
         body="Renew",
         response="Renewed",
+        scopes=(WORK,),
+    ),
+    Api(
+        routes.GANG,
+        gang,
+        "Issue 47: the gang attempt the part under this lease belongs to (holding, started, "
+        "ended, its parts' ranks, workers, addresses and ports); 'wait' long-polls (capped at "
+        "60 s) for it to change",
+        body="GangRead",
+        response="GangState",
+        scopes=(WORK,),
+    ),
+    Api(
+        routes.GANG_READY,
+        gang_ready,
+        "Issue 47: say where a gang's part listens (its address, a port it found free: rank "
+        "0's is the gang's MASTER_PORT) while its attempt is live",
+        body="GangReady",
+        response="GangState",
         scopes=(WORK,),
     ),
     Api(

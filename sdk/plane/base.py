@@ -15,6 +15,7 @@ from dreamlake.lakeshore.types import (
     Claim,
     ClaimArgs,
     Frame,
+    GangState,
     Invocation,
     QueueInfo,
     SubmitRequest,
@@ -116,6 +117,20 @@ class Plane(Protocol):
 
     def runtime_manifest(self, digest: str) -> dict[str, Any]: ...
     def runtime_blob(self, sha: str) -> bytes: ...
+    def gang(
+        self, inv_id: str, lease: str, *, wait_s: float = 0.0, since: int | None = None
+    ) -> GangState:
+        """Issue 47: the gang attempt the part under `lease` belongs to (holding, started,
+        ended); with wait_s, first wait up to that long for it to change past version `since`
+        (None: the version this call first finds): a part held or let go, an address or port
+        posted, the start, a part's ack, the end. A daemon passes the `version` it last read,
+        so that no change between two calls is missed."""
+
+    def gang_ready(
+        self, inv_id: str, lease: str, *, addr: str | None = None, port: int | None = None
+    ) -> GangState:
+        """Say where the part under `lease` listens (rank 0's port: the gang's MASTER_PORT),
+        while its attempt is live; every part's `gang` wait wakes."""
 
     # queues
     def create_queue(self, name: str, **fields: Any) -> QueueInfo: ...

@@ -27,6 +27,7 @@ from dreamlake.lakeshore.types import (
     Claim,
     ClaimArgs,
     Frame,
+    GangState,
     Invocation,
     QueueInfo,
     SubmitRequest,
@@ -377,6 +378,26 @@ class LocalPlane:
 
     def runtime_blob(self, sha: str) -> bytes:
         return self.store.runtime_blob(self.namespace, sha)
+
+    def gang(
+        self, inv_id: str, lease: str, *, wait_s: float = 0.0, since: int | None = None
+    ) -> GangState:
+        def fetch() -> GangState:
+            self._swept()  # a part whose worker died ends its gang within a sweep's period
+            return self.store.gang(self._reading(), inv_id, lease)
+
+        if wait_s > 0:
+            self.store.waker.listen()  # before the first read, so no wake-up falls between
+        first = fetch()
+        seen = first.version if since is None else since
+        if wait_s <= 0 or first.version > seen:
+            return first
+        return self._wait_for(fetch, lambda g: g.version > seen, wait_s, work=reading(inv_id))
+
+    def gang_ready(
+        self, inv_id: str, lease: str, *, addr: str | None = None, port: int | None = None
+    ) -> GangState:
+        return self.store.gang_ready(self._reading(), inv_id, lease, addr=addr, port=port)
 
     # -- queues -------------------------------------------------------------------------------
 

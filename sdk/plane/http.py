@@ -29,6 +29,7 @@ from dreamlake.lakeshore.types import (
     Claim,
     ClaimArgs,
     Frame,
+    GangState,
     Invocation,
     QueueInfo,
     SubmitRequest,
@@ -348,6 +349,32 @@ class HttpPlane(HttpTransport):
         )
         previous = data.get("previous")
         return None if previous is None else bytes(previous)
+
+    def gang(
+        self, inv_id: str, lease: str, *, wait_s: float = 0.0, since: int | None = None
+    ) -> GangState:
+        def once(wait: float, seen: int | None) -> GangState:
+            body: dict[str, Any] = {"lease": lease}
+            if wait > 0:
+                body["wait"] = wait
+            if seen is not None:
+                body["since"] = seen
+            data = self._request(routes.GANG.at(id=inv_id), body, wait_s=wait)
+            return _record(GangState, data)
+
+        if since is None:  # the version as it stands: one read, then a wait past it
+            first = once(0.0, None)
+            if wait_s <= 0:
+                return first
+            since = first.version
+        seen = since
+        return self._long_poll(wait_s, lambda wait: once(wait, seen), lambda g: g.version > seen)
+
+    def gang_ready(
+        self, inv_id: str, lease: str, *, addr: str | None = None, port: int | None = None
+    ) -> GangState:
+        body: dict[str, Any] = {"lease": lease, "addr": addr, "port": port}
+        return _record(GangState, self._request(routes.GANG_READY.at(id=inv_id), body))
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         if not leases:

@@ -123,6 +123,10 @@ PLACE = Route("POST", "/invocations/{id}/placement")
 CAUSE = Route("POST", "/invocations/{id}/cause", repeatable=True)
 CHECKPOINT = Route("POST", "/invocations/{id}/checkpoint", repeatable=True)
 RENEW = Route("POST", "/leases/renew", repeatable=True)
+# gangs (issue 47): a part reads its gang (a POST, so its lease stays out of the URL) and says
+# where it listens
+GANG = Route("POST", "/invocations/{id}/gang", repeatable=True)
+GANG_READY = Route("POST", "/invocations/{id}/gang/ready", repeatable=True)
 # frames: a post carries an id (minted by the client), so it is sent again safely
 FRAMES = Route("GET", "/invocations/{id}/frames")
 POST_FRAME = Route("POST", "/invocations/{id}/frames", repeatable=True)

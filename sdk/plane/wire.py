@@ -119,6 +119,8 @@ def submit_item(r: SubmitRequest) -> dict[str, Any]:
         item["after_failure"] = r.after_failure
     if r.inputs:
         item["inputs"] = list(r.inputs)
+    if not (type(r.nodes) is int and r.nodes == 1):  # a gang's, or a bad one to refuse
+        item["nodes"] = r.nodes
     return item
 
 
@@ -137,4 +139,6 @@ def claim_body(args: ClaimArgs, wait: float) -> dict[str, Any]:
         body["host"] = args.host
     if args.free is not None:  # only when sent: a server before resources refuses it
         body["free"] = args.free
+    if args.addr is not None:  # likewise, before issue 47
+        body["addr"] = args.addr
     return body

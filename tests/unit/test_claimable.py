@@ -155,10 +155,12 @@ def test_every_claim_statement_returns_what_a_claim_is_read_from(dialect: Any) -
     """Every statement that takes a job returns the same columns (`{claimed_columns}`): the
     filo resumed-head claim (`claim_by_id`) once returned no `inputs`, so a preempted job whose
     arguments take a parent's result (`dls.output`) would have been handed none."""
+    # gang_start starts a gang's attempt once all its parts are held; each part was handed
+    # out, as a claim of `{claimed_columns}`, when it was held (store/gangs.py).
     taking = {
         name: sql
         for name, sql in queries(dialect).items()
-        if "state = 'running', attempt = attempt + 1" in sql
+        if "state = 'running', attempt = attempt + 1" in sql and name != "gang_start"
     }
     assert "claim_by_id" in taking and len(taking) >= 8
     returned = {name: sql.split("RETURNING", 1)[1].strip() for name, sql in taking.items()}

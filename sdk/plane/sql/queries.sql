@@ -55,7 +55,7 @@ CASE WHEN state = 'queued' THEN (SELECT words FROM pending_reasons r WHERE r.id 
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
     resources, placement, {reasons},
-    preemptions, max_preemptions, ended_by, checkpoint, open_parents, runtime
+    preemptions, max_preemptions, ended_by, checkpoint, open_parents, runtime, nodes
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -100,16 +100,23 @@ SET {claim_running}
 WHERE id = :id AND state = 'queued'
 RETURNING {claimed_columns}
 
--- fragment: claimable
--- What a claim may take, written once for every claim statement (and the boltzmann levels a
--- claim picks from), each of which adds only which queues: a queued job of the claimer's
--- namespace whose retry backoff is over (not_before), whose deadline (deadline_cutoff_s) has
--- not passed, that is not held for another host (locality_until, migration 16: a column of the
--- row the walk reads anyway, NULL on every unhinted row) and whose queue is not archived.
+-- fragment: takeable
+-- What a claim may take, a gang's part (store/gangs.py) as much as a job: a queued job of the
+-- claimer's namespace whose retry backoff is over (not_before), whose deadline
+-- (deadline_cutoff_s) has not passed, that is not held for another host (locality_until,
+-- migration 16: a column of the row the walk reads anyway, NULL on every unhinted row) and
+-- whose queue is not archived.
 namespace = :ns AND state = 'queued' AND not_before <= :now
     AND (deadline_at IS NULL OR deadline_at >= :now)
     AND (locality_until IS NULL OR locality_until <= :now OR locality_host = :host)
     AND queue NOT IN (SELECT name FROM queues WHERE namespace = :ns AND state = 'archived')
+
+-- fragment: claimable
+-- What a claim takes whole, written once for every claim statement (and the boltzmann levels a
+-- claim picks from), each of which adds only which queues: `takeable`, and one box's job (a
+-- gang of nodes > 1 is handed out in parts by store/gangs.py, never by these statements).
+{takeable}
+    AND nodes = 1
 
 -- name: priority_levels
 SELECT priority, count(*) AS n FROM invocations
@@ -191,7 +198,7 @@ WHERE id IN (
     SELECT id FROM invocations
     WHERE {lease_ran_out} AND preemptions < max_preemptions
       AND kill_requested = 0 {skip_locked})
-RETURNING id;
+RETURNING id, nodes;
 
 -- name: end_expired
 -- Only what requeue_expired may not move: on Postgres it skips a row another transaction holds
@@ -212,7 +219,7 @@ WHERE id IN (
     SELECT id FROM invocations
     WHERE {lease_ran_out}
       AND (preemptions >= max_preemptions OR kill_requested = 1) {skip_locked})
-RETURNING id, error;
+RETURNING id, error, nodes;
 
 -- name: expire_deadlines
 UPDATE invocations SET state = 'timeout', finished_at = :now,
@@ -224,7 +231,7 @@ RETURNING id;
 -- dependents: whether jobs wait on it (migration 26): its commit may have released them.
 UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
-RETURNING id, dependents;
+RETURNING id, dependents, nodes;
 
 -- name: settle_success_in
 -- settle_success for a caller bound to a namespace: an id of another one matches nothing (and
@@ -236,12 +243,12 @@ WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
   AND lease_expires_at >= :now
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, created_at, started_at, finished_at,
-    preemptions, max_preemptions, ended_by, checkpoint, dependents;
+    preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes;
 
 -- name: settle_terminal
 UPDATE invocations SET state = :state, error = :error, finished_at = :now, ended_by = :cause
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
-RETURNING id;
+RETURNING id, nodes;
 
 -- name: settle_retry
 -- Attempts a preemption ended are not charged: `attempt - preemptions` counts the failures.
@@ -255,12 +262,12 @@ RETURNING id;
 UPDATE invocations SET state = 'queued', attempt = attempt - 1, lease = NULL, worker = NULL,
     not_before = 0
 WHERE id = :id AND lease = :lease AND state = 'running'
-RETURNING id;
+RETURNING id, nodes;
 
 -- name: lease_of
 -- Read where a write follows (post, nack, a refused settle): {for_update} holds the row on
 -- Postgres so a sweep cannot re-dispatch the job between this check and the write.
-SELECT state, lease, lease_expires_at, attempt FROM invocations WHERE id = :id {for_update};
+SELECT state, lease, lease_expires_at, attempt, nodes FROM invocations WHERE id = :id {for_update};
 
 -- name: queue_for_submit
 -- A submit's queue row, and how many of the ids its producer minted exist already (anywhere):
@@ -279,7 +286,7 @@ SELECT result FROM invocations WHERE id = :id;
 -- name: renew_leases
 UPDATE invocations SET lease_expires_at = :expires
 WHERE lease IN (:leases) AND state = 'running' AND lease_expires_at >= :now
-RETURNING id, kill_requested;
+RETURNING id, kill_requested, nodes;
 
 -- name: cancel_queued
 UPDATE invocations SET state = 'cancelled', finished_at = :now,
@@ -396,7 +403,7 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
     resources, placement, {reasons},
-    preemptions, max_preemptions, ended_by, checkpoint
+    preemptions, max_preemptions, ended_by, checkpoint, nodes
 FROM invocations
 
 -- fragment: newest_first
@@ -687,7 +694,10 @@ SELECT q.*, (
 ) AS next_due, (
     SELECT COALESCE(SUM(n), 0) FROM queue_counts
     WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued'
-) AS queued
+) AS queued, CASE WHEN EXISTS (
+    SELECT 1 FROM invocations {gangs_index}
+    WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND nodes > 1
+) THEN 1 ELSE 0 END AS gangs
 FROM queues q WHERE q.namespace = :ns AND q.name = :name;
 
 -- name: rollup_since
@@ -819,6 +829,7 @@ RETURNING id;
 -- One request's queued jobs in a queue that a live daemon could run lose their reason.
 DELETE FROM pending_reasons
 WHERE namespace = :ns AND queue = :queue AND id <> :keep AND NOT {fresh_mark}
+  AND pending_reasons.reason <> 'gang'
   AND id IN (SELECT id FROM invocations WHERE {queued_request})
 RETURNING id;
 
@@ -900,7 +911,7 @@ GROUP BY r.queue, r.reason;
 UPDATE invocations SET state = 'queued', lease = NULL, worker = NULL, not_before = 0,
     preemptions = preemptions + 1, ended_by = :cause
 WHERE id = :id AND lease = :lease AND state = 'running' AND preemptions < max_preemptions
-RETURNING id;
+RETURNING id, nodes;
 
 -- name: preemptions_of
 SELECT preemptions, max_preemptions, attempt FROM invocations WHERE id = :id;
@@ -961,7 +972,10 @@ state = 'running' AND lease_expires_at < :now
 -- a CLI read waited behind any writer's commit to change nothing (issue 45).
 SELECT (EXISTS (SELECT 1 FROM invocations WHERE {scheduled_due})
     OR EXISTS (SELECT 1 FROM invocations WHERE {deadline_passed})
-    OR EXISTS (SELECT 1 FROM invocations WHERE {lease_ran_out})) AS due;
+    OR EXISTS (SELECT 1 FROM invocations WHERE {lease_ran_out})
+    OR EXISTS (SELECT 1 FROM gangs WHERE state = 'holding' AND wait_until < :now)
+    OR EXISTS (SELECT 1 FROM gang_parts
+        WHERE state IN ('held', 'started') AND lease_expires_at < :now)) AS due;
 
 -- name: promote_due_all
 -- The sweep's: every namespace's due scheduled jobs (index invocations_scheduled).
@@ -1177,3 +1191,163 @@ WHERE namespace = :ns AND created_at < :cutoff AND NOT EXISTS (
     SELECT 1 FROM runtime_manifest_blobs m
     WHERE m.namespace = runtime_blobs.namespace AND m.sha256 = runtime_blobs.sha256)
 RETURNING size;
+-- name: gangs_queued
+-- Whether a claim's queues hold a queued gang (index invocations_gangs, empty but for them): a
+-- claim that read its queue row already has it as `queue_for_claim`'s `gangs`.
+SELECT 1 AS found FROM invocations {gangs_index}
+WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND nodes > 1 LIMIT 1;
+
+-- name: gang_held_by
+-- The part a worker holds and has not started (store/gangs.py): such a worker claims nothing
+-- else until its gang starts or lets it go.
+SELECT lease FROM gang_parts WHERE worker = :worker AND state = 'held' AND lease_expires_at >= :now
+LIMIT 1;
+
+-- fragment: gang_columns
+-- What a gang's part is handed of its job, as a claim hands a job (`claimed_columns`), with its
+-- request's columns for the fit.
+id, namespace, queue, payload, attempt, timeout_s, priority, signature, resources, preemptions,
+    checkpoint, inputs, nodes, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
+
+-- name: gang_holding_in
+-- The gang a queue holds parts of (at most one: store/gangs.py), if its job is still queued.
+SELECT {gang_columns} FROM invocations
+WHERE id = (SELECT g.id FROM gangs g WHERE g.namespace = :ns AND g.queue = :queue
+    AND g.state = 'holding' LIMIT 1)
+  AND {takeable};
+
+-- name: gang_head_in
+-- The queue's oldest claimable gang, in the queue's order (index invocations_gangs).
+SELECT {gang_columns} FROM invocations {gangs_index}
+WHERE queue = :queue AND nodes > 1 AND {takeable}
+ORDER BY priority DESC, id ASC LIMIT 1;
+
+-- name: gang_lock
+-- The job whose part is taken, locked ({for_update}: two claims of parts of one gang on
+-- Postgres take their turns; SQLite's writers are serial already), still queued.
+SELECT id, attempt FROM invocations WHERE id = :id AND state = 'queued' {for_update};
+
+-- name: gang_live
+-- The job's live gang attempt (index gangs_live: at most one).
+SELECT * FROM gangs WHERE id = :id AND state IN ('holding', 'started');
+
+-- name: gang_insert
+INSERT INTO gangs (gang, id, namespace, queue, attempt, nodes, state, held, wait_until,
+    created_at)
+VALUES (:gang, :id, :ns, :queue, :attempt, :nodes, 'holding', 0, :wait_until, :now);
+
+-- name: gang_parts_of
+SELECT * FROM gang_parts WHERE gang = :gang ORDER BY rank, held_at;
+
+-- name: gang_view
+-- A gang and its parts in one statement, so a read never mixes a gang's state before a commit
+-- with its parts' after it (Postgres reads each statement of a transaction afresh).
+SELECT p.rank, p.worker, p.addr, p.port, p.state, g.attempt, g.nodes, g.state AS gang_state,
+    g.held, g.wait_until, g.outcome, g.failed_rank, g.failed_worker, g.failed_why, g.version
+FROM gang_parts p JOIN gangs g ON g.gang = p.gang
+WHERE p.gang = :gang ORDER BY p.rank, p.held_at;
+
+-- name: gang_part_insert
+INSERT INTO gang_parts (lease, gang, id, rank, worker, addr, lease_expires_at, state, held_at)
+VALUES (:lease, :gang, :id, :rank, :worker, :addr, :expires, 'held', :now);
+
+-- name: gang_set_held
+UPDATE gangs SET held = :held, version = version + 1 WHERE gang = :gang;
+
+-- name: gang_bump
+-- A change to a part that its gang's waiters wake for (`version`).
+UPDATE gangs SET version = version + 1 WHERE gang = :gang;
+
+-- name: gang_start
+-- All parts held: the attempt starts, under rank 0's lease (its settles are today's).
+UPDATE invocations
+SET state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :expires,
+    worker = :worker, started_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id;
+
+-- name: gang_started
+UPDATE gangs SET state = 'started', started_at = :now, version = version + 1 WHERE gang = :gang;
+
+-- name: gang_parts_started
+UPDATE gang_parts SET state = 'started' WHERE gang = :gang AND state = 'held';
+
+-- name: gang_part
+-- A part by its lease, with its gang's state (a settle or a read of it).
+SELECT p.lease, p.gang, p.id, p.rank, p.worker, p.state, p.lease_expires_at, g.state AS gang_state,
+    g.attempt, g.nodes, g.outcome
+FROM gang_parts p JOIN gangs g ON g.gang = p.gang WHERE p.lease = :lease;
+
+-- name: gang_of
+SELECT * FROM gangs WHERE gang = :gang;
+
+-- name: gang_end
+-- The attempt is over for every part: :outcome succeeded | failed | released | cancelled; the
+-- part that ended it first, if one did.
+UPDATE gangs SET state = 'ended', ended_at = :now, outcome = :outcome,
+    failed_rank = :rank, failed_worker = :worker, failed_why = :why, version = version + 1
+WHERE gang = :gang AND state IN ('holding', 'started')
+RETURNING gang;
+
+-- name: gang_parts_end
+-- Every live part of an ended attempt: the one that ended it (:lease) as :first, the rest as
+-- :rest; a part that acked keeps it.
+UPDATE gang_parts SET state = CASE WHEN lease = :lease THEN :first ELSE :rest END
+WHERE gang = :gang AND state IN ('held', 'started');
+
+-- name: gang_part_set
+UPDATE gang_parts SET state = :state WHERE lease = :lease;
+
+-- name: gang_part_acked
+UPDATE gang_parts SET state = 'acked', result = :result
+WHERE lease = :lease AND state IN ('started', 'acked')
+RETURNING lease;
+
+-- name: gang_ready
+-- A part says where it listens (its address, and a port it found free: rank 0's is the
+-- gang's MASTER_PORT), while its attempt is live.
+UPDATE gang_parts SET addr = COALESCE(:addr, addr), port = COALESCE(:port, port)
+WHERE lease = :lease AND id = :id AND state IN ('held', 'started')
+RETURNING lease, gang;
+
+-- name: gang_place
+-- Where a part runs that the invocation's row does not hold the lease of (rank 0 while held,
+-- any rank above 0).
+UPDATE gang_parts SET placement = :placement
+WHERE lease = :lease AND id = :id AND state IN ('held', 'started')
+RETURNING lease;
+
+-- name: gang_renew
+-- Leases of parts (held, or started): renewed as a job's lease is.
+UPDATE gang_parts SET lease_expires_at = :expires
+WHERE lease IN (:leases) AND state IN ('held', 'started') AND lease_expires_at >= :now
+RETURNING lease, id;
+
+-- name: kill_requested_of
+SELECT id, kill_requested FROM invocations WHERE id IN (:ids);
+
+-- name: gangs_past_wait
+-- Holding gangs whose gang_wait_s passed, or whose job left the queue (cancelled).
+SELECT g.gang, g.id, g.namespace, g.queue, g.nodes, g.held, g.wait_until FROM gangs g
+WHERE g.state = 'holding' AND (g.wait_until < :now
+    OR NOT EXISTS (SELECT 1 FROM invocations i WHERE i.id = g.id AND i.state = 'queued'));
+
+-- name: gang_parts_expired
+-- Parts whose lease ran out with no settle (index gang_parts_live).
+SELECT p.lease, p.gang, p.id, p.rank, p.worker, p.state FROM gang_parts p
+WHERE p.state IN ('held', 'started') AND p.lease_expires_at < :now;
+
+-- name: gang_pending
+-- A queued gang's pending reason (`gang`), with how many of its parts are held.
+INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
+SELECT id, namespace, queue, 'gang', :words, :now FROM invocations
+WHERE id = :id AND state = 'queued'
+ON CONFLICT (id) DO UPDATE SET reason = 'gang', words = excluded.words, at = excluded.at;
+
+-- name: gang_last
+-- The job's newest gang attempt (a read of its record).
+SELECT * FROM gangs WHERE id = :id ORDER BY created_at DESC LIMIT 1;
+
+-- name: set_invocation_nodes
+-- A gang's width (issue 47) on the row its submit just inserted: only a gang's submit runs it.
+UPDATE invocations SET nodes = :nodes WHERE id = :id;

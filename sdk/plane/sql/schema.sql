@@ -942,3 +942,68 @@ CREATE TABLE IF NOT EXISTS runtime_manifest_blobs (
 );
 CREATE INDEX IF NOT EXISTS runtime_manifest_blobs_by_blob
     ON runtime_manifest_blobs (namespace, sha256);
+-- migration: 38
+-- Gangs (issue 47): a job of `nodes` > 1 runs as that many parts, one per worker, all at once.
+-- Its parts are held (resources reserved, nothing started) until all are, then the attempt
+-- starts (store/gangs.py). `nodes` is 1 on every other row, so ordinary claims pass gangs by
+-- comparing a column of the row they read anyway (the `claimable` fragment), and whether a
+-- claim's queues hold a queued gang at all is one probe of `invocations_gangs`, an index empty
+-- but for queued gangs.
+ALTER TABLE invocations ADD COLUMN nodes INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX IF NOT EXISTS invocations_gangs
+    ON invocations (namespace, queue, priority DESC, id) WHERE state = 'queued' AND nodes > 1;
+-- One row per gang attempt, from its first held part: `holding` until all `nodes` parts are
+-- held (or `wait_until` passes: ended, outcome `released`), `started` while it runs, `ended`
+-- after. `attempt` is the invocation's attempt it runs as. `failed_*`: the part whose settle
+-- ended a started attempt first, and why. At most one live (holding or started) per job.
+CREATE TABLE IF NOT EXISTS gangs (
+    gang          TEXT PRIMARY KEY,
+    id            TEXT NOT NULL,
+    namespace     TEXT NOT NULL,
+    queue         TEXT NOT NULL,
+    attempt       INTEGER NOT NULL,
+    nodes         INTEGER NOT NULL,
+    state         TEXT NOT NULL,
+    held          INTEGER NOT NULL DEFAULT 0,
+    wait_until    {real} NOT NULL,
+    created_at    {real} NOT NULL,
+    started_at    {real},
+    ended_at      {real},
+    outcome       TEXT,
+    failed_rank   INTEGER,
+    failed_worker TEXT,
+    failed_why    TEXT,
+    -- One more at every change a part may wait for (`gang(..., since=)`): a part held or let
+    -- go, an address posted, the start, a part's ack, the end.
+    version       INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX IF NOT EXISTS gangs_live ON gangs (id) WHERE state IN ('holding', 'started');
+CREATE INDEX IF NOT EXISTS gangs_holding ON gangs (namespace, queue) WHERE state = 'holding';
+CREATE INDEX IF NOT EXISTS gangs_wait ON gangs (wait_until) WHERE state = 'holding';
+CREATE INDEX IF NOT EXISTS gangs_of ON gangs (id);
+-- One row per part: its own lease (rank 0's is also the invocation's once started, so every
+-- settle of rank 0 is today's), the worker and the address it claimed from, the port it
+-- posted (rank 0's: MASTER_PORT). state: held | started | acked | failed | stopped | released |
+-- lost.
+CREATE TABLE IF NOT EXISTS gang_parts (
+    lease            TEXT PRIMARY KEY,
+    gang             TEXT NOT NULL,
+    id               TEXT NOT NULL,
+    rank             INTEGER NOT NULL,
+    worker           TEXT NOT NULL,
+    addr             TEXT,
+    port             INTEGER,
+    placement        TEXT,
+    lease_expires_at {real} NOT NULL,
+    state            TEXT NOT NULL,
+    held_at          {real} NOT NULL,
+    result           {blob}
+);
+CREATE UNIQUE INDEX IF NOT EXISTS gang_parts_rank ON gang_parts (gang, rank)
+    WHERE state IN ('held', 'started', 'acked');
+CREATE UNIQUE INDEX IF NOT EXISTS gang_parts_worker ON gang_parts (gang, worker)
+    WHERE state IN ('held', 'started', 'acked');
+CREATE INDEX IF NOT EXISTS gang_parts_of ON gang_parts (gang, rank);
+CREATE INDEX IF NOT EXISTS gang_parts_held_by ON gang_parts (worker) WHERE state = 'held';
+CREATE INDEX IF NOT EXISTS gang_parts_live ON gang_parts (lease_expires_at)
+    WHERE state IN ('held', 'started');

@@ -31,11 +31,12 @@ from dreamlake.lakeshore.types import (
     normalize_kind,
 )
 
+from . import gangs
 from .base import MAX_BATCH, SWEEP_EVERY_S
 from .placement import BOX, fitted, scarce
 from .preemption import PreemptionStore
 from .queues import QueueStore
-from .records import boltzmann_level, claim_of, queue_info_of
+from .records import boltzmann_level, check_addr, claim_of, queue_info_of
 from .reservation import claim_reserving
 
 #: Claim parameters the priority_levels statements do not bind.
@@ -50,6 +51,8 @@ class Claimed(NamedTuple):
     expired: int
     #: Whether a submit blocked on a full queue (`waits_for_room`) may fit now.
     room: bool
+    #: Jobs whose gang a part was held of (store/gangs.py): their parts' `gang` waits wake.
+    gangs: tuple[str, ...] = ()
 
 
 class ClaimStore(PreemptionStore, QueueStore):
@@ -82,6 +85,7 @@ class ClaimStore(PreemptionStore, QueueStore):
         if not 1 <= args.limit <= MAX_BATCH:
             raise InvalidArgument(f"a claim takes 1 to {MAX_BATCH} jobs, not {args.limit}")
         check_host(args.host)
+        check_addr(args.addr, "a claim's addr")
         # Bound only when a job is taken: an empty claim must refuse it the same way.
         check_params({"worker": args.worker})
         now = time.time()
@@ -96,6 +100,7 @@ class ClaimStore(PreemptionStore, QueueStore):
             "expires": now + args.lease_s,
             "worker": args.worker,
             "host": args.host,
+            "addr": args.addr,
             **fit,
         }
 
@@ -134,6 +139,13 @@ class ClaimStore(PreemptionStore, QueueStore):
         # transaction's own sweep has already counted what it requeued.
         promoted = window is not None and delays.promote_if_due(tx, params, window)
         empty = window is not None and not window["queued"] and not promoted
+        if not empty and gangs.queued(tx, params, window):
+            try:
+                part = gangs.claim_part(tx, params, [within] if within else names)
+            except gangs.Held:  # a worker holding a part of a gang not started takes nothing
+                return Claimed([], expired, False)
+            if part is not None:
+                return Claimed(dependencies.with_inputs(tx, [part]), expired, False, (part["id"],))
         rows = [] if empty else self._claim_rows(tx, resolved, temperature, params, limit, within)
         if not rows:
             if window is None:
@@ -164,6 +176,8 @@ class ClaimStore(PreemptionStore, QueueStore):
         for room, and on a queue that cannot block them nobody at all, in this process or
         another (a datagram to every process on the box, for each job, is what it saves).
         """
+        if claimed.gangs:  # a part held, or a gang started: its parts' `gang` waits
+            self.waker.notify(work=(), reads=False, ended=claimed.gangs)
         if claimed.expired:
             self.waker.notify()
         elif acked:
@@ -243,4 +257,8 @@ class ClaimStore(PreemptionStore, QueueStore):
         ended = tx.all("end_expired", now=now)
         for row in ended:  # an ERROR frame, so a stream raises as result() does
             self._append(tx, row["id"], "ERROR", msgpack.packb(row["error"]), now)
-        return due + len(timed_out) + len(requeued) + len(ended)
+        for row in [*requeued, *ended]:
+            if row["nodes"] > 1:  # rank 0's lease (the row's): the gang's attempt is over
+                gangs.ended_by(tx, row["id"], None, "lease of part 0 expired", now, first="lost")
+        changed = gangs.sweep(tx, now, self._append_error)
+        return due + len(timed_out) + len(requeued) + len(ended) + len(changed)

@@ -118,6 +118,7 @@ class InvocationStore(SettleStore):
                 [row for h in handed for row in h.rows],
                 sum(h.expired for h in handed),
                 any(h.room for h in handed),
+                tuple(i for h in handed for i in h.gangs),
             )
         )
         return ids, [[claim_of(row) for row in h.rows] for h in handed]
@@ -180,6 +181,8 @@ class InvocationStore(SettleStore):
                     write_request(tx, row["id"], wanted)
                 if req.runtime is not None:
                     write_runtime(tx, ns, row["id"], req.runtime)
+                if req.nodes != 1:  # a gang (issue 47): one statement more for it alone
+                    tx.all("set_invocation_nodes", id=row["id"], nodes=req.nodes)
             ids[i] = row["id"]
         dependencies.link(tx, ns, planned, requests, ids, inserted, now)
         return info

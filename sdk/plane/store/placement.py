@@ -78,6 +78,8 @@ class PlacementStore(StoreBase):
             if tx.one("place_invocation", id=inv_id, lease=lease, placement=text):
                 tx.all("unmark_pending", id=inv_id)  # a reservation mark must not outlive it
                 return
+            if tx.one("gang_place", id=inv_id, lease=lease, placement=text):
+                return  # a gang's part of rank above 0 (gangs.py): on its part's row
             held = tx.one("lease_of", id=inv_id)
         if held is None:
             raise NotFound(f"unknown invocation '{inv_id}'")

@@ -26,7 +26,8 @@ from dreamlake.lakeshore.plane.queries import INT64_MIN
 from dreamlake.lakeshore.storage import MAX_REF_BYTES, sniff_ref
 from dreamlake.lakeshore.types import DEFAULT_MAX_PREEMPTIONS, END_CAUSES, QueueInfo, SubmitRequest
 
-from .base import StoreBase
+from . import gangs
+from .gangs import GangStore
 from .placement import fitted
 
 #: What a claim binds that a read beside it does not (the lease it hands out).
@@ -64,7 +65,7 @@ def set_preemption_limit(
         tx.all("set_max_preemptions", id=inv_id, max_preemptions=int(limit))
 
 
-class PreemptionStore(StoreBase):
+class PreemptionStore(GangStore):
     """The preempted release and the checkpoint write."""
 
     def _release_preempted(self, inv_id: str, lease: str, cause: str) -> bool:
@@ -73,8 +74,19 @@ class PreemptionStore(StoreBase):
         cause = check_cause(cause)
         now = time.time()
         with self.connector.transaction() as tx:
-            if tx.one("release_preempted", id=inv_id, lease=lease, cause=cause) is not None:
+            released = tx.one("release_preempted", id=inv_id, lease=lease, cause=cause)
+            part = None
+            if released is None:  # a gang's part, perhaps (gangs.py): the attempt is preempted
+                fenced = self._fence(tx, inv_id, lease, "release", now)
+                if fenced is None:  # a held part let go: its gang holds on without it
+                    released = {"nodes": 1}
+                elif fenced[1] is not None:
+                    lease, part = fenced
+                    released = tx.one("release_preempted", id=inv_id, lease=lease, cause=cause)
+            if released is not None:
                 requeued = True
+                if released["nodes"] > 1:
+                    gangs.ended_by(tx, inv_id, part, f"preempted ({cause})", now, first="preempted")
             else:
                 requeued = False
                 row = tx.one("preemptions_of", id=inv_id)
@@ -96,6 +108,7 @@ class PreemptionStore(StoreBase):
                 ):
                     return False  # not this worker's attempt any more: nothing to give back
                 tx.all("count_preemption", id=inv_id)
+                gangs.ended_by(tx, inv_id, part, error, now, first="preempted")
                 self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
         self.waker.notify()
         return requeued

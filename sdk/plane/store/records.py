@@ -22,6 +22,7 @@ from dreamlake.lakeshore.resources import check_optional
 from dreamlake.lakeshore.storage import StorageRef
 from dreamlake.lakeshore.types import (
     DEFAULT_MAX_PREEMPTIONS,
+    MAX_NODES,
     MAX_PREEMPTIONS_LIMIT,
     Claim,
     Invocation,
@@ -90,6 +91,41 @@ def check_submit(req: SubmitRequest) -> None:
     check_due(req.delay_s, req.at)
     if req.after or req.inputs or req.after_failure != "cancel":
         check_after(list(req.after), req.after_failure, list(req.inputs))
+    check_nodes(req.nodes)
+
+
+def check_nodes(value: object) -> int:
+    """A submit's `nodes` (issue 47): how many workers run it at once, a whole number."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NODES:
+        raise InvalidArgument(
+            f"nodes must be a whole number 1..{MAX_NODES} (how many daemons run the job at "
+            f"once, one part each; 1 is one box's job), got {value!r}"
+        )
+    return value
+
+
+#: What an address a gang's part advertises may hold: a host name, IPv4 or IPv6 (with a zone).
+_ADDR = re.compile(r"[A-Za-z0-9._:%-]{1,253}")
+
+
+def check_addr(value: object, what: str = "addr") -> str | None:
+    """The address a gang's part is reached at (ClaimArgs.addr, `gang_ready`): None, or a
+    host name or IP address."""
+    if value is not None and not (isinstance(value, str) and _ADDR.fullmatch(value)):
+        raise InvalidArgument(
+            f"{what} must be a host name or an IP address (1 to 253 of letters, digits and "
+            f"'.:-_%'), got {value!r}"
+        )
+    return value
+
+
+def check_port(value: object) -> int | None:
+    """The port a gang's part listens on (`gang_ready`): None, or 1..65535."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535
+    ):
+        raise InvalidArgument(f"port must be a whole number 1..65535, got {value!r}")
+    return value
 
 
 def check_max_preemptions(value: object, what: str) -> None:
@@ -177,6 +213,7 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
         "locality_wait_s",
         "unschedulable_fail_after_s",
         "max_preemptions",
+        "gang_wait_s",
     }
     unknown = set(value) - known
     if unknown:
@@ -199,7 +236,26 @@ def check_admission(value: dict[str, Any]) -> dict[str, Any]:
             f"admission.locality_wait_s must be a number of seconds from 0 (no wait) to "
             f"{MAX_WAIT_S:g}, got {_shown(wait)}"
         )
+    gang_wait = value.get("gang_wait_s")
+    if gang_wait is not None and not (
+        _in_range(gang_wait, 0, low_open=True) and gang_wait <= MAX_GANG_WAIT_S
+    ):
+        raise InvalidArgument(
+            f"admission.gang_wait_s must be a number of seconds above 0, at most "
+            f"{MAX_GANG_WAIT_S:g} (how long a gang's parts are held before all are), "
+            f"got {_shown(gang_wait)}"
+        )
     return value
+
+
+#: How long a gang's held parts may wait for the rest, at most (a day) and by default.
+MAX_GANG_WAIT_S = 86400.0
+DEFAULT_GANG_WAIT_S = 60.0
+
+
+def gang_wait_s(admission: dict[str, Any]) -> float:
+    """A queue's `admission.gang_wait_s`, or the default."""
+    return float(admission.get("gang_wait_s", DEFAULT_GANG_WAIT_S))
 
 
 def _in_range(value: object, low: float, *, low_open: bool) -> bool:

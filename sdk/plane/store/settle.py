@@ -28,7 +28,7 @@ from dreamlake.lakeshore.types import (
     storable_text,
 )
 
-from . import schedulable
+from . import gangs, schedulable
 from .base import (
     MAX_BATCH,
     RETRY_BASE_S,
@@ -101,9 +101,6 @@ class SettleStore(ClaimStore):
             self.waker.notify()
         return moved
 
-    def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
-        self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
-
     def ack(
         self,
         inv_id: str,
@@ -170,6 +167,8 @@ class SettleStore(ClaimStore):
                 )
             )
             if settled:
+                if settled["nodes"] > 1:  # rank 0 of a gang: the attempt succeeded
+                    gangs.acked(tx, a.id, a.lease, a.result, now)
                 if ended is not None:
                     ended[a.id] = invocation_of({**settled, "result": a.result})
                 if settled["dependents"] is not None and released is not None:
@@ -178,6 +177,10 @@ class SettleStore(ClaimStore):
                 continue
             if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
                 out.append(NotFound(f"unknown invocation '{a.id}'"))  # or another namespace's
+                continue
+            handled, refused = gangs.ack_part(tx, a.id, a.lease, a.result)
+            if handled:  # a gang's part of rank above 0: recorded, or refused
+                out.append(refused)
                 continue
             try:
                 self._refuse_settle(tx, a.id, a.lease, "succeeded", "ack", result=a.result)
@@ -196,40 +199,55 @@ class SettleStore(ClaimStore):
             return dependencies.released_work(tx, parents)
 
     def nack(self, inv_id: str, lease: str, *, error: str, retry: bool = True) -> str:
-        """Fail this attempt; requeue with backoff while attempts remain. Returns the new state."""
+        """Fail this attempt; requeue with backoff while attempts remain. Returns the new state.
+        A gang's part fails its whole attempt (gangs.py); a held part only lets itself go."""
         error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
-            held = tx.one("lease_of", id=inv_id)
-            if held is None:
-                raise NotFound(f"unknown invocation '{inv_id}'")
-            state = "failed"
-            if retry:
-                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(0, held["attempt"] - 1))
-                retried = tx.one(
-                    "settle_retry",
-                    id=inv_id,
-                    lease=lease,
-                    error=error,
-                    now=now,
-                    not_before=now + delay,
-                )
-                state = "queued" if retried else "failed"
-            if state == "failed":
-                if tx.one(
-                    "settle_terminal",
-                    id=inv_id,
-                    lease=lease,
-                    state="failed",
-                    error=error,
-                    now=now,
-                    cause="error",
-                ):
-                    self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
-                else:
-                    self._refuse_settle(tx, inv_id, lease, "failed", "nack")
-                    return "failed"
+            state = self._nack_in(tx, inv_id, lease, error, retry, now)
         self.waker.notify()  # after the commit, so a woken reader sees the new state
+        return state
+
+    def _nack_in(
+        self, tx: Transaction, inv_id: str, lease: str, error: str, retry: bool, now: float
+    ) -> str:
+        held = tx.one("lease_of", id=inv_id)
+        if held is None:
+            raise NotFound(f"unknown invocation '{inv_id}'")
+        part = None
+        if held["nodes"] > 1 and held["lease"] != lease:  # a gang's part (gangs.py)
+            fenced = self._fence(tx, inv_id, lease, "nack", now)
+            if fenced is None:  # a held part let go: its gang holds on without it
+                return "queued"
+            lease, part = fenced
+        state = "failed"
+        if retry:
+            delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(0, held["attempt"] - 1))
+            retried = tx.one(
+                "settle_retry",
+                id=inv_id,
+                lease=lease,
+                error=error,
+                now=now,
+                not_before=now + delay,
+            )
+            state = "queued" if retried else "failed"
+        if state == "failed":
+            if tx.one(
+                "settle_terminal",
+                id=inv_id,
+                lease=lease,
+                state="failed",
+                error=error,
+                now=now,
+                cause="error",
+            ):
+                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+            else:
+                self._refuse_settle(tx, inv_id, lease, "failed", "nack")
+                return "failed"
+        if held["nodes"] > 1:
+            gangs.ended_by(tx, inv_id, part, error or "nack", now)
         return state
 
     def end(
@@ -242,7 +260,8 @@ class SettleStore(ClaimStore):
         error = storable_text(error)
         now = time.time()
         with self.connector.transaction() as tx:
-            if tx.one(
+            part = None
+            done = tx.one(
                 "settle_terminal",
                 id=inv_id,
                 lease=lease,
@@ -250,11 +269,30 @@ class SettleStore(ClaimStore):
                 error=error,
                 now=now,
                 cause=cause,
-            ):
-                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
-            else:
+            )
+            if done is None:  # a gang's part, perhaps (gangs.py): its end is the attempt's
+                fenced = self._fence(tx, inv_id, lease, "end", now)
+                if fenced is not None and fenced[1] is not None:
+                    lease, part = fenced
+                    done = tx.one(
+                        "settle_terminal",
+                        id=inv_id,
+                        lease=lease,
+                        state=state,
+                        error=error,
+                        now=now,
+                        cause=cause,
+                    )
+                elif fenced is None:  # a held part let go
+                    done = {"nodes": 1}
+            if done is None:
                 self._refuse_settle(tx, inv_id, lease, state, "end")
                 return
+            if done["nodes"] > 1:
+                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+                gangs.ended_by(tx, inv_id, part, f"{state} ({cause}): {error}", now)
+            elif "id" in done:
+                self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
         self.waker.notify()
 
     def release(
@@ -264,11 +302,24 @@ class SettleStore(ClaimStore):
         `preempted` (its box is going away) as a preemption (preemption.py), for `cause`."""
         if check_outcome(outcome) == "preempted":
             return self._release_preempted(inv_id, lease, cause)
+        now = time.time()
         with self.connector.transaction() as tx:
-            done = tx.one("release", id=inv_id, lease=lease) is not None
-        if done:
+            row = tx.one("release", id=inv_id, lease=lease)
+            part = None
+            if row is None:  # a gang's part, perhaps (gangs.py)
+                fenced = self._fence(tx, inv_id, lease, "release", now)
+                if fenced is None:  # a held part let go: its gang holds on without it
+                    row = {"nodes": 1}
+                elif fenced[1] is not None:
+                    lease, part = fenced
+                    row = tx.one("release", id=inv_id, lease=lease)
+            if row is not None and row["nodes"] > 1:
+                gangs.ended_by(
+                    tx, inv_id, part, "released unrun", now, first="released", outcome="released"
+                )
+        if row is not None:
             self.waker.notify()
-        return done
+        return row is not None
 
     def _refuse_settle(
         self,
@@ -320,7 +371,15 @@ class SettleStore(ClaimStore):
         now = time.time()
         with self.connector.transaction() as tx:
             rows = tx.all("renew_leases", leases=list(leases), expires=now + lease_s, now=now)
-        return {r["id"]: bool(r["kill_requested"]) for r in rows}
+            held = {r["id"]: bool(r["kill_requested"]) for r in rows}
+            if len(rows) < len(leases) or any(r["nodes"] > 1 for r in rows):
+                # Gangs' parts (gangs.py), whose leases are theirs: rank 0's is the row's too.
+                parts = tx.all("gang_renew", leases=list(leases), expires=now + lease_s, now=now)
+                others = sorted({p["id"] for p in parts} - held.keys())
+                if others:
+                    kills = tx.all("kill_requested_of", ids=others)
+                    held.update((r["id"], bool(r["kill_requested"])) for r in kills)
+        return held
 
 
 #: The cause an `end` records (issue 35): the daemon ends an attempt for these reasons only.

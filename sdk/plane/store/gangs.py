@@ -1,0 +1,445 @@
+"""Gangs (issue 47): a job of `nodes` > 1 is handed out as that many parts, one per worker,
+and runs all at once or not at all.
+
+A claim from a worker that can take the gang's per-node request gets a part: a `Claim` with
+`gang = {rank, nodes, attempt}` under a lease of its own, *held* (its resources reserved,
+nothing started). When the last of the N parts is held the attempt *starts*: the invocation
+goes running under rank 0's lease, so that every settle of rank 0 is today's settle and its ack
+is the job's result. The other ranks' leases live on their part rows (`gang_parts`): a settle
+under one that matches no row is looked up here and, for a part of the running attempt, applied
+to the whole attempt under the row's lease (`row_lease`). So when any part ends the attempt
+other than by success (nack, end, a preempted release, its lease running out), the row leaves
+`running`, and every other part's lease is stale by today's fencing: their settles are refused.
+
+No deadlock between gangs: per queue only one gang holds parts at a time, the queue's oldest
+claimable gang in its claim order (a gang already holding keeps the turn), and a worker holding
+a part claims nothing else. Every worker that can take a part of the head gang joins that one
+gang, so two gangs never split a queue's workers between them; a gang the workers cannot
+complete is let go after its queue's `admission.gang_wait_s` (`sweep`), and the job waits again.
+
+A daemon follows its gang with `GangStore.gang` (a read; the plane's `gang(..., wait_s=)` waits
+on the waker for it to change), and says where it listens with `gang_ready`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgpack
+
+from dreamlake.lakeshore.errors import LeaseLost, NotFound
+from dreamlake.lakeshore.plane.connector import Row, Transaction
+from dreamlake.lakeshore.plane.wakeup import reader_key
+from dreamlake.lakeshore.types import GangState, storable_text
+
+from .base import StoreBase
+from .placement import fitted
+from .records import check_addr, check_port, gang_wait_s
+from .reservation import fits
+
+#: Part states in which a part holds its rank in its gang.
+LIVE_PARTS = ("held", "started", "acked")
+
+#: An ERROR frame writer (`SettleStore._append_error`): a gang ended for good says why.
+AppendError = Callable[[Transaction, str, str, float], None]
+
+
+class Held(Exception):
+    """The claimer holds a part of a gang not started yet: it claims nothing else."""
+
+
+def queued(tx: Transaction, params: Mapping[str, Any], window: Row | None) -> bool:
+    """Whether the claim's queues hold a queued gang: the queue row's `gangs` when the claim
+    read it (`queue_for_claim`), else one probe of an index empty but for queued gangs."""
+    if window is not None and "gangs" in window:
+        return bool(window["gangs"])
+    return tx.one("gangs_queued", ns=params["ns"], queues=params["queues"]) is not None
+
+
+def claim_part(tx: Transaction, params: Mapping[str, Any], queues: Sequence[str]) -> Row | None:
+    """A part of the first of `queues` whose gang this claimer can take now, held for it, as
+    a claimed row (`claim_of`); None: no part for it. Raises Held when the claimer holds a
+    part already, so that it takes nothing else."""
+    now = params["now"]
+    if tx.one("gang_held_by", worker=params["worker"], now=now) is not None:
+        raise Held
+    keys = {"ns": params["ns"], "now": now, "host": params.get("host")}
+    for queue in queues:
+        head = tx.one("gang_holding_in", queue=queue, **keys) or tx.one(
+            "gang_head_in", queue=queue, **keys
+        )
+        if head is None or (fitted(params) and not fits(head, params)):
+            continue  # only the queue's one gang may hold parts: none for this claimer here
+        row = _hold(tx, head, params)
+        if row is not None:
+            return row
+    return None
+
+
+def _hold(tx: Transaction, head: Row, params: Mapping[str, Any]) -> Row | None:
+    """Hold the lowest free rank of `head`'s gang for the claimer; start it when complete."""
+    now, worker = params["now"], params["worker"]
+    locked = tx.one("gang_lock", id=head["id"])
+    if locked is None:
+        return None
+    gang = tx.one("gang_live", id=head["id"])
+    if gang is None:
+        queue = tx.one("get_queue", ns=head["namespace"], name=head["queue"])
+        admission = json.loads(queue["admission"]) if queue is not None else {}
+        gang = {
+            "gang": secrets.token_hex(12),
+            "attempt": int(locked["attempt"]) + 1,
+            "nodes": int(head["nodes"]),
+            "state": "holding",
+            "wait_until": now + gang_wait_s(admission),
+        }
+        tx.all(
+            "gang_insert",
+            gang=gang["gang"],
+            id=head["id"],
+            ns=head["namespace"],
+            queue=head["queue"],
+            attempt=gang["attempt"],
+            nodes=gang["nodes"],
+            wait_until=gang["wait_until"],
+            now=now,
+        )
+    if gang["state"] != "holding":
+        return None
+    live = [p for p in tx.all("gang_parts_of", gang=gang["gang"]) if p["state"] in LIVE_PARTS]
+    nodes = int(gang["nodes"])
+    free = sorted(set(range(nodes)) - {int(p["rank"]) for p in live})
+    if not free or any(p["worker"] == worker for p in live):
+        return None
+    lease = secrets.token_hex(16)
+    rank = free[0]
+    tx.all(
+        "gang_part_insert",
+        lease=lease,
+        gang=gang["gang"],
+        id=head["id"],
+        rank=rank,
+        worker=worker,
+        addr=params.get("addr"),
+        expires=params["expires"],
+        now=now,
+    )
+    held = len(live) + 1
+    tx.all("gang_set_held", gang=gang["gang"], held=held)
+    if held == nodes:
+        parts = {int(p["rank"]): p for p in live}
+        first = parts.get(0)
+        lead = (
+            (lease, params["expires"], worker)
+            if first is None
+            else (first["lease"], first["lease_expires_at"], first["worker"])
+        )
+        tx.one("gang_start", id=head["id"], lease=lead[0], expires=lead[1], worker=lead[2], now=now)
+        tx.all("gang_started", gang=gang["gang"], now=now)
+        tx.all("gang_parts_started", gang=gang["gang"])
+        tx.all("unmark_pending", id=head["id"])
+    else:
+        _pending(tx, head["id"], f"gang: {held} of {nodes} parts held, waiting for the rest", now)
+    return {
+        **head,
+        "attempt": gang["attempt"],
+        "lease": lease,
+        "lease_expires_at": params["expires"],
+        "gang": {"rank": rank, "nodes": nodes, "attempt": gang["attempt"]},
+    }
+
+
+def _pending(tx: Transaction, inv_id: str, words: str, now: float) -> None:
+    tx.all("gang_pending", id=inv_id, words=words, now=now)
+
+
+def part_of(tx: Transaction, inv_id: str, lease: str) -> Row | None:
+    """The part of `inv_id`'s gang that `lease` is, with its gang's state; None: none."""
+    part = tx.one("gang_part", lease=lease)
+    return part if part is not None and part["id"] == inv_id else None
+
+
+def row_lease(tx: Transaction, inv_id: str, part: Row | None) -> str | None:
+    """The invocation's own lease when `part` is a part of its running attempt: a settle
+    under the part's lease is then the whole attempt's."""
+    if part is None or part["state"] != "started" or part["gang_state"] != "started":
+        return None
+    held = tx.one("lease_of", id=inv_id)
+    if held is None or held["state"] != "running" or held["lease"] is None:
+        return None
+    return str(held["lease"])
+
+
+def stale(verb: str, inv_id: str, part: Row) -> LeaseLost:
+    """The refusal of a settle under a part whose gang's attempt is over."""
+    return LeaseLost(
+        f"{verb} refused: part {part['rank']} of invocation '{inv_id}' belongs to gang attempt "
+        f"{part['attempt']}, which is {part['gang_state']}"
+        + (f" ({part['outcome']})" if part["outcome"] else "")
+        + f"; this part is {part['state']}"
+    )
+
+
+def acked(tx: Transaction, inv_id: str, lease: str, result: bytes | None, now: float) -> None:
+    """Rank 0 acked (the job's own ack, under the row's lease): the attempt succeeded. The
+    other parts stay started, and their acks are accepted (`ack_part`)."""
+    tx.all("gang_part_acked", lease=lease, result=result)
+    gang = tx.one("gang_live", id=inv_id)
+    if gang is not None:
+        tx.all(
+            "gang_end",
+            gang=gang["gang"],
+            now=now,
+            outcome="succeeded",
+            rank=None,
+            worker=None,
+            why=None,
+        )
+
+
+def ack_part(
+    tx: Transaction, inv_id: str, lease: str, result: bytes | None
+) -> tuple[bool, LeaseLost | None]:
+    """An ack under a lease that is not the row's: (False, None) when it is no part of rank
+    above 0 (today's refusal applies); (True, None) when accepted (recorded on the part: a
+    started attempt, or one whose rank 0 succeeded); else (True, the refusal)."""
+    part = part_of(tx, inv_id, lease)
+    if part is None or int(part["rank"]) == 0:
+        return False, None
+    live = part["gang_state"] == "started" or part["outcome"] == "succeeded"
+    if live and tx.one("gang_part_acked", lease=lease, result=result) is not None:
+        tx.all("gang_bump", gang=part["gang"])
+        return True, None
+    return True, stale("ack", inv_id, part)
+
+
+def ended_by(
+    tx: Transaction,
+    inv_id: str,
+    part: Row | None,
+    why: str,
+    now: float,
+    *,
+    first: str = "failed",
+    outcome: str = "failed",
+) -> None:
+    """The attempt of `inv_id` ended other than by success, through `part` (None: through
+    the row's lease, rank 0's): the gang ends, `part` recorded as what ended it first, every
+    other live part stopped with it."""
+    gang = tx.one("gang_live", id=inv_id)
+    if gang is None:
+        return
+    if part is None:
+        parts = tx.all("gang_parts_of", gang=gang["gang"])
+        part = next((p for p in parts if int(p["rank"]) == 0 and p["state"] in LIVE_PARTS), None)
+    tx.all(
+        "gang_end",
+        gang=gang["gang"],
+        now=now,
+        outcome=outcome,
+        rank=None if part is None else int(part["rank"]),
+        worker=None if part is None else part["worker"],
+        why=storable_text(why)[:2000],
+    )
+    tx.all(
+        "gang_parts_end",
+        gang=gang["gang"],
+        lease="" if part is None else part["lease"],
+        first=first,
+        rest="stopped",
+    )
+
+
+def let_go(tx: Transaction, part: Row, state: str, now: float) -> None:
+    """One held part of a holding gang gives up (its worker released it, or its lease ran
+    out): its rank is free for another worker; the gang keeps holding the rest."""
+    tx.all("gang_part_set", lease=part["lease"], state=state)
+    gang = tx.one("gang_of", gang=part["gang"])
+    if gang is None or gang["state"] != "holding":
+        return
+    held = max(0, int(gang["held"]) - 1)
+    tx.all("gang_set_held", gang=part["gang"], held=held)
+    _pending(
+        tx, part["id"], f"gang: {held} of {gang['nodes']} parts held, waiting for the rest", now
+    )
+
+
+def sweep(tx: Transaction, now: float, append_error: AppendError) -> list[str]:
+    """Let go of the holding gangs past their `gang_wait_s` (or whose job left the queue), and
+    end the attempts of parts whose lease ran out: the ids of the jobs it changed."""
+    changed: list[str] = []
+    for gang in tx.all("gangs_past_wait", now=now):
+        held, nodes = int(gang["held"]), int(gang["nodes"])
+        queued = tx.one("gang_lock", id=gang["id"]) is not None
+        why = (
+            f"gang: {held} of {nodes} parts held within gang_wait_s; let go, waiting again"
+            if queued
+            else "gang: its job left the queue before every part was held"
+        )
+        tx.all(
+            "gang_end",
+            gang=gang["gang"],
+            now=now,
+            outcome="released" if queued else "cancelled",
+            rank=None,
+            worker=None,
+            why=why,
+        )
+        tx.all("gang_parts_end", gang=gang["gang"], lease="", first="released", rest="released")
+        if queued:
+            _pending(tx, gang["id"], why, now)
+        changed.append(gang["id"])
+    for part in tx.all("gang_parts_expired", now=now):
+        row = part_of(tx, part["id"], part["lease"])
+        if row is None or row["state"] not in ("held", "started"):
+            continue
+        if row["state"] == "held":
+            let_go(tx, row, "lost", now)
+        else:
+            _lose_started(tx, row, now, append_error)
+        changed.append(part["id"])
+    return changed
+
+
+def _lose_started(tx: Transaction, part: Row, now: float, append_error: AppendError) -> None:
+    """A started part's lease ran out: as the sweep does for a job's lease (requeue_expired),
+    the attempt is a preemption (not charged), or the job fails out of preemptions."""
+    inv_id = part["id"]
+    lease = row_lease(tx, inv_id, part)
+    why = f"lease of part {part['rank']} (worker {part['worker']}) expired"
+    if (
+        lease is not None
+        and tx.one("release_preempted", id=inv_id, lease=lease, cause="daemon_lost") is None
+    ):
+        row = tx.one("preemptions_of", id=inv_id)
+        error = f"{why}: preempted past its max_preemptions" + (
+            f" of {row['max_preemptions']}" if row else ""
+        )
+        if tx.one(
+            "settle_terminal",
+            id=inv_id,
+            lease=lease,
+            state="failed",
+            error=error,
+            now=now,
+            cause="daemon_lost",
+        ):
+            tx.all("count_preemption", id=inv_id)
+            append_error(tx, inv_id, error, now)
+    ended_by(tx, inv_id, part, why, now, first="lost")
+
+
+#: What `GangStore._fence` answers for a held part it let go: the settle is done.
+LET_GO = None
+
+
+class GangStore(StoreBase):
+    """The verbs of a gang's part: where its gang stands, and where the part listens."""
+
+    def _fence(
+        self, tx: Transaction, inv_id: str, lease: str, verb: str, now: float
+    ) -> tuple[str, Row | None] | None:
+        """For a settle whose statement matched nothing under `lease`: the lease to settle
+        under and the part it is. A part of a running attempt settles the whole attempt
+        under the row's lease; a held part (its gang not started) is let go alone, and None
+        says the settle is done; a part of an attempt that is over is refused (`stale`).
+        (`lease`, None): no part, today's refusal applies."""
+        part = part_of(tx, inv_id, lease)
+        if part is None:
+            return lease, None
+        if part["state"] == "held" and part["gang_state"] == "holding":
+            let_go(tx, part, "released", now)
+            return LET_GO
+        row = row_lease(tx, inv_id, part)
+        if row is None:
+            raise stale(verb, inv_id, part)
+        return row, part
+
+    def gang(self, ns: str, inv_id: str, lease: str) -> GangState:
+        """The gang attempt the part under `lease` belongs to, as it stands. A holding gang
+        past its `gang_wait_s` is let go here, not only at the next sweep."""
+        now = time.time()
+        with self.connector.transaction(write=False) as tx:
+            state = self._gang_read(tx, ns, inv_id, lease)
+        if state.state == "holding" and now >= state.wait_until:
+            with self.connector.transaction() as tx:
+                changed = sweep(tx, now, self._append_error)
+                state = self._gang_read(tx, ns, inv_id, lease)
+            if changed:
+                self.waker.notify()
+        if state.state == "holding":  # the let-go is due then, with no commit to wake anyone
+            self.waker.notify_at(state.wait_until, work=[reader_key(inv_id)])
+        return state
+
+    def gang_ready(
+        self,
+        ns: str,
+        inv_id: str,
+        lease: str,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+    ) -> GangState:
+        """Record where the part under `lease` listens (its address, a port it found free:
+        rank 0's is the gang's MASTER_PORT) while its attempt is live; refused once over."""
+        check_addr(addr)
+        check_port(port)
+        with self.connector.transaction() as tx:
+            state = self._gang_read(tx, ns, inv_id, lease)
+            ready = tx.one("gang_ready", lease=lease, id=inv_id, addr=addr, port=port)
+            if ready is None:
+                part = part_of(tx, inv_id, lease)
+                assert part is not None  # _gang_read found it
+                raise stale("gang_ready", inv_id, part)
+            tx.all("gang_bump", gang=ready["gang"])
+            state = self._gang_read(tx, ns, inv_id, lease)
+        self.waker.notify(work=(), reads=False, ended=[inv_id])
+        return state
+
+    def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
+        self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
+
+    def _gang_read(self, tx: Transaction, ns: str, inv_id: str, lease: str) -> GangState:
+        if tx.one("get_invocation", id=inv_id, ns=ns) is None:
+            raise NotFound(f"unknown invocation '{inv_id}'")
+        part = part_of(tx, inv_id, lease)
+        if part is None:
+            raise NotFound(f"invocation '{inv_id}' has no gang part under this lease")
+        view = tx.all("gang_view", gang=part["gang"])
+        gang = view[0]  # the caller's own part is one of them
+        ranks: dict[int, Row] = {}
+        for p in view:
+            ranks[int(p["rank"])] = p  # the newest holder of each rank
+        failed = None
+        if gang["failed_rank"] is not None and gang["outcome"] != "succeeded":
+            failed = {
+                "rank": gang["failed_rank"],
+                "worker": gang["failed_worker"],
+                "why": gang["failed_why"],
+            }
+        return GangState(
+            id=inv_id,
+            attempt=int(gang["attempt"]),
+            nodes=int(gang["nodes"]),
+            state=str(gang["gang_state"]),
+            held=int(gang["held"]),
+            rank=int(part["rank"]),
+            parts=[
+                {
+                    "rank": rank,
+                    "worker": p["worker"],
+                    "addr": p["addr"],
+                    "port": p["port"],
+                    "state": p["state"],
+                }
+                for rank, p in sorted(ranks.items())
+            ],
+            wait_until=float(gang["wait_until"]),
+            outcome=gang["outcome"],
+            failed=failed,
+            version=int(gang["version"]),
+        )
