@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import threading
 
 import click
 
@@ -179,17 +180,42 @@ def exec_(
         sys.exit(_follow(q, inv, result_timeout_s))
 
 
+#: How often `exec --wait` reads the job's row for what its daemon is preparing.
+PREPARING_POLL_S = 0.5
+
+
+def _say_preparing(q: SyncQueue, inv: str, first_line: threading.Event) -> None:
+    said = None
+    while not first_line.wait(PREPARING_POLL_S):
+        try:
+            row = q.status(inv)
+        except DispatchError:
+            continue  # an outage: the stream says what matters
+        if row.terminal:
+            return
+        words = (row.placement or {}).get("preparing") if row.state == "running" else None
+        if words and words != said and not first_line.is_set():
+            click.echo(f"# {inv}: {words}", err=True)
+            said = words
+
+
 def _follow(q: SyncQueue, inv: str, timeout_s: float | None) -> int:
-    """Print each output line as it arrives; the exit status mirrors the job's outcome."""
+    """Print each output line as it arrives; the exit status mirrors the job's outcome. Until
+    the first line, what the daemon says it is preparing (its code, its environment) is
+    printed to stderr as it changes."""
     window = timeout_s if timeout_s is not None else 24 * 3600.0
+    first_line = threading.Event()
+    threading.Thread(target=_say_preparing, args=(q, inv, first_line), daemon=True).start()
     try:
         for out in q.stream(inv, timeout=window):
+            first_line.set()
             click.echo(out)
     except TimeoutError:
         click.echo(f"# {inv}: no output for {window:g}s; still {q.status(inv).state}", err=True)
         return 124
     except DispatchError:
         pass  # the ERROR frame: the row below says what happened
+    first_line.set()
     status = q.status(inv)
     if status.state == "succeeded":
         return 0

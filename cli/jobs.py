@@ -295,8 +295,11 @@ def show(
     table.add_row("worker", escape(inv.worker or "-"))
     table.add_row("timeout", span(inv.timeout_s) if inv.timeout_s else "-")
     table.add_row("resources", escape(describe(inv.resources)))
-    if inv.placement:
-        table.add_row("placement", escape(placed(inv.placement)))
+    placement = {k: v for k, v in (inv.placement or {}).items() if k != "preparing"}
+    if placement:
+        table.add_row("placement", escape(placed(placement)))
+    if inv.state == "running" and (preparing := (inv.placement or {}).get("preparing")):
+        table.add_row("preparing", escape(str(preparing)))
     if inv.runtime:
         table.add_row("runtime", escape(brought(inv.runtime)))
     if inv.after:

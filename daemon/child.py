@@ -173,9 +173,16 @@ def _environment_first() -> None:
     import site
 
     own = [p for p in site.getsitepackages() if p not in sys.path]
+    if not own:
+        return  # the daemon's own interpreter
     sys.path[0:0] = own
     for path in own:
         site.addsitedir(path)  # its .pth files (the entries are on the path already)
+    # and a command the job runs (`python train.py`, a console script) finds them too
+    os.environ["VIRTUAL_ENV"] = sys.prefix
+    os.environ["PATH"] = os.pathsep.join(
+        [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    )
 
 
 def _import_from_working_directory() -> None:

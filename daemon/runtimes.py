@@ -114,13 +114,16 @@ class JobRuntimes:
         self._envs: Environments | None = None
         self.stats = {"bundle_hits": 0, "bundle_misses": 0, "bytes_fetched": 0}
 
-    def ready(self, spec: Mapping[str, Any]) -> Ready:
-        """Fetch and build what `spec` needs (blocking: minutes for a cold environment)."""
+    def ready(
+        self, spec: Mapping[str, Any], *, on_progress: Callable[[str], None] | None = None
+    ) -> Ready:
+        """Fetch and build what `spec` needs (blocking: minutes for a cold environment);
+        `on_progress` hears each step of a build (preparing.py)."""
         key = runtime_key(spec)
         assert key is not None
         started = time.monotonic()
         tree, fetched, fetched_bytes = self._tree(spec.get("bundle"))
-        python, built = self._python(list(spec.get("requirements") or []))
+        python, built = self._python(list(spec.get("requirements") or []), on_progress)
         return Ready(
             key,
             tree=tree,
@@ -206,7 +209,9 @@ class JobRuntimes:
         safe to repeat): a connection reset mid-fetch is not a job whose code cannot exist."""
         return through_outages(call, FETCH_OUTAGE_S, what=f"fetching the job's code ({what})")
 
-    def _python(self, requirements: list[str]) -> tuple[str | None, bool]:
+    def _python(
+        self, requirements: list[str], on_progress: Callable[[str], None] | None = None
+    ) -> tuple[str | None, bool]:
         if not requirements:
             return None, False
         if self._environments is None:
@@ -217,7 +222,7 @@ class JobRuntimes:
         if self._envs is None:
             self._envs = self._environments()
         try:
-            built = self._envs.ensure(requirements)
+            built = self._envs.ensure(requirements, on_progress=on_progress)
         except DispatchError as exc:
             raise RuntimeFailed(str(exc)) from exc
         return str(built.python), built.built

@@ -42,6 +42,7 @@ from .child import Child, describe_exit
 from .inventory import Gpu
 from .log import get_logger
 from .oom import OomCounters, death
+from .preparing import Preparing
 from .runtimes import JobRuntimes, Ready, RuntimeFailed
 
 #: what the daemon buffers for a body that yields faster than the plane takes frames.
@@ -259,7 +260,8 @@ class ProcessSlot(SlotBase):
             return None
         if self._runtimes is None:
             raise RuntimeFailed("this daemon runs no job runtimes (it was started without them)")
-        ready = self._runtimes.ready(claim.runtime)
+        with Preparing(self._runtimes.plane, claim, claim.runtime) as saying:
+            ready = self._runtimes.ready(claim.runtime, on_progress=saying.progress)
         self._log.info(
             "job.runtime_ready",
             invocation=claim.id,

@@ -340,4 +340,5 @@ def _environments() -> Environments:
     uv is found then, not at every daemon's start."""
     from .environments import Environments
 
-    return Environments(home() / "runtime" / "envs")
+    # LAKESHORE_UV: the uv this box's operator chose, else the daemon extra's, else PATH's.
+    return Environments(home() / "runtime" / "envs", uv=os.environ.get("LAKESHORE_UV") or None)

@@ -242,3 +242,69 @@ def test_requirements_are_built_once_per_box_with_uv_from_the_boxs_own_wheels(
             assert "numpy" in (row.error or "") and "daemon" in (row.error or "")
     finally:
         proc.stop()
+
+
+IMPORTS = ("--", "python", "-c", "import tinypkg; print(tinypkg.VALUE)")
+
+
+def test_while_its_environment_builds_the_row_and_exec_wait_say_so(tmp_path: Path) -> None:
+    """The box's uv (`LAKESHORE_UV`) is held at a gate the test opens: the build is under way
+    for as long as the test looks."""
+    import re
+
+    from tests.support.daemons import wait_until
+    from tests.support.wheels import write_wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "tinypkg", "1.0")
+    gate = tmp_path / "go"
+    held_uv = tmp_path / "held-uv"
+    real_uv = Path(sys.executable).parent / "uv"
+    held_uv.write_text(
+        f'#!/bin/sh\nwhile [ ! -e "{gate}" ]; do sleep 0.05; done\nexec "{real_uv}" "$@"\n'
+    )
+    held_uv.chmod(0o755)
+    home = tmp_path / "home-held"
+    box = {
+        "UV_FIND_LINKS": str(wheels),
+        "UV_OFFLINE": "1",
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        "LAKESHORE_UV": str(held_uv),
+    }
+    proc = DaemonProcess(home, "box-held", ["--queue", "held"], env=box, cwd=tmp_path)
+    lakeshore = str(Path(sys.executable).parent / "lakeshore")
+    env = daemon_env(home)
+    env.pop("PYTHONPATH", None)
+    err = tmp_path / "exec.err"
+    try:
+        proc.ready()
+        with open(err, "wb") as stderr:
+            job = subprocess.Popen(
+                [lakeshore, "exec", "--wait", "-q", "held", "--with", "tinypkg==1.0", *IMPORTS],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                cwd=tmp_path,
+            )
+            said = wait_until(
+                lambda: re.search(r"# (\w+): building its environment", err.read_text()),
+                timeout=60,
+                what="exec --wait's progress line",
+            )
+            shown = subprocess.run(
+                [lakeshore, "jobs", "show", said.group(1)], env=env, capture_output=True, text=True
+            )
+            assert "preparing" in shown.stdout and "environment" in shown.stdout, shown.stdout
+            gate.touch()
+            out, _ = job.communicate(timeout=120)
+        assert job.returncode == 0, err.read_text()
+        assert out.strip() == "tinypkg 1.0"
+        shown = subprocess.run(
+            [lakeshore, "jobs", "show", said.group(1)], env=env, capture_output=True, text=True
+        )
+        assert "preparing" not in shown.stdout  # put back as it was once ready
+    finally:
+        gate.touch()
+        proc.stop()
