@@ -247,16 +247,13 @@ def test_requirements_are_built_once_per_box_with_uv_from_the_boxs_own_wheels(
 IMPORTS = ("--", "python", "-c", "import tinypkg; print(tinypkg.VALUE)")
 
 
-def test_while_its_environment_builds_the_row_and_exec_wait_say_so(tmp_path: Path) -> None:
-    """The box's uv (`LAKESHORE_UV`) is held at a gate the test opens: the build is under way
-    for as long as the test looks."""
-    import re
-
-    from tests.support.daemons import wait_until
+def held_box(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A box whose uv (`LAKESHORE_UV`) waits at a gate the test opens (touches): a build is
+    under way for as long as the test looks. Its packages: one local wheel, `tinypkg`."""
     from tests.support.wheels import write_wheel
 
     wheels = tmp_path / "wheels"
-    wheels.mkdir()
+    wheels.mkdir(exist_ok=True)
     write_wheel(wheels, "tinypkg", "1.0")
     gate = tmp_path / "go"
     held_uv = tmp_path / "held-uv"
@@ -265,13 +262,22 @@ def test_while_its_environment_builds_the_row_and_exec_wait_say_so(tmp_path: Pat
         f'#!/bin/sh\nwhile [ ! -e "{gate}" ]; do sleep 0.05; done\nexec "{real_uv}" "$@"\n'
     )
     held_uv.chmod(0o755)
-    home = tmp_path / "home-held"
     box = {
         "UV_FIND_LINKS": str(wheels),
         "UV_OFFLINE": "1",
         "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
         "LAKESHORE_UV": str(held_uv),
     }
+    return gate, box
+
+
+def test_while_its_environment_builds_the_row_and_exec_wait_say_so(tmp_path: Path) -> None:
+    import re
+
+    from tests.support.daemons import wait_until
+
+    gate, box = held_box(tmp_path)
+    home = tmp_path / "home-held"
     proc = DaemonProcess(home, "box-held", ["--queue", "held"], env=box, cwd=tmp_path)
     lakeshore = str(Path(sys.executable).parent / "lakeshore")
     env = daemon_env(home)
@@ -308,3 +314,71 @@ def test_while_its_environment_builds_the_row_and_exec_wait_say_so(tmp_path: Pat
     finally:
         gate.touch()
         proc.stop()
+
+
+def test_eight_jobs_claimed_at_once_build_their_environment_once(tmp_path: Path) -> None:
+    import importlib.metadata
+
+    import dreamlake.lakeshore as dls
+    from dreamlake.lakeshore.plane import Dispatch
+    from tests.support.daemons import wait_until
+
+    gate, box = held_box(tmp_path)
+    home = tmp_path / "home-eight"
+    proc = DaemonProcess(home, "box-8", ["--queue", "eight", "--concurrency", "8"], env=box)
+    try:
+        proc.ready()
+        with Dispatch(str(home / "lakeshore.db")) as plane:
+            q = dls.SyncQueue("eight", dispatch=plane)
+            wants = dls.Runtime(requirements=["tinypkg==1.0"])
+            version = dls.thunk(importlib.metadata.version, "tinypkg")
+            jobs = q.submit_many([version] * 8, runtime=wants)
+            wait_until(lambda: q.count("running") == 8, timeout=60, what="eight jobs held")
+            gate.touch()
+            assert [q.result(j, timeout=120) for j in jobs] == ["1.0"] * 8
+        built = [e["built"] for e in proc.find_all("job.runtime_ready")]
+        assert sorted(built) == [False] * 7 + [True], built
+    finally:
+        gate.touch()
+        proc.stop()
+
+
+def test_a_daemon_killed_mid_build_leaves_nothing_the_next_one_uses(tmp_path: Path) -> None:
+    import importlib.metadata
+
+    import dreamlake.lakeshore as dls
+    from dreamlake.lakeshore.plane import Dispatch
+    from tests.support.daemons import wait_until
+
+    gate, box = held_box(tmp_path)
+    home = tmp_path / "home-killed"
+    args = ["--queue", "killed", "--lease-s", "2"]
+    first = DaemonProcess(home, "box-k1", args, env=box)
+    try:
+        first.ready()
+        with Dispatch(str(home / "lakeshore.db")) as plane:
+            q = dls.SyncQueue("killed", dispatch=plane)
+            job = q.submit(
+                dls.thunk(importlib.metadata.version, "tinypkg"),
+                runtime=dls.Runtime(requirements=["tinypkg==1.0"]),
+            )
+            envs = home / "runtime" / "envs"
+            wait_until(
+                lambda: any((envs / "tmp").glob("*")) if (envs / "tmp").exists() else False,
+                timeout=60,
+                what="a build under way",
+            )
+            first.kill9()
+            gate.touch()
+            second = DaemonProcess(home, "box-k2", args, env=box)
+            try:
+                second.ready()
+                assert q.result(job, timeout=120) == "1.0"  # after the lease ran out: rebuilt
+                row = plane.invocation(job)
+                assert row.attempt == 2 and row.worker is not None
+                assert second.find("job.runtime_ready", invocation=job)["built"] is True
+            finally:
+                second.stop()
+    finally:
+        gate.touch()
+        first.stop()
