@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from .common import Measurement, Settings, bin_path, environ
+from .common import ROOT, Measurement, Settings, bin_path, environ
 
 
 def _wheels(root: Path) -> Path:
@@ -98,11 +98,34 @@ def floor(settings: Settings) -> list[Measurement]:
 
 
 def ray(settings: Settings) -> list[Measurement]:
-    try:
-        import ray as ray_mod  # noqa: F401
-    except ImportError:
-        raise RuntimeError("ray is not installed here") from None
-    raise RuntimeError("ray's runtime_env uv run is not written yet")
+    """Ray's `runtime_env={"uv": [...]}` on the same wheel, in an interpreter of its own
+    (bench/peers/ray_uv.py); left out where Ray or virtualenv is not installed."""
+    import importlib.util
+    import json
+
+    for needed in ("ray", "virtualenv"):
+        if importlib.util.find_spec(needed) is None:
+            raise RuntimeError(f"{needed} is not installed here (make bench installs it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = _wheels(Path(tmp))
+        args = json.dumps({"wheels": str(wheels), "reps": settings.reps})
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.peers.ray_uv", args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=900,
+            cwd=tmp,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)},
+        )
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    note = "one local wheel, UV_OFFLINE=1, a running local cluster"
+    system = "ray runtime_env uv"
+    return [
+        Measurement("envs", "cold build", system, _ms(data["cold"]), "ms", note=note),
+        Measurement("envs", "warm (built)", system, _ms(data["warm"]), "ms", note=note),
+        Measurement("envs", "8 jobs at once", system, _ms(data["eight"]), "ms", note=note),
+    ]
 
 
 def _ms(seconds: list[float]) -> list[float]:
