@@ -382,3 +382,53 @@ def test_a_daemon_killed_mid_build_leaves_nothing_the_next_one_uses(tmp_path: Pa
     finally:
         gate.touch()
         first.stop()
+
+
+def test_a_build_longer_than_the_lease_keeps_its_lease(tmp_path: Path) -> None:
+    """A 10-minute build is not a lost worker: the lease is renewed while the environment is
+    built, and the job runs once, in its first attempt."""
+    import importlib.metadata
+
+    import httpx
+
+    import dreamlake.lakeshore as dls
+    from dreamlake.lakeshore.plane import Dispatch
+    from tests.support.daemons import wait_until
+    from tests.support.server import free_port
+
+    def renewals(port: int) -> float:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5.0).text
+        found = [
+            ln
+            for ln in text.splitlines()
+            if ln.startswith("lakeshore_daemon_lease_renewals_total ")
+        ]
+        return float(found[0].split()[1]) if found else 0.0
+
+    gate, box = held_box(tmp_path)
+    home = tmp_path / "home-lease"
+    port = free_port()
+    box |= {"LAKESHORE_DAEMON_METRICS_PORT": str(port)}
+    args = ["--queue", "lease", "--lease-s", "1", "--metrics-addr", "127.0.0.1"]
+    proc = DaemonProcess(home, "box-lease", args, env=box)
+    try:
+        proc.ready()
+        proc.wait_for("daemon.metrics_serving")
+        with Dispatch(str(home / "lakeshore.db")) as plane:
+            q = dls.SyncQueue("lease", dispatch=plane)
+            job = q.submit(
+                dls.thunk(importlib.metadata.version, "tinypkg"),
+                runtime=dls.Runtime(requirements=["tinypkg==1.0"]),
+            )
+            wait_until(lambda: q.count("running") == 1, timeout=60, what="the job held")
+            before = renewals(port)
+            # several leases' worth of renewals while uv is held: the build outlives its lease
+            wait_until(lambda: renewals(port) >= before + 8, timeout=60, what="renewals")
+            assert q.status(job).attempt == 1
+            gate.touch()
+            assert q.result(job, timeout=120) == "1.0"
+            assert q.status(job).attempt == 1  # never taken back and run again
+        assert len(proc.find_all("job.claimed", invocation=job)) == 1
+    finally:
+        gate.touch()
+        proc.stop()
