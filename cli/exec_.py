@@ -205,7 +205,8 @@ def _follow(q: SyncQueue, inv: str, timeout_s: float | None) -> int:
     printed to stderr as it changes."""
     window = timeout_s if timeout_s is not None else 24 * 3600.0
     first_line = threading.Event()
-    threading.Thread(target=_say_preparing, args=(q, inv, first_line), daemon=True).start()
+    sayer = threading.Thread(target=_say_preparing, args=(q, inv, first_line), daemon=True)
+    sayer.start()
     try:
         for out in q.stream(inv, timeout=window):
             first_line.set()
@@ -215,7 +216,9 @@ def _follow(q: SyncQueue, inv: str, timeout_s: float | None) -> int:
         return 124
     except DispatchError:
         pass  # the ERROR frame: the row below says what happened
-    first_line.set()
+    finally:
+        first_line.set()
+        sayer.join()  # done with the plane before its session closes
     status = q.status(inv)
     if status.state == "succeeded":
         return 0

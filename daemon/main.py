@@ -135,6 +135,14 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "(under $LAKESHORE_HOME/runtime; a running job's is never removed).",
 )
 @click.option(
+    "--advertise-addr",
+    default=None,
+    metavar="ADDR",
+    envvar="LAKESHORE_ADVERTISE_ADDR",
+    help="The address other boxes reach this one at, for multi-node jobs' rank 0 "
+    "(default: this host's name, resolved).",
+)
+@click.option(
     "--handler",
     default=None,
     metavar="MODULE:FN",
@@ -228,6 +236,7 @@ def daemon_command(
     memory_gb: float | None,
     enforce_gpu_memory: bool,
     runtime_cache_gb: float,
+    advertise_addr: str | None,
     handler: str | None,
     burst: bool,
     give_up_unreachable_s: float | None,
@@ -279,6 +288,7 @@ def daemon_command(
         spot_notice=None if spot_notice == "none" else spot_notice,
         enforce_gpu_memory=enforce_gpu_memory,
         runtime_cache_gb=runtime_cache_gb,
+        advertise_addr=advertise_addr,
     )
     try:
         plane = open_plane(url, token, namespace)

@@ -39,6 +39,7 @@ from dreamlake.lakeshore.work.slot import (
 )
 
 from .child import Child, describe_exit
+from .gang import GangPart
 from .inventory import Gpu
 from .log import get_logger
 from .oom import OomCounters, death
@@ -80,6 +81,7 @@ class ProcessSlot(SlotBase):
         oom: OomCounters | None = None,
         warm: bool = True,
         runtimes: JobRuntimes | None = None,
+        gangs: Callable[[Claim], GangPart] | None = None,
     ) -> None:
         """`warm` False: no child until the slot's first job (slots past one per GPU, which
         a default daemon has up to its CPU count, cost no process while nobody shares).
@@ -89,7 +91,9 @@ class ProcessSlot(SlotBase):
         `oom`: the box's OOM-kill counters, to tell a job the kernel killed for memory from
         one that died otherwise (oom.py); None: every death is `died`.
         `runtimes`: the box's job runtimes (runtimes.py), which make a claim's bundle and
-        environment ready before its child runs it; None: a job that brings one fails."""
+        environment ready before its child runs it; None: a job that brings one fails.
+        `gangs(claim)`: a gang's part (gang.py), which waits for its gang's start and stops
+        the run when the gang ends under it; None: a gang's part is released unrun."""
         super().__init__(index, kill_grace_s=kill_grace_s)
         self._gpus_for = gpus_for
         #: The GPUs the slot's child sees (its CUDA_VISIBLE_DEVICES).
@@ -114,6 +118,7 @@ class ProcessSlot(SlotBase):
         self._oom_before: dict[str, int] = {}
         self._warm = warm
         self._runtimes = runtimes
+        self._gangs = gangs
         #: The current attempt's own working directory (runtimes.py `job_folder`), removed
         #: once the attempt ends.
         self._job_folder: Path | None = None
@@ -236,6 +241,8 @@ class ProcessSlot(SlotBase):
         except RuntimeFailed as exc:
             self._log.error("job.runtime_failed", invocation=claim.id, error=str(exc))
             return Outcome("error", error=str(exc), summary=str(exc)[:200], cause="runtime")
+        if claim.gang is not None:
+            return self._run_part(claim, ready)
         child = self._child_for(claim, ready)
         if handed is not None and handed[:2] == (claim.id, child):
             self._began = handed[2]
@@ -252,6 +259,29 @@ class ProcessSlot(SlotBase):
                 child.send(("preempt", noticed[0]))
         self._sink.post_resume(claim)
         return self._watch(claim, child)
+
+    def _run_part(self, claim: Claim, ready: Ready | None) -> Outcome:
+        """A gang's part (gang.py): its runtime ready first (while the others are claimed),
+        then the gang's start, then a fresh child with the rendezvous, retired after."""
+        if self._gangs is None:
+            return Outcome("release", error="this daemon runs no gang parts")
+        part = self._gangs(claim)
+        env = part.start()
+        if env is None:  # let go unstarted, or ended before it began: its lease is over
+            return Outcome("lost", error="the gang did not start")
+        self._retire(Outcome("ok"))  # a process group must not outlive its attempt
+        child = self._child_for(claim, ready)
+        paths, extra, folder = self._shipped(claim, ready) or ((), {}, None)
+        self._began = time.monotonic()
+        try:
+            child.send(_run_message(claim, (paths, {**extra, **env}, folder)))
+        except OSError as exc:
+            return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
+        child.ran = True
+        self._sink.post_resume(claim)
+        with part.watching(lambda why: self.abort(claim.id, "lost", detail=why)):
+            outcome = self._watch(claim, child)
+        return self._retire(outcome)
 
     def _make_ready(self, claim: Claim) -> Ready | None:
         """The claim's runtime made ready on this box (runtimes.py), before any child has the

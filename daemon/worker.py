@@ -32,6 +32,7 @@ from dreamlake.lakeshore.work.core import (
 from dreamlake.lakeshore.work.slot import JobSink, Slot, SlotFactory
 
 from .child import ChildFailed, spawn_context
+from .gang import GangPart, advertise_addr
 from .gpuwatch import GpuWatch, open_reader
 from .inventory import (
     Gpu,
@@ -86,6 +87,8 @@ class DaemonConfig(WorkerConfig):
     enforce_gpu_memory: bool = False
     #: `--runtime-cache-gb`: the shipped trees this box keeps (runtimes.py, issue 46).
     runtime_cache_gb: float = DEFAULT_CACHE_GB
+    #: `--advertise-addr`: where other boxes reach this one (a gang's rank 0, issue 47).
+    advertise_addr: str | None = None
 
 
 class Daemon(WorkerCore):
@@ -165,6 +168,10 @@ class Daemon(WorkerCore):
         )
         if self._metrics is not None:
             self._metrics.watch_runtimes(runtimes.figures)
+        addr = advertise_addr(config.advertise_addr)
+
+        def gang_part(claim: Claim) -> GangPart:
+            return GangPart(self.plane, claim, addr, self._log)
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(
@@ -179,6 +186,7 @@ class Daemon(WorkerCore):
                 oom=oom,
                 warm=index < warm,
                 runtimes=runtimes,
+                gangs=gang_part,
             )
 
         return slot

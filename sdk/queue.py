@@ -159,6 +159,7 @@ class Queue:
         after: Sequence[str] | None = None,
         after_failure: str = "cancel",
         runtime: Runtime | None = None,
+        nodes: int = 1,
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -176,6 +177,7 @@ class Queue:
             after=after,
             after_failure=after_failure,
             runtime=runtime,
+            nodes=nodes,
         )
 
     async def submit_many(

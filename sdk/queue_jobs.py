@@ -111,6 +111,7 @@ def encode_submit(
     resources: Mapping[str, Any] | None = None,
     max_preemptions: int | None = None,
     runtime: JobRuntime | None = None,
+    nodes: int = 1,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
     written in, or the function that picks it, asked only if something is pickled. `resources`
@@ -148,4 +149,5 @@ def encode_submit(
         resources=asked,
         max_preemptions=max_preemptions,
         runtime=brings,
+        nodes=nodes,
     )

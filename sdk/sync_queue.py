@@ -128,6 +128,7 @@ class SyncQueue(QueueHandle):
         after: Sequence[str] | None = None,
         after_failure: str = "cancel",
         runtime: Runtime | None = None,
+        nodes: int = 1,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
@@ -143,7 +144,10 @@ class SyncQueue(QueueHandle):
         it, unless `after_failure="run"` (then it runs once every parent has ended).
         `runtime` (`dls.Runtime`, docs/runtime.md) is what the job brings to its worker: a
         folder, requirements, variables; without it, the queue's, else a code job ships the
-        producer's own modules that it reaches.
+        producer's own modules that it reaches. `nodes` > 1 runs the job on that many daemons
+        at once, one part each, started together with their ranks and rank 0's address
+        (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`: torch's env:// rendezvous);
+        `resources` is per node.
         """
         from .workflow import with_due
 
@@ -159,6 +163,7 @@ class SyncQueue(QueueHandle):
             after=after,
             after_failure=after_failure,
             runtime=runtime,
+            nodes=nodes,
         )
         req = with_due(req, delay_s, at)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
@@ -177,6 +182,7 @@ class SyncQueue(QueueHandle):
         after: Sequence[str] | None = None,
         after_failure: str = "cancel",
         runtime: Runtime | Shipped | None = None,
+        nodes: int = 1,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
@@ -192,6 +198,7 @@ class SyncQueue(QueueHandle):
             resources=resources,
             max_preemptions=max_preemptions,
             runtime=self._job_runtime(runtime),
+            nodes=nodes,
         )
         return with_after(req, after, after_failure)
 

@@ -1,0 +1,165 @@
+"""A gang's part on this daemon (issue 47): where it listens, when it starts, when it must stop.
+
+The plane hands a gang out as N held parts and starts them together once all are held
+(sdk/plane/store/gangs.py). A daemon holding a part says where it listens (`gang_ready`: its
+address, and for rank 0 a port it found free on its host for this attempt, so two gangs on one
+host never collide), waits for the start, and hands its child the rendezvous torch and friends
+read: `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` and the rest (`rendezvous`).
+
+While the part runs, one thread follows the gang with `Plane.gang(..., wait_s=)`, which wakes on
+the plane's change rather than at a poll: when any other part ends the attempt (its child
+failed, its daemon's lease ran out), this part's child is stopped within the wake-up's latency,
+not at gloo's 30-minute timeout. A gang's part always runs in a fresh child, retired after it:
+a process group and its rendezvous variables must not outlive their attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+from dreamlake.lakeshore.errors import DispatchError, LeaseLost, NotFound
+from dreamlake.lakeshore.types import Claim, GangState
+
+__all__ = ["GangPart", "advertise_addr", "free_port", "rendezvous"]
+
+#: Longest single wait on the plane for a gang to change (a long-poll; a change wakes it).
+WAIT_S: Final = 20.0
+#: How long past the plane's own let-go deadline a part waits for a start before giving up.
+START_SLACK_S: Final = 30.0
+
+
+def advertise_addr(given: str | None = None) -> str:
+    """The address other boxes reach this daemon at: `--advertise-addr`, else the host's own
+    (its name resolved), else loopback."""
+    if given:
+        return given
+    with contextlib.suppress(OSError):
+        return socket.gethostbyname(socket.gethostname())
+    return "127.0.0.1"
+
+
+def free_port(addr: str) -> int:
+    """A TCP port free on `addr` now, for rank 0's rendezvous (its process binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, 0))
+        except OSError:
+            s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def rendezvous(state: GangState) -> dict[str, str]:
+    """The variables a started gang's part runs with, one process per node."""
+    parts = sorted(state.parts, key=lambda p: p["rank"])
+    addrs = [str(p.get("addr") or "") for p in parts]
+    return {
+        "NODE_RANK": str(state.rank),
+        "RANK": str(state.rank),
+        "WORLD_SIZE": str(state.nodes),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": addrs[0],
+        "MASTER_PORT": str(parts[0]["port"]),
+        "LAKESHORE_NODE_RANK": str(state.rank),
+        "LAKESHORE_NUM_NODES": str(state.nodes),
+        "LAKESHORE_NODE_ADDRS": ",".join(addrs),
+    }
+
+
+def _complete(state: GangState) -> bool:
+    parts = {p["rank"]: p for p in state.parts}
+    return (
+        state.state == "started"
+        and len(parts) == state.nodes
+        and all(p.get("addr") for p in parts.values())
+        and parts.get(0, {}).get("port") is not None
+    )
+
+
+class GangPart:
+    """One held part: `start()` gives its rendezvous (None: the gang ended or was let go);
+    `watching(stop)` stops the part's run when the gang ends under it."""
+
+    def __init__(self, plane: Any, claim: Claim, addr: str, log: Any) -> None:
+        self.plane = plane
+        self.claim = claim
+        self.addr = addr
+        self._log = log
+        self.version = 0
+        self.state: GangState | None = None
+
+    def start(self) -> dict[str, str] | None:
+        claim = self.claim
+        port = free_port(self.addr) if (claim.gang or {}).get("rank") == 0 else None
+        try:
+            state = self.plane.gang_ready(claim.id, claim.lease, addr=self.addr, port=port)
+            deadline = state.wait_until + START_SLACK_S
+            while not _complete(state):
+                if state.state == "ended" or time.time() > deadline:
+                    self._log.info(
+                        "gang.not_started",
+                        invocation=claim.id,
+                        state=state.state,
+                        outcome=state.outcome,
+                        held=state.held,
+                        nodes=state.nodes,
+                    )
+                    return None
+                state = self.plane.gang(claim.id, claim.lease, wait_s=WAIT_S, since=state.version)
+        except (LeaseLost, NotFound) as exc:
+            self._log.info("gang.not_started", invocation=claim.id, error=str(exc))
+            return None
+        self.state, self.version = state, state.version
+        env = rendezvous(state)
+        self._log.info(
+            "gang.started",
+            invocation=claim.id,
+            rank=state.rank,
+            nodes=state.nodes,
+            master=f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
+        )
+        return env
+
+    @contextlib.contextmanager
+    def watching(self, stop: Callable[[str], object]) -> Iterator[None]:
+        """While the part runs: `stop(why)` once the gang's attempt ends other than by this
+        part's own end (another part failed, or was lost)."""
+        done = threading.Event()
+        thread = threading.Thread(
+            target=self._watch, args=(stop, done), name="lakeshore-gang", daemon=True
+        )
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+
+    def _watch(self, stop: Callable[[str], object], done: threading.Event) -> None:
+        claim, since = self.claim, self.version
+        while not done.is_set():
+            try:
+                state = self.plane.gang(claim.id, claim.lease, wait_s=WAIT_S, since=since)
+            except (LeaseLost, NotFound) as exc:
+                why = f"the gang's attempt is over: {exc}"
+            except DispatchError:
+                done.wait(1.0)  # an outage: the lease renewal decides what it means
+                continue
+            else:
+                since = state.version
+                if state.state != "ended" or state.outcome == "succeeded":
+                    continue
+                failed = state.failed or {}
+                why = (
+                    f"the gang's attempt ended {state.outcome}: rank {failed.get('rank', '?')} "
+                    f"on {failed.get('worker', '?')} {failed.get('why', 'ended')}"
+                )
+            if not done.is_set():
+                self._log.warning("gang.stopping", invocation=claim.id, why=why)
+                stop(why)
+            return

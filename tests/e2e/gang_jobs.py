@@ -1,0 +1,108 @@
+"""Jobs of the multi-node tests (issue 47): real torch.distributed on gloo, on the CPU."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def all_reduce() -> dict[str, Any]:
+    """Each rank sends rank + 1; every rank gets the sum."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="env://")
+    try:
+        value = torch.tensor([float(dist.get_rank() + 1)])
+        dist.all_reduce(value)
+        return {
+            "rank": dist.get_rank(),
+            "world": dist.get_world_size(),
+            "sum": float(value.item()),
+            "addrs": os.environ["LAKESHORE_NODE_ADDRS"].split(","),
+            "port": int(os.environ["MASTER_PORT"]),
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def ddp_train(steps: int = 50) -> list[float]:
+    """A tiny model trained with DistributedDataParallel over a fixed global batch split by rank;
+    rank 0's weights at the end."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="env://")
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model = _model()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        x, y = _batch()
+        mine = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp(x[mine]), y[mine])
+            loss.backward()
+            opt.step()
+        return [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]
+    finally:
+        dist.destroy_process_group()
+
+
+def single_train(steps: int = 50) -> list[float]:
+    """The same training in one process over the whole batch: what DDP must equal."""
+    import torch
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _batch()
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]
+
+
+def reduce_forever(marker: str) -> None:
+    """All-reduce in a loop; rank 1 writes its pid to `marker` once the loop runs."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="env://")
+    if dist.get_rank() == 1:
+        Path(marker).write_text(str(os.getpid()))
+    while True:
+        dist.all_reduce(torch.ones(1))
+        time.sleep(0.01)
+
+
+def _model() -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 1)
+
+
+def _batch() -> tuple[Any, Any]:
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 4, generator=g)
+    return x, x.sum(dim=1, keepdim=True) * 0.5
+
+
+def one_fails_one_waits(marker: str) -> None:
+    """Rank 1 fails once rank 0 runs; rank 0 waits outside any collective (so gloo cannot
+    notice), until its daemon stops it because the gang ended."""
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not Path(marker).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise RuntimeError("rank 1 fails on purpose")
+    Path(marker).write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
