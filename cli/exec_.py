@@ -147,6 +147,7 @@ def exec_(
     workdir: str | None,
     requirements: str | None,
     with_: tuple[str, ...],
+    nodes: int,
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -172,6 +173,7 @@ def exec_(
             priority=priority,
             max_attempts=max_attempts,
             runtime=runtime,
+            nodes=nodes,
         )
         if not wait:
             click.echo(inv)

@@ -1,5 +1,6 @@
-"""`--workdir`, `--requirements` and `--with` on `lakeshore exec` and `lakeshore submit`:
-what the job brings to its worker (issue 46, docs/runtime.md), declared once for both verbs."""
+"""What a job brings and where it runs, on `lakeshore exec` and `lakeshore submit`, declared
+once for both verbs: `--workdir`, `--requirements` and `--with` (issue 46, docs/runtime.md), and
+`--nodes` (issue 47: that many daemons at once)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def runtime_options(fn: F) -> F:
-    """Add the three options; the command takes `workdir`, `requirements` and `with_`."""
+    """Add the options; the command takes `workdir`, `requirements`, `with_` and `nodes`."""
+    fn = click.option(
+        "--nodes",
+        type=click.IntRange(1, 256),
+        default=1,
+        show_default=True,
+        help="Run on this many daemons at once, one part each, with torch's env:// rendezvous "
+        "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).",
+    )(fn)
     fn = click.option(
         "--with",
         "with_",

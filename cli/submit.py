@@ -189,6 +189,7 @@ def submit(
     workdir: str | None,
     requirements: str | None,
     with_: tuple[str, ...],
+    nodes: int,
     payload_json: str | None,
     payload_text: str | None,
     legacy_json: str | None,
@@ -226,6 +227,7 @@ def submit(
             after=list(after),
             after_failure=after_failure,
             runtime=runtime,
+            nodes=nodes,
         )
         if not wait:
             click.echo(inv_id)

@@ -110,3 +110,27 @@ def test_a_failed_part_stops_the_others_through_the_plane(two_daemons, tmp_path:
     assert "rank 1" in stopping["why"]
     pid = int(marker.read_text())
     wait_until(lambda: not pid_alive(pid), timeout=15, what="rank 0's process gone")
+
+
+def test_lakeshore_exec_nodes_runs_a_command_on_each_part(two_daemons, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.daemons import daemon_env
+
+    plane, _ = two_daemons
+    script = "import os, pathlib; pathlib.Path(os.environ['OUT'] + os.environ['RANK']).touch()"
+    env = daemon_env(tmp_path / "home")
+    lakeshore = str(Path(sys.executable).parent / "lakeshore")
+    out = str(tmp_path / "rank-")
+    argv = ("python", "-c", script)
+    done = subprocess.run(
+        [lakeshore, "exec", "--nodes", "2", "-q", "gang", "--env", f"OUT={out}", "--", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    row = plane.invocation(done.stdout.strip(), wait_s=60)
+    assert row.state == "succeeded", row
+    assert sorted(p.name for p in tmp_path.glob("rank-*")) == ["rank-0", "rank-1"]
