@@ -269,7 +269,9 @@ class ProcessSlot(SlotBase):
         env = part.start()
         if env is None:  # let go unstarted, or ended before it began: its lease is over
             return Outcome("lost", error="the gang did not start")
-        self._retire(Outcome("ok"))  # a process group must not outlive its attempt
+        if self._child is not None:  # a fresh child: a process group must not outlive its attempt
+            self._child.stop()
+            self._child = None
         child = self._child_for(claim, ready)
         paths, extra, folder = self._shipped(claim, ready) or ((), {}, None)
         self._began = time.monotonic()
