@@ -17,3 +17,19 @@ def counted(target: object, method: str) -> Callable[[], int]:
 
     setattr(target, method, wrapper)
     return lambda: len(calls)
+
+
+def finished(target: object, method: str) -> Callable[[], int]:
+    """Wrap `target.method` so its calls are counted as they return: a read counted here has
+    seen the store, where `counted` also counts one still on its way to it."""
+    calls: list[None] = []
+    inner = getattr(target, method)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            calls.append(None)
+
+    setattr(target, method, wrapper)
+    return lambda: len(calls)
