@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from .common import ROOT, Measurement, Settings, bin_path, environ
+from .common import Measurement, Settings, bin_path, environ
 
 
 def _wheels(root: Path) -> Path:
@@ -103,22 +103,14 @@ def ray(settings: Settings) -> list[Measurement]:
     import importlib.util
     import json
 
-    for needed in ("ray", "virtualenv"):
-        if importlib.util.find_spec(needed) is None:
-            raise RuntimeError(f"{needed} is not installed here (make bench installs it)")
+    from .peers.runs import ray_child
+
+    if importlib.util.find_spec("virtualenv") is None:
+        raise RuntimeError("virtualenv is not installed here (make bench installs it)")
     with tempfile.TemporaryDirectory() as tmp:
         wheels = _wheels(Path(tmp))
         args = json.dumps({"wheels": str(wheels), "reps": settings.reps})
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.peers.ray_uv", args],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=900,
-            cwd=tmp,
-            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)},
-        )
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+        data = ray_child(args, module="ray_uv", cwd=Path(tmp), timeout=900)
     note = "one local wheel, UV_OFFLINE=1, a running local cluster"
     system = "ray runtime_env uv"
     return [

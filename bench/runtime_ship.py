@@ -121,23 +121,14 @@ def floors(settings: Settings) -> list[Measurement]:
 def ray(settings: Settings) -> list[Measurement]:
     """Ray's `runtime_env={"working_dir": DIR}` on a folder of the same shape, in an
     interpreter of its own (bench/peers/ray_workdir.py); left out where Ray is not installed."""
-    import importlib.util
     import json
 
-    if importlib.util.find_spec("ray") is None:
-        raise RuntimeError("ray is not installed here (make bench installs it)")
+    from .peers.runs import ray_child
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = make_folder(Path(tmp))
         args = json.dumps({"dir": str(folder), "reps": settings.reps})
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.peers.ray_workdir", args],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-            env=clean_env(),
-        )
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+        data = ray_child(args, module="ray_workdir")
     note = f"{FILES} files, {FILES * FILE_BYTES >> 20} MiB, a running local cluster"
     system = "ray runtime_env working_dir"
     return [

@@ -465,19 +465,23 @@ async def _arq_fanout(
 # -- Ray ------------------------------------------------------------------------------------------
 
 
-def ray_child(*args: str) -> Any:
-    """Run `bench.peers.ray_run` with `args` in its own interpreter (its local cluster is torn
-    down with it); the JSON of its last output line."""
+def ray_child(
+    *args: str, module: str = "ray_run", cwd: Path | None = None, timeout: float = 600
+) -> Any:
+    """Run `bench.peers.<module>` (ray_run by default) with `args` in its own interpreter (its
+    local cluster is torn down with it), from `cwd` (the repository's root by default); the
+    JSON of its last output line."""
     try:
         import ray as _ray  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"ray is not installed here ({exc})") from exc
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.peers.ray_run", *args],
-        env=clean_env(RAY_DEDUP_LOGS="0"),
+        [sys.executable, "-m", f"bench.peers.{module}", *args],
+        env=clean_env(RAY_DEDUP_LOGS="0", RAY_USAGE_STATS_ENABLED="0"),
         capture_output=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parents[2],
+        timeout=timeout,
+        cwd=cwd or root,
         check=False,
     )
     if done.returncode != 0:
