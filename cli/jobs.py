@@ -2,7 +2,7 @@
 
     lakeshore jobs ls [--queue Q] [--state S] [--limit N]
     lakeshore jobs show ID
-    lakeshore jobs logs ID [--follow] [--since SEQ]
+    lakeshore jobs logs ID [--follow] [--since SEQ] [--rank N]
     lakeshore jobs cancel ID [--kill]
     lakeshore jobs retry ID
 
@@ -38,7 +38,7 @@ from dreamlake.lakeshore.pending import pending_text
 from dreamlake.lakeshore.plane.base import Plane
 from dreamlake.lakeshore.plane.options import plane_options, plane_session
 from dreamlake.lakeshore.resources import describe
-from dreamlake.lakeshore.types import STATES, TERMINAL_STATES, Frame, Invocation
+from dreamlake.lakeshore.types import MAX_NODES, STATES, TERMINAL_STATES, Frame, Invocation
 
 from .output import emit_json, hidden_alias, json_option, report, when
 from .params import count
@@ -339,10 +339,13 @@ def _print_frame(frame: Frame, as_json: bool) -> None:
         click.echo(f"ERROR {text}" if value is not None else "ERROR", err=True)
 
 
-def follow_frames(plane: Plane, inv_id: str, since: int, follow: bool, as_json: bool) -> str:
-    """Print frames after `since`; with follow, until the job ends. Returns its state."""
+def follow_frames(
+    plane: Plane, inv_id: str, since: int, follow: bool, as_json: bool, rank: int = 0
+) -> str:
+    """Print frames after `since` (of a multi-node job, one rank's); with follow, until the
+    job ends. Returns its state."""
     while True:
-        frames = plane.frames(inv_id, since=since, wait_s=POLL_S if follow else 0.0)
+        frames = plane.frames(inv_id, since=since, wait_s=POLL_S if follow else 0.0, rank=rank)
         for frame in frames:
             _print_frame(frame, as_json)
             since = frame.seq
@@ -352,7 +355,7 @@ def follow_frames(plane: Plane, inv_id: str, since: int, follow: bool, as_json: 
             state = plane.invocation(inv_id).state
             if not follow or state in TERMINAL_STATES:
                 # A last look: a frame posted just before the job ended.
-                for frame in plane.frames(inv_id, since=since):
+                for frame in plane.frames(inv_id, since=since, rank=rank):
                     _print_frame(frame, as_json)
                     since = frame.seq
                 return state
@@ -368,12 +371,20 @@ def follow_frames(plane: Plane, inv_id: str, since: int, follow: bool, as_json: 
     show_default=True,
     help="Only frames after this seq (resume where a previous read stopped).",
 )
+@click.option(
+    "--rank",
+    type=count(0, MAX_NODES - 1),
+    default=0,
+    show_default=True,
+    help="Of a multi-node job (--nodes), the part whose output to print (0: rank 0's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per frame.")
 @plane_options
 def logs(
     inv_id: str,
     follow: bool,
     since: int,
+    rank: int,
     as_json: bool,
     url: str | None,
     token: str | None,
@@ -385,7 +396,7 @@ def logs(
     """
     with plane_session(url, token, namespace) as plane:
         try:
-            state = follow_frames(plane, inv_id, since, follow, as_json)
+            state = follow_frames(plane, inv_id, since, follow, as_json, rank)
         except KeyboardInterrupt:
             sys.exit(130)
     if follow:

@@ -86,13 +86,19 @@ class GangPart:
     """One held part: `start()` gives its rendezvous (None: the gang ended or was let go);
     `watching(stop)` stops the part's run when the gang ends under it."""
 
-    def __init__(self, plane: Any, claim: Claim, addr: str, log: Any) -> None:
+    def __init__(
+        self, plane: Any, claim: Claim, addr: str, log: Any, *, grace_s: float = 30.0
+    ) -> None:
         self.plane = plane
         self.claim = claim
         self.addr = addr
         self._log = log
+        #: The grace this part's child gets when another part's box is preempted.
+        self.grace_s = grace_s
         self.version = 0
         self.state: GangState | None = None
+        self._sent = False  # this box's notice, sent to the gang
+        self._told = False  # this child, told of a notice
 
     def start(self) -> dict[str, str] | None:
         claim = self.claim
@@ -120,19 +126,45 @@ class GangPart:
         self._log.info(
             "gang.started",
             invocation=claim.id,
+            attempt=state.attempt,
             rank=state.rank,
             nodes=state.nodes,
             master=f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
         )
         return env
 
+    def notice(self, until: float | None) -> None:
+        """This part's box got a preemption notice, its grace ending at `until`: the gang is
+        told (in a thread of its own: the notice reaches every slot without waiting on the
+        plane), and every other part's child gets the notice and the same grace."""
+        self._told = True  # the slot tells its own child
+        if self._sent:
+            return
+        self._sent = True
+        claim = self.claim
+        when = time.time() + self.grace_s if until is None else until
+
+        def tell() -> None:
+            try:
+                self.plane.gang_notice(claim.id, claim.lease, until=when)
+            except DispatchError as exc:  # the attempt is over, or the plane is away
+                self._log.warning("gang.notice_unsent", invocation=claim.id, error=str(exc))
+            else:
+                self._log.info("gang.notice_sent", invocation=claim.id, until=when)
+
+        threading.Thread(target=tell, name="lakeshore-gang-notice", daemon=True).start()
+
     @contextlib.contextmanager
-    def watching(self, stop: Callable[[str], object]) -> Iterator[None]:
-        """While the part runs: `stop(why)` once the gang's attempt ends other than by this
-        part's own end (another part failed, or was lost)."""
+    def watching(
+        self, stop: Callable[[str], object], tell: Callable[[float | None], object]
+    ) -> Iterator[None]:
+        """While the part runs: `tell(until)` when another part's box got a preemption notice
+        (this child checkpoints in the grace), and `stop(why)` once the gang's attempt ends
+        other than by this part's own end: at once when another part failed or was lost, at
+        the end of the grace when one was preempted."""
         done = threading.Event()
         thread = threading.Thread(
-            target=self._watch, args=(stop, done), name="lakeshore-gang", daemon=True
+            target=self._watch, args=(stop, tell, done), name="lakeshore-gang", daemon=True
         )
         thread.start()
         try:
@@ -140,7 +172,12 @@ class GangPart:
         finally:
             done.set()
 
-    def _watch(self, stop: Callable[[str], object], done: threading.Event) -> None:
+    def _watch(
+        self,
+        stop: Callable[[str], object],
+        tell: Callable[[float | None], object],
+        done: threading.Event,
+    ) -> None:
         claim, since = self.claim, self.version
         while not done.is_set():
             try:
@@ -152,6 +189,8 @@ class GangPart:
                 continue
             else:
                 since = state.version
+                if state.noticed is not None or state.outcome == "preempted":
+                    self._noticed(state, tell)
                 if state.state != "ended" or state.outcome == "succeeded":
                     continue
                 failed = state.failed or {}
@@ -159,7 +198,24 @@ class GangPart:
                     f"the gang's attempt ended {state.outcome}: rank {failed.get('rank', '?')} "
                     f"on {failed.get('worker', '?')} {failed.get('why', 'ended')}"
                 )
+                if state.outcome == "preempted":  # the grace first: the child may checkpoint
+                    until = (state.noticed or {}).get("until") or time.time() + self.grace_s
+                    if done.wait(max(0.0, float(until) - time.time())):
+                        return
             if not done.is_set():
                 self._log.warning("gang.stopping", invocation=claim.id, why=why)
                 stop(why)
             return
+
+    def _noticed(self, state: GangState, tell: Callable[[float | None], object]) -> None:
+        """Another part's box is going away: this child hears the notice once, with that
+        part's grace (this box is not going away, so its own grace does not apply)."""
+        if self._told:
+            return
+        self._told = True
+        noticed = state.noticed or {}
+        until = noticed.get("until") or time.time() + self.grace_s
+        self._log.warning(
+            "gang.noticed", invocation=self.claim.id, rank=noticed.get("rank"), until=until
+        )
+        tell(float(until))

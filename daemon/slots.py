@@ -119,6 +119,8 @@ class ProcessSlot(SlotBase):
         self._warm = warm
         self._runtimes = runtimes
         self._gangs = gangs
+        #: The gang's part this slot runs now (a notice to the slot is its gang's too).
+        self._part: GangPart | None = None
         #: The current attempt's own working directory (runtimes.py `job_folder`), removed
         #: once the attempt ends.
         self._job_folder: Path | None = None
@@ -281,8 +283,16 @@ class ProcessSlot(SlotBase):
             return self._retire(Outcome("died", error=f"the job's process was gone: {exc}"))
         child.ran = True
         self._sink.post_resume(claim)
-        with part.watching(lambda why: self.abort(claim.id, "lost", detail=why)):
-            outcome = self._watch(claim, child)
+        if (noticed := self.noticed) is not None:  # a notice before the part started
+            part.notice(noticed[0])
+            with contextlib.suppress(OSError):
+                child.send(("preempt", noticed[0]))
+        self._part = part
+        try:
+            with part.watching(lambda why: self.abort(claim.id, "lost", detail=why), self._tell):
+                outcome = self._watch(claim, child)
+        finally:
+            self._part = None
         return self._retire(outcome)
 
     def _make_ready(self, claim: Claim) -> Ready | None:
@@ -460,6 +470,14 @@ class ProcessSlot(SlotBase):
             ms=round(1000 * (time.perf_counter() - started), 2),
             error=answer[1][1] if answer[1] else None,
         )
+
+    def notice(self, deadline: float | None) -> None:
+        """As every slot does; a gang's part also has its gang told (issue 47), so that every
+        other part gets the grace too (rank 0 checkpoints before this part goes)."""
+        super().notice(deadline)
+        part = self._part
+        if part is not None:
+            part.notice(deadline)
 
     def _tell(self, deadline: float | None) -> None:
         """Pass a preemption notice to the running job's child (`dls.run.preempting`). One

@@ -171,7 +171,7 @@ class Daemon(WorkerCore):
         addr = advertise_addr(config.advertise_addr)
 
         def gang_part(claim: Claim) -> GangPart:
-            return GangPart(self.plane, claim, addr, self._log)
+            return GangPart(self.plane, claim, addr, self._log, grace_s=config.preempt_grace_s)
 
         def slot(index: int, sink: JobSink) -> ProcessSlot:
             return ProcessSlot(

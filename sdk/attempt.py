@@ -21,7 +21,7 @@ from .errors import DispatchError
 
 #: Stores one encoded checkpoint and returns the encoded Ref the row now holds; raises a
 #: `DispatchError` naming what went wrong (the previous checkpoint then stays).
-Save = Callable[[bytes], bytes]
+Save = Callable[[bytes], bytes | None]
 
 
 class Preempted(DispatchError):

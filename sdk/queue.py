@@ -228,8 +228,11 @@ class Queue:
         since: int = -1,
         timeout: float = 30.0,
         allow_pickle: bool | None = None,
+        rank: int = 0,
     ) -> AsyncIterator[Any]:
-        frames = self.sync.stream(inv_id, since=since, timeout=timeout, allow_pickle=allow_pickle)
+        frames = self.sync.stream(
+            inv_id, since=since, timeout=timeout, allow_pickle=allow_pickle, rank=rank
+        )
         done = object()
         while True:
             value = await _to_thread(next, frames, done)

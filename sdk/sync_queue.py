@@ -342,14 +342,17 @@ class SyncQueue(QueueHandle):
         since: int = -1,
         timeout: float = 30.0,
         allow_pickle: bool | None = None,
+        rank: int = 0,
     ) -> Iterator[Any]:
-        """Decoded VALUE frames after `since`, live; END stops, ERROR raises."""
+        """Decoded VALUE frames after `since`, live; END stops, ERROR raises. Of a multi-node
+        job, rank 0's unless `rank` names another part (issue 47)."""
         return iter_frames(
             self.dispatch,
             inv_id,
             since=since,
             timeout=timeout,
             allow_pickle=self._pickles(allow_pickle),
+            rank=rank,
         )
 
     def _pickles(self, allow_pickle: bool | None) -> bool:

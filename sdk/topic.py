@@ -29,6 +29,7 @@ def iter_frames(
     since: int = -1,
     timeout: float = 30.0,
     allow_pickle: bool = False,
+    rank: int = 0,
 ) -> Iterator[Any]:
     """Decoded VALUE frames after `since`; END stops, ERROR raises, silence raises TimeoutError.
 
@@ -42,14 +43,15 @@ def iter_frames(
     is_topic = channel.startswith("topic:")
     while True:
         frames = through_outages(
-            functools.partial(plane.frames, channel, since=cursor, wait_s=timeout), timeout
+            functools.partial(plane.frames, channel, since=cursor, wait_s=timeout, rank=rank),
+            timeout,
         )
         if not frames and not is_topic:
             inv = through_outages(functools.partial(plane.invocation, channel), timeout)
             if inv.terminal:
                 # Frames posted just before the row ended are still ours: read once more.
                 frames = through_outages(
-                    functools.partial(plane.frames, channel, since=cursor), timeout
+                    functools.partial(plane.frames, channel, since=cursor, rank=rank), timeout
                 )
                 if not frames:
                     if inv.state == "succeeded":

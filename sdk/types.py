@@ -315,10 +315,13 @@ class GangState:
     #: When a holding gang is let go if not complete (its queue's `admission.gang_wait_s`
     #: after its first part was held), epoch seconds.
     wait_until: float = 0.0
-    #: Once ended: succeeded | failed | released | cancelled.
+    #: Once ended: succeeded | failed | preempted | released | cancelled.
     outcome: str | None = None
     #: The part whose end ended a started attempt first: {rank, worker, why}; None if none did.
     failed: dict[str, Any] | None = None
+    #: A preemption notice a part's box got (`Plane.gang_notice`): {rank, at, until}, where
+    #: `until` is when that part's grace ends (epoch seconds); None while none came.
+    noticed: dict[str, Any] | None = None
     #: One more at every change (a part held or let go, an address or port posted, the start,
     #: a part's ack, the end): what `Plane.gang(..., since=)` waits past.
     version: int = 0

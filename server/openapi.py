@@ -15,6 +15,7 @@ from dreamlake.lakeshore import __version__
 from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.types import (
     MAX_LIST_LIMIT,
+    MAX_NODES,
     QUEUE_STATES,
     STATES,
 )
@@ -40,6 +41,7 @@ QUERY_TYPES: dict[str, dict[str, Any]] = {
     "wait": WAIT,
     "result_wait": WAIT,
     "since": INT,
+    "rank": {"type": "integer", "minimum": 0, "maximum": MAX_NODES - 1},
     "queue": NAME,
     "before": LIST_ID,
     "map": LIST_ID,

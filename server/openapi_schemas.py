@@ -360,6 +360,10 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "GangRead": _obj({"lease": STR, "wait": SECONDS, "since": INT}, ("lease",)),
+    "GangNotice": _obj(
+        {"lease": STR, "until": {**NUM, "description": "when the part's grace ends, epoch s"}},
+        ("lease", "until"),
+    ),
     "GangReady": _obj(
         {
             "lease": STR,
@@ -385,6 +389,7 @@ SCHEMAS: dict[str, Any] = {
             "wait_until": NUM,
             "outcome": STR,
             "failed": OBJ,
+            "noticed": _nullable(OBJ),
             "version": INT,
         },
     ),

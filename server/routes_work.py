@@ -17,6 +17,7 @@ from dreamlake.lakeshore.plane import routes
 from dreamlake.lakeshore.plane.auth import JOB, READ, SUBMIT_DATA, WORK
 from dreamlake.lakeshore.plane.job_token import with_job_tokens
 from dreamlake.lakeshore.plane.store import MAX_BATCH, SqlStore, topic_channel
+from dreamlake.lakeshore.plane.store.records import check_rank
 from dreamlake.lakeshore.plane.wakeup import reading
 from dreamlake.lakeshore.types import (
     MAX_LEASE_S,
@@ -271,6 +272,17 @@ async def gang(call: Call) -> GangState:
     )
 
 
+async def gang_notice(call: Call) -> GangState:
+    """Issue 47: a part's box got a preemption notice; every other part is told."""
+    b = call.body
+    b.only("lease", "until")
+    lease = b.req_text("lease")
+    until: Any = b.data.get("until")  # as sent: the store refuses a bad one in every plane's words
+    return await call.run(
+        lambda: call.store.gang_notice(call.ns, call.param("id"), lease, until=until)
+    )
+
+
 async def gang_ready(call: Call) -> GangState:
     """Issue 47: where a gang's part listens (rank 0's port is the gang's MASTER_PORT)."""
     b = call.body
@@ -290,14 +302,16 @@ def _topic(call: Call) -> str:
     return topic_channel(call.ns, queue, check_name(call.param("topic"), "topic"))
 
 
-async def _read_frames(call: Call, channel: str, inv_id: str | None) -> dict[str, Any]:
+async def _read_frames(
+    call: Call, channel: str, inv_id: str | None, rank: int = 0
+) -> dict[str, Any]:
     """`ended` says the invocation is terminal with no frame after `since`: stop waiting."""
     since = call.query.integer("since", -1)
     wait_s = _wait_s(call)
 
     def fetch() -> tuple[list[Frame], bool]:
         inv = call.store.invocation(call.ns, inv_id) if inv_id is not None else None
-        frames = call.store.frames(channel, since)
+        frames = call.store.frames(channel, since, rank=rank)
         return frames, inv is not None and inv.terminal and not frames
 
     frames, ended = await wait_until(
@@ -332,7 +346,8 @@ async def _post_frame(call: Call, channel: str, inv_id: str | None) -> dict[str,
 
 
 async def invocation_frames(call: Call) -> dict[str, Any]:
-    return await _read_frames(call, call.param("id"), call.param("id"))
+    rank = check_rank(call.query.integer("rank", 0))
+    return await _read_frames(call, call.param("id"), call.param("id"), rank)
 
 
 async def post_invocation_frame(call: Call) -> dict[str, int]:
@@ -441,6 +456,15 @@ ROUTES = [
         scopes=(WORK,),
     ),
     Api(
+        routes.GANG_NOTICE,
+        gang_notice,
+        "Issue 47: a gang's part's box got a preemption notice (its grace ends at `until`): "
+        "every other part is told, so each gets the grace to checkpoint",
+        body="GangNotice",
+        response="GangState",
+        scopes=(WORK,),
+    ),
+    Api(
         routes.GANG_READY,
         gang_ready,
         "Issue 47: say where a gang's part listens (its address, a port it found free: rank "
@@ -452,9 +476,10 @@ ROUTES = [
     Api(
         routes.FRAMES,
         invocation_frames,
-        "Frames after ?since; ?wait long-polls for one or for the end",
+        "Frames after ?since; ?wait long-polls for one or for the end; ?rank: a gang's part's "
+        "own (issue 47; 0, the job's, by default)",
         response="FrameList",
-        query=("since", "wait"),
+        query=("since", "wait", "rank"),
         scopes=(READ,),
     ),
     Api(

@@ -49,8 +49,11 @@ class Plane(Protocol):
 
     def count(self, queue: str, state: str = "queued") -> int: ...
     def cancel(self, inv_id: str, *, kill: bool = False) -> bool: ...
-    def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
-        """Frames after `since`; with wait_s, wait for one (or for the invocation to end)."""
+    def frames(
+        self, channel: str, *, since: int = -1, wait_s: float = 0.0, rank: int = 0
+    ) -> list[Frame]:
+        """Frames after `since`; with wait_s, wait for one (or for the invocation to end).
+        `rank`: of a gang's job (issue 47), that part's own output; 0 is the job's."""
 
     def post(
         self,
@@ -131,6 +134,10 @@ class Plane(Protocol):
     ) -> GangState:
         """Say where the part under `lease` listens (rank 0's port: the gang's MASTER_PORT),
         while its attempt is live; every part's `gang` wait wakes."""
+
+    def gang_notice(self, inv_id: str, lease: str, *, until: float) -> GangState:
+        """The box of the started part under `lease` got a preemption notice, its grace ending
+        at `until` (epoch seconds): every part's `gang` wait wakes with `noticed`."""
 
     # queues
     def create_queue(self, name: str, **fields: Any) -> QueueInfo: ...

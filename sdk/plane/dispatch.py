@@ -264,14 +264,16 @@ class LocalPlane:
     def cancel(self, inv_id: str, *, kill: bool = False) -> bool:
         return self.store.cancel(self._reading(), inv_id, kill=kill)
 
-    def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
+    def frames(
+        self, channel: str, *, since: int = -1, wait_s: float = 0.0, rank: int = 0
+    ) -> list[Frame]:
         is_topic = channel.startswith("topic:")
         namespace = self._reading()
         if not is_topic:
             self.store.invocation(namespace, channel)  # 404 for a foreign id
 
         def fetch() -> tuple[list[Frame], bool]:
-            frames = self.store.frames(channel, since)
+            frames = self.store.frames(channel, since, rank=rank)
             ended = not frames and not is_topic and self.invocation(channel).terminal
             return frames, ended
 
@@ -398,6 +400,9 @@ class LocalPlane:
         self, inv_id: str, lease: str, *, addr: str | None = None, port: int | None = None
     ) -> GangState:
         return self.store.gang_ready(self._reading(), inv_id, lease, addr=addr, port=port)
+
+    def gang_notice(self, inv_id: str, lease: str, *, until: float) -> GangState:
+        return self.store.gang_notice(self._reading(), inv_id, lease, until=until)
 
     # -- queues -------------------------------------------------------------------------------
 

@@ -245,11 +245,15 @@ class HttpPlane(HttpTransport):
             return topic.at(ns=ns, queue=queue, topic=name)
         return (routes.POST_FRAME if post else routes.FRAMES).at(id=channel)
 
-    def frames(self, channel: str, *, since: int = -1, wait_s: float = 0.0) -> list[Frame]:
+    def frames(
+        self, channel: str, *, since: int = -1, wait_s: float = 0.0, rank: int = 0
+    ) -> list[Frame]:
         to = self._frames_at(channel, post=False)
 
         def once(wait: float) -> tuple[list[Frame], bool]:
             params: dict[str, Any] = {"since": since}
+            if rank:
+                params["rank"] = rank
             if wait > 0:
                 params["wait"] = wait
             data = self._request(to, params=params, wait_s=wait)
@@ -375,6 +379,10 @@ class HttpPlane(HttpTransport):
     ) -> GangState:
         body: dict[str, Any] = {"lease": lease, "addr": addr, "port": port}
         return _record(GangState, self._request(routes.GANG_READY.at(id=inv_id), body))
+
+    def gang_notice(self, inv_id: str, lease: str, *, until: float) -> GangState:
+        body = {"lease": lease, "until": until}
+        return _record(GangState, self._request(routes.GANG_NOTICE.at(id=inv_id), body))
 
     def renew(self, leases: Sequence[str], lease_s: float) -> dict[str, bool]:
         if not leases:

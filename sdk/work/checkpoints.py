@@ -46,9 +46,18 @@ class WorkerCore(Protocol):
     _log: Any
 
 
-def store(core: WorkerCore, claim: Claim, data: bytes) -> bytes:
+def store(core: WorkerCore, claim: Claim, data: bytes) -> bytes | None:
     """`store_checkpoint` through the core's retrier (an unreachable plane is waited out, up
-    to a stop at once); a refusal raises as the plane said it."""
+    to a stop at once); a refusal raises as the plane said it.
+
+    A gang's checkpoint is rank 0's (issue 47): every rank of the next attempt reads it back,
+    and ranks hold the same state in data-parallel training, so another rank's checkpoint is
+    not stored; it returns at once, its `last_checkpoint()` still the one its attempt began
+    from. (Torch code guards its save with `if rank == 0`; a body that does not is not charged
+    N copies of its state.)"""
+    if (claim.gang or {}).get("rank", 0) > 0:
+        core._log.debug("job.checkpoint_left_to_rank_0", invocation=claim.id)
+        return claim.checkpoint
     try:
         return core._retry.call(
             "checkpoint",

@@ -464,7 +464,7 @@ class WorkerCore(Claiming, JobSink):
     def slot_free(self, slot: Slot) -> None:
         self._start_buffered()
 
-    def checkpoint(self, claim: Claim, data: bytes) -> bytes:
+    def checkpoint(self, claim: Claim, data: bytes) -> bytes | None:
         return checkpoints.store(self, claim, data)
 
     def post_resume(self, claim: Claim) -> None:

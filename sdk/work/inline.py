@@ -172,7 +172,7 @@ class _Body:
         self._refused: Outcome | None = None
         self.link = AttemptLink(self._save, claim.checkpoint)
 
-    def _save(self, data: bytes) -> bytes:
+    def _save(self, data: bytes) -> bytes | None:
         if self._abandoned:
             raise JobAbandoned(f"invocation {self.claim.id} was ended while it ran")
         return self._sink.checkpoint(self.claim, data)

@@ -59,6 +59,8 @@ class Settling:
         log = self._log.bind(invocation=claim.id, queue=claim.queue, attempt=claim.attempt)
         if outcome.kind == "ok":
             self._acks.put(claim, outcome.result)  # logged once its batch commits
+        elif claim.gang is not None and outcome.kind in ("error", "died"):
+            self._settle_part_failed(claim, outcome, log)
         elif outcome.kind == "error" and outcome.cause in ("oom", "runtime"):
             # out of host memory, or a runtime that could not be made: said so, not retried
             self._end_failed(claim, outcome, log)
@@ -86,6 +88,18 @@ class Settling:
                 lambda: plane.end(claim.id, claim.lease, state=state, error=outcome.error),
             ):
                 log.info(f"job.{outcome.kind}", error=outcome.error)
+
+    def _settle_part_failed(self, claim: Claim, outcome: Outcome, log: Any) -> None:
+        """A gang's part failed (issue 47): its error, or its process's death, fails the whole
+        attempt, which runs again as a new gang from its last checkpoint while attempts remain
+        (a distributed job's rank dies for reasons a retry outlives: a lost peer, a NCCL
+        error), charged as any failure is."""
+        rank = (claim.gang or {}).get("rank")
+        error = f"rank {rank}: {outcome.error or outcome.kind}"
+        if self._settle_call(
+            claim, "nack", lambda: self.plane.nack(claim.id, claim.lease, error=error, retry=True)
+        ):
+            log.info("job.failed", rank=rank, error=outcome.summary or error)
 
     def _end_failed(self, claim: Claim, outcome: Outcome, log: Any) -> None:
         """End an attempt `failed` for its cause as the slot found it: its process died, ran

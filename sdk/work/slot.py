@@ -57,7 +57,7 @@ class JobSink(Protocol):
     def job_ended(self, claim: Claim, outcome: Outcome, run_s: float) -> None:
         """An attempt's run ended after `run_s` seconds in its slot (before its settle)."""
 
-    def checkpoint(self, claim: Claim, data: bytes) -> bytes:
+    def checkpoint(self, claim: Claim, data: bytes) -> bytes | None:
         """Store `data` as the job's checkpoint (issue 35); the encoded Ref its row now holds.
         Raises a `DispatchError` saying why it was refused (the previous one then stays)."""
 

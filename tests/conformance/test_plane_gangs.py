@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from typing import Any
 
 import pytest
 from planes import PlaneEnv, eventually
 
-from dreamlake.lakeshore.errors import InvalidArgument, LeaseLost
+from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, LeaseLost
 from dreamlake.lakeshore.types import GangState, SubmitRequest
 from tests.support import claiming
 
@@ -63,7 +64,33 @@ def test_a_gang_is_handed_out_in_distinct_ranks_and_starts_once_all_are_held(
     assert claiming.claim(plane.dispatch, [q], worker="w3") is None
 
 
-def test_rank_0s_ack_is_the_jobs_result_and_other_ranks_acks_are_accepted(
+@pytest.mark.parametrize("first", [0, 1])
+def test_the_job_succeeds_with_rank_0s_result_once_every_part_acked(
+    plane: PlaneEnv, first: int
+) -> None:
+    q = _queue(plane)
+    inv_id = _gang(plane, q)
+    a = claiming.claim(plane.dispatch, [q], worker="w1")
+    b = claiming.claim(plane.dispatch, [q], worker="w2")
+    assert a is not None and b is not None
+    parts = [(a, b"rank0"), (b, b"rank1")]
+    early, late = parts[first], parts[1 - first]
+    plane.dispatch.ack(inv_id, early[0].lease, early[1])
+    plane.dispatch.ack(inv_id, early[0].lease, early[1])  # the same ack again: fine
+    with pytest.raises(DispatchError, match="already acked with another result"):
+        plane.dispatch.ack(inv_id, early[0].lease, b"other")
+    assert plane.dispatch.invocation(inv_id).state == "running"  # the other part still runs
+    # Only the running part renews: the job's row lives on its lease.
+    assert plane.dispatch.renew([late[0].lease], 60.0) == {inv_id: False}
+    plane.dispatch.ack(inv_id, late[0].lease, late[1])
+    done = plane.dispatch.invocation(inv_id)
+    assert (done.state, done.result) == ("succeeded", b"rank0")
+    ended = plane.dispatch.gang(inv_id, b.lease)
+    assert (ended.state, ended.outcome, ended.failed) == ("ended", "succeeded", None)
+    assert [p["state"] for p in ended.parts] == ["acked", "acked"]
+
+
+def test_a_part_failing_after_rank_0_acked_fails_the_attempt_as_a_whole(
     plane: PlaneEnv,
 ) -> None:
     q = _queue(plane)
@@ -71,15 +98,35 @@ def test_rank_0s_ack_is_the_jobs_result_and_other_ranks_acks_are_accepted(
     a = claiming.claim(plane.dispatch, [q], worker="w1")
     b = claiming.claim(plane.dispatch, [q], worker="w2")
     assert a is not None and b is not None
-    plane.dispatch.ack(inv_id, b.lease, b"rank1")
-    assert plane.dispatch.invocation(inv_id).state == "running"  # rank 0 still runs
-    plane.dispatch.renew([a.lease, b.lease], 60.0)
     plane.dispatch.ack(inv_id, a.lease, b"rank0")
-    done = plane.dispatch.invocation(inv_id)
-    assert (done.state, done.result) == ("succeeded", b"rank0")
-    ended = plane.dispatch.gang(inv_id, b.lease)
-    assert (ended.state, ended.outcome, ended.failed) == ("ended", "succeeded", None)
-    assert [p["state"] for p in ended.parts] == ["acked", "acked"]
+    assert plane.dispatch.nack(inv_id, b.lease, error="rank 1 failed late") == "queued"
+    row = plane.dispatch.invocation(inv_id)
+    assert (row.state, row.result, row.error) == ("queued", None, "rank 1 failed late")
+    state = plane.dispatch.gang(inv_id, a.lease)
+    assert state.outcome == "failed" and state.failed is not None and state.failed["rank"] == 1
+
+
+def test_each_parts_frames_are_kept_with_its_rank(plane: PlaneEnv) -> None:
+    q = _queue(plane)
+    inv_id = _gang(plane, q)
+    a = claiming.claim(plane.dispatch, [q], worker="w1")
+    b = claiming.claim(plane.dispatch, [q], worker="w2")
+    assert a is not None and b is not None
+    plane.dispatch.post(inv_id, "VALUE", b"zero", lease=a.lease)
+    plane.dispatch.post(inv_id, "VALUE", b"one", lease=b.lease)
+    plane.dispatch.post(inv_id, "VALUE", b"zero again", lease=a.lease)
+    assert [f.value for f in plane.dispatch.frames(inv_id)] == [b"zero", b"zero again"]
+    assert [f.value for f in plane.dispatch.frames(inv_id, rank=1)] == [b"one"]
+    assert plane.dispatch.frames(inv_id, rank=2) == []
+    with pytest.raises(InvalidArgument, match=r"rank must be a whole number 0\.\.255"):
+        plane.dispatch.frames(inv_id, rank=-1)
+    # Rank 0 done, rank 1 still posts; once the gang's attempt is over its posts are refused.
+    plane.dispatch.ack(inv_id, a.lease, b"r0")
+    plane.dispatch.post(inv_id, "VALUE", b"one more", lease=b.lease)
+    plane.dispatch.nack(inv_id, b.lease, error="down", retry=False)
+    with pytest.raises(LeaseLost):
+        plane.dispatch.post(inv_id, "VALUE", b"late", lease=b.lease)
+    assert [f.value for f in plane.dispatch.frames(inv_id, rank=1)] == [b"one", b"one more"]
 
 
 def test_a_holding_worker_claims_nothing_else_until_its_gang_starts(plane: PlaneEnv) -> None:
@@ -127,6 +174,7 @@ def test_a_gang_not_complete_within_gang_wait_s_is_let_go_and_waits_again(
     again = claiming.claim(plane.dispatch, [q], worker="w1")
     assert again is not None and again.id == inv_id and again.lease != a.lease
     assert plane.dispatch.gang(inv_id, again.lease).state == "holding"
+    assert plane.dispatch.release(inv_id, again.lease)  # w1 is free for the next test
 
 
 def test_a_failed_part_ends_the_attempt_for_every_part_and_the_retry_is_a_new_gang(
@@ -172,6 +220,7 @@ def test_a_failed_part_ends_the_attempt_for_every_part_and_the_retry_is_a_new_ga
     assert d.gang == {"rank": 1, "nodes": 2, "attempt": 2}
     assert plane.dispatch.gang(inv_id, c.lease).state == "started"
     plane.dispatch.ack(inv_id, c.lease, b"done")
+    plane.dispatch.ack(inv_id, d.lease, None)
     assert plane.dispatch.invocation(inv_id).result == b"done"
 
 
@@ -215,3 +264,78 @@ def test_a_bad_gang_wait_s_or_port_is_refused(plane: PlaneEnv) -> None:
         plane.dispatch.gang_ready(inv_id, a.lease, port=70000)
     with pytest.raises(InvalidArgument, match="addr must be a host name or an IP address"):
         plane.dispatch.gang_ready(inv_id, a.lease, addr="not an address")
+
+
+def test_a_gang_its_live_daemons_cannot_complete_holds_none_of_them(plane: PlaneEnv) -> None:
+    """Two daemons and a 3-node job: no part is held (each would stop its daemon taking other
+    work), the job is named unschedulable, and the daemons keep running single jobs."""
+    q = _queue(plane)
+    for name in ("w1", "w2"):
+        plane.dispatch.register_worker(name, queues=[q])
+    inv_id = _gang(plane, q, nodes=3)
+    (single,) = plane.dispatch.submit(q, [SubmitRequest(b"one")])
+    got = claiming.claim(plane.dispatch, [q], worker="w1")
+    assert got is not None and got.id == single and got.gang is None
+    row = plane.dispatch.invocation(inv_id)
+    assert row.state == "queued" and row.pending_reason == "unschedulable"
+    assert "gang of 3 parts, one per daemon: 2 live daemon(s)" in (row.unschedulable_reason or "")
+    plane.dispatch.register_worker("w3", queues=[q])  # a third arrives: the gang can go
+    parts = [claiming.claim(plane.dispatch, [q], worker=w) for w in ("w2", "w3", "w1")]
+    assert all(p is not None and p.id == inv_id for p in parts)
+    assert plane.dispatch.invocation(inv_id).state == "running"
+
+
+def test_the_retry_of_a_failed_gang_avoids_the_daemon_that_failed_first(plane: PlaneEnv) -> None:
+    q = _queue(plane)
+    for name in ("w1", "w2", "w3"):
+        plane.dispatch.register_worker(name, queues=[q])
+    inv_id = _gang(plane, q)
+    a = claiming.claim(plane.dispatch, [q], worker="w1")
+    b = claiming.claim(plane.dispatch, [q], worker="w2")
+    assert a is not None and b is not None
+    plane.dispatch.nack(inv_id, b.lease, error="w2's part died")
+    # The retry (after its backoff): w1 and w3 can run it, so w2 gets none of it.
+    c = eventually(lambda: claiming.claim(plane.dispatch, [q], worker="w3"))
+    assert claiming.claim(plane.dispatch, [q], worker="w2") is None
+    d = claiming.claim(plane.dispatch, [q], worker="w1")
+    assert c is not None and d is not None and c.id == d.id == inv_id
+    assert plane.dispatch.gang(inv_id, c.lease).state == "started"
+
+
+def test_a_notice_to_one_part_wakes_every_part_and_a_preempted_part_ends_the_attempt_uncharged(
+    plane: PlaneEnv,
+) -> None:
+    q = _queue(plane)
+    inv_id = _gang(plane, q)
+    a = claiming.claim(plane.dispatch, [q], worker="w1")
+    b = claiming.claim(plane.dispatch, [q], worker="w2")
+    assert a is not None and b is not None
+    seen = plane.dispatch.gang(inv_id, a.lease)
+    assert seen.noticed is None
+    woke: list[GangState] = []
+    with plane.in_namespace(plane.dispatch.namespace) as other:
+        waiter = threading.Thread(
+            target=lambda: woke.append(other.gang(inv_id, a.lease, wait_s=30.0, since=seen.version))
+        )
+        waiter.start()
+        try:
+            until = time.time() + 30
+            plane.dispatch.gang_notice(inv_id, b.lease, until=until)
+        finally:
+            waiter.join(timeout=15.0)
+    assert not waiter.is_alive(), "gang() did not wake at the notice"
+    assert woke[0].state == "started" and woke[0].noticed is not None
+    assert woke[0].noticed["rank"] == 1 and woke[0].noticed["until"] == pytest.approx(until)
+    # A later notice only brings the end of the grace closer.
+    plane.dispatch.gang_notice(inv_id, a.lease, until=until + 60)
+    assert plane.dispatch.gang(inv_id, a.lease).noticed == woke[0].noticed
+    with pytest.raises(InvalidArgument, match="until must be epoch seconds"):
+        plane.dispatch.gang_notice(inv_id, a.lease, until="soon")  # type: ignore[arg-type]
+
+    assert plane.dispatch.release(inv_id, b.lease, outcome="preempted", cause="notice")
+    ended = plane.dispatch.gang(inv_id, a.lease)
+    assert (ended.state, ended.outcome) == ("ended", "preempted")
+    row = plane.dispatch.invocation(inv_id)
+    assert (row.state, row.preemptions, row.attempt) == ("queued", 1, 1)
+    with pytest.raises(LeaseLost):
+        plane.dispatch.gang_notice(inv_id, a.lease, until=until)

@@ -106,3 +106,67 @@ def one_fails_one_waits(marker: str) -> None:
     Path(marker).write_text(str(os.getpid()))
     while True:
         time.sleep(0.05)
+
+
+def ddp_resumable(
+    steps: int, folder: str, *, every: int = 10, wait_at: int | None = None, pause_s: float = 0.0
+) -> list[float]:
+    """`ddp_train` that checkpoints every `every` steps (rank 0 writes, every rank reads) and
+    resumes from the last checkpoint; rank 0's weights at the end.
+
+    With `wait_at`, on its first attempt rank 1 writes its pid to `folder`/rank1.pid at that step
+    and waits there (rank 0 blocks in the next all-reduce) for the test to kill it; each step
+    takes at least `pause_s`. Each step the ranks agree
+    whether a preemption notice came to any of them (an all-reduce of the flag); if so rank 0
+    checkpoints, they meet at a barrier (no part gives the attempt back before the checkpoint
+    is on the row), and all raise `dls.Preempted`. Rank 0 records in `folder`/rank0.noticed
+    that the notice reached it."""
+    import torch
+    import torch.distributed as dist
+
+    import dreamlake.lakeshore as dls
+
+    root = Path(folder)
+    dist.init_process_group("gloo", init_method="env://")
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if rank == 0:
+            dls.run.on_preempt(lambda: (root / "rank0.noticed").write_text("noticed"))
+        model = _model()
+        state = dls.run.last_checkpoint()
+        start = 0
+        if state is not None:
+            start = int(state["step"])
+            with torch.no_grad():
+                for p, values in zip(model.parameters(), state["params"], strict=True):
+                    p.copy_(torch.tensor(values).reshape(p.shape))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        x, y = _batch()
+        mine = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+        for step in range(start, steps):
+            flag = torch.tensor([1.0 if dls.run.preempting.is_set() else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if flag.item() > 0:
+                if rank == 0:
+                    dls.run.checkpoint({"step": step, "params": _params(model)})
+                dist.barrier()
+                raise dls.Preempted(f"rank {rank} stops at step {step}")
+            if rank == 1 and step == wait_at and not (root / "rank1.pid").exists():
+                (root / "rank1.pid").write_text(str(os.getpid()))
+                time.sleep(3600)  # killed here by the test
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp(x[mine]), y[mine]).backward()
+            opt.step()
+            if rank == 0 and (step + 1) % every == 0:
+                dls.run.checkpoint({"step": step + 1, "params": _params(model)})
+            if rank == 0 and step == 30:
+                (root / "rank0.step30").write_text(str(os.getpid()))
+            time.sleep(pause_s)
+        return [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]
+    finally:
+        dist.destroy_process_group()
+
+
+def _params(model: Any) -> list[list[float]]:
+    return [p.detach().flatten().tolist() for p in model.parameters()]

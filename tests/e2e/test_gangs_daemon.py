@@ -91,6 +91,66 @@ def test_one_part_killed_mid_all_reduce_ends_the_other_within_seconds(
     assert max(ends) - killed_at < 10, ends  # not gloo's 30-minute timeout
 
 
+def test_a_part_killed_mid_training_runs_again_as_a_new_gang_from_its_checkpoint(
+    two_daemons, tmp_path: Path
+) -> None:
+    """kill -9 of rank 1's process: the attempt fails as a whole (charged), and the retry, two
+    new parts, resumes from rank 0's last checkpoint to the weights of an uninterrupted run."""
+    from tests.e2e import gang_jobs
+
+    plane, procs = two_daemons
+    q = dls.SyncQueue("gang", dispatch=plane)
+    job = q.submit(dls.thunk(gang_jobs.ddp_resumable, 50, str(tmp_path), wait_at=25), nodes=2)
+    marker = tmp_path / "rank1.pid"
+    wait_until(lambda: marker.exists() and marker.read_text(), timeout=120, what="rank 1 at 25")
+    os.kill(int(marker.read_text()), signal.SIGKILL)
+    weights = q.result(job, timeout=180)
+    assert weights == pytest.approx(gang_jobs.single_train(50), rel=1e-5, abs=1e-6)
+    row = plane.invocation(job)
+    assert (row.state, row.attempt, row.preemptions) == ("succeeded", 2, 0), row
+    starts = [e for p in procs for e in p.find_all("gang.started", invocation=job)]
+    assert sorted((e["attempt"], e["rank"]) for e in starts) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+
+
+@pytest.fixture
+def three_daemons(tmp_path: Path) -> Iterator[tuple[Dispatch, list[DaemonProcess]]]:
+    home = tmp_path / "home"
+    args = ["--queue", "gang", "--concurrency", "1", "--advertise-addr", "127.0.0.1"]
+    procs = [DaemonProcess(home, f"node-{i}", args, paths=[ROOT]) for i in range(3)]
+    try:
+        for p in procs:
+            p.ready()
+        with Dispatch(str(home / "lakeshore.db")) as plane:
+            yield plane, procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def test_one_daemon_preempted_gives_every_part_the_notice_and_the_retry_is_not_charged(
+    three_daemons, tmp_path: Path
+) -> None:
+    """`lakeshore daemon drain --preempt` of rank 1's daemon: rank 0, on a box that is not
+    going away, hears the notice through the plane, checkpoints, and the gang runs again on
+    the two other daemons from that checkpoint, with max_attempts=1 (a preemption is free)."""
+    from tests.e2e import gang_jobs
+
+    plane, procs = three_daemons
+    q = dls.SyncQueue("gang", dispatch=plane)
+    train = dls.thunk(gang_jobs.ddp_resumable, 200, str(tmp_path), pause_s=0.05)
+    job = q.submit(train, nodes=2, max_attempts=1)
+    wait_until(lambda: (tmp_path / "rank0.step30").exists(), timeout=120, what="step 30")
+    rank1 = next(p for p in procs if p.find("gang.started", invocation=job, rank=1))
+    plane.set_worker_state(rank1.name, "preempting")
+    weights = q.result(job, timeout=240)
+    assert (tmp_path / "rank0.noticed").exists(), "rank 0 was never told of the notice"
+    assert weights == pytest.approx(gang_jobs.single_train(200), rel=1e-5, abs=1e-6)
+    row = plane.invocation(job)
+    assert (row.state, row.preemptions) == ("succeeded", 1), row
+    retried = [p.name for p in procs if p.find("gang.started", invocation=job, attempt=2)]
+    assert len(retried) == 2 and rank1.name not in retried
+
+
 def test_a_failed_part_stops_the_others_through_the_plane(two_daemons, tmp_path: Path) -> None:
     """Rank 0 waits outside any collective, where gloo would never notice its peer is gone:
     the plane's word that the gang ended is what stops it."""
@@ -113,13 +173,18 @@ def test_a_failed_part_stops_the_others_through_the_plane(two_daemons, tmp_path:
 
 
 def test_lakeshore_exec_nodes_runs_a_command_on_each_part(two_daemons, tmp_path: Path) -> None:
+    """Each part runs the command and keeps its own output: `jobs logs --rank N` prints that
+    part's lines, and the job ends once every part has."""
     import subprocess
     import sys
 
     from tests.support.daemons import daemon_env
 
     plane, _ = two_daemons
-    script = "import os, pathlib; pathlib.Path(os.environ['OUT'] + os.environ['RANK']).touch()"
+    script = (
+        "import os, pathlib; pathlib.Path(os.environ['OUT'] + os.environ['RANK']).touch(); "
+        "print('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"
+    )
     env = daemon_env(tmp_path / "home")
     lakeshore = str(Path(sys.executable).parent / "lakeshore")
     out = str(tmp_path / "rank-")
@@ -131,11 +196,22 @@ def test_lakeshore_exec_nodes_runs_a_command_on_each_part(two_daemons, tmp_path:
         text=True,
         check=True,
     )
-    row = plane.invocation(done.stdout.strip(), wait_s=60)
+    job = done.stdout.strip()
+    row = plane.invocation(job, wait_s=60)
     assert row.state == "succeeded", row
-    # the row succeeds at rank 0's ack (store/gangs.py): rank 1 may end a moment later
-    wait_until(
-        lambda: sorted(p.name for p in tmp_path.glob("rank-*")) == ["rank-0", "rank-1"],
-        timeout=30,
-        what="each rank's run",
+    # The row succeeds once every part has acked: both have run by now.
+    assert sorted(p.name for p in tmp_path.glob("rank-*")) == ["rank-0", "rank-1"]
+
+    def logs(*extra: str) -> str:
+        cmd = [lakeshore, "jobs", "logs", job, *extra]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert logs().splitlines() == ["hello from rank 0 of 2"]
+    assert logs("--rank", "1").splitlines() == ["hello from rank 1 of 2"]
+    assert logs("--rank", "1", "--follow").splitlines() == ["hello from rank 1 of 2"]
+    q = dls.SyncQueue("gang", dispatch=plane)
+    assert list(q.stream(job, rank=1)) == ["hello from rank 1 of 2"]
+    bad = subprocess.run(
+        [lakeshore, "jobs", "logs", job, "--rank", "-1"], env=env, capture_output=True, text=True
     )
+    assert bad.returncode == 2 and "--rank" in bad.stderr

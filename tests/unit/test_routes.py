@@ -31,7 +31,7 @@ CLIENTS = (
 #: `_REPEATABLE_POSTS`): the POSTs sent to the next replica when one did not answer.
 OLD_REPEATABLE_POSTS = re.compile(
     r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
-    r"|leases/renew|runtime/(missing|blobs|manifests)|invocations/[^/]+/gang(/ready)?"
+    r"|leases/renew|runtime/(missing|blobs|manifests)|invocations/[^/]+/gang(/ready|/notice)?"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 OLD_IDEMPOTENT = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}
@@ -51,9 +51,11 @@ REPEATABLE_POSTS = {
     "/v1/namespaces/{ns}/runtime/missing",
     "/v1/namespaces/{ns}/runtime/blobs",
     "/v1/namespaces/{ns}/runtime/manifests",
-    # Issue 47: a gang's read, and a part's address posted again, change nothing twice.
+    # Issue 47: a gang's read, a part's address or its notice posted again, change nothing
+    # twice (a notice keeps the first rank and the earliest end of grace).
     "/v1/namespaces/{ns}/invocations/{id}/gang",
     "/v1/namespaces/{ns}/invocations/{id}/gang/ready",
+    "/v1/namespaces/{ns}/invocations/{id}/gang/notice",
 }
 #: Written down from server/metrics.py's `COUNTED` before routes.py replaced it.
 OLD_COUNTED = {

@@ -228,9 +228,11 @@ WHERE {deadline_passed}
 RETURNING id;
 
 -- name: settle_success
--- dependents: whether jobs wait on it (migration 26): its commit may have released them.
+-- dependents: whether jobs wait on it (migration 26): its commit may have released them. A
+-- gang's row (nodes > 1) succeeds only once every part has acked (store/gangs.py, ack_part).
 UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND lease_expires_at >= :now
+  AND nodes = 1
 RETURNING id, dependents, nodes;
 
 -- name: settle_success_in
@@ -240,7 +242,16 @@ RETURNING id, dependents, nodes;
 -- server hands it to a submit-and-wait without reading it back.
 UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
-  AND lease_expires_at >= :now
+  AND lease_expires_at >= :now AND nodes = 1
+RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
+    kill_requested, worker, error, created_at, started_at, finished_at,
+    preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes;
+
+-- name: settle_gang_success
+-- A gang's row once its last part acked (store/gangs.py): rank 0's result, under the row's
+-- lease (rank 0's part's), returning what settle_success_in does.
+UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
+WHERE id = :id AND lease = :lease AND state = 'running' AND nodes > 1
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, created_at, started_at, finished_at,
     preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes;
@@ -300,8 +311,8 @@ WHERE id = :id AND namespace = :ns AND state = 'running'
 RETURNING id;
 
 -- name: append_frame
-INSERT INTO frames (channel, seq, kind, value, created_at, post_id)
-SELECT :channel, COALESCE(MAX(seq), -1) + 1, :kind, :value, :now, :post_id FROM frames
+INSERT INTO frames (channel, seq, kind, value, created_at, post_id, rank)
+SELECT :channel, COALESCE(MAX(seq), -1) + 1, :kind, :value, :now, :post_id, :rank FROM frames
 WHERE channel = :channel
 RETURNING seq;
 
@@ -313,7 +324,8 @@ SELECT seq FROM frames WHERE channel = :channel AND post_id = :post_id;
 SELECT seq, kind FROM frames WHERE channel = :channel ORDER BY seq DESC LIMIT 1;
 
 -- name: frames_since
-SELECT seq, kind, value FROM frames WHERE channel = :channel AND seq > :since
+-- One rank's frames (a gang's part, issue 47; 0 for every other job's and for topics).
+SELECT seq, kind, value FROM frames WHERE channel = :channel AND seq > :since AND rank = :rank
 ORDER BY seq LIMIT :limit;
 
 -- name: upsert_worker
@@ -1199,8 +1211,11 @@ WHERE namespace = :ns AND queue IN (:queues) AND state = 'queued' AND nodes > 1 
 
 -- name: gang_held_by
 -- The part a worker holds and has not started (store/gangs.py): such a worker claims nothing
--- else until its gang starts or lets it go.
-SELECT lease FROM gang_parts WHERE worker = :worker AND state = 'held' AND lease_expires_at >= :now
+-- else until its gang starts or lets it go (a gang past its gang_wait_s is as good as let go:
+-- the sweep does that next). Worker names are a namespace's own.
+SELECT p.lease FROM gang_parts p JOIN gangs g ON g.gang = p.gang
+WHERE p.worker = :worker AND p.state = 'held' AND p.lease_expires_at >= :now
+  AND g.namespace = :ns AND g.wait_until >= :now
 LIMIT 1;
 
 -- fragment: gang_columns
@@ -1243,7 +1258,8 @@ SELECT * FROM gang_parts WHERE gang = :gang ORDER BY rank, held_at;
 -- A gang and its parts in one statement, so a read never mixes a gang's state before a commit
 -- with its parts' after it (Postgres reads each statement of a transaction afresh).
 SELECT p.rank, p.worker, p.addr, p.port, p.state, g.attempt, g.nodes, g.state AS gang_state,
-    g.held, g.wait_until, g.outcome, g.failed_rank, g.failed_worker, g.failed_why, g.version
+    g.held, g.wait_until, g.outcome, g.failed_rank, g.failed_worker, g.failed_why, g.version,
+    g.noticed_rank, g.noticed_at, g.notice_until
 FROM gang_parts p JOIN gangs g ON g.gang = p.gang
 WHERE p.gang = :gang ORDER BY p.rank, p.held_at;
 
@@ -1274,8 +1290,8 @@ UPDATE gang_parts SET state = 'started' WHERE gang = :gang AND state = 'held';
 
 -- name: gang_part
 -- A part by its lease, with its gang's state (a settle or a read of it).
-SELECT p.lease, p.gang, p.id, p.rank, p.worker, p.state, p.lease_expires_at, g.state AS gang_state,
-    g.attempt, g.nodes, g.outcome
+SELECT p.lease, p.gang, p.id, p.rank, p.worker, p.state, p.lease_expires_at, p.result,
+    g.state AS gang_state, g.attempt, g.nodes, g.outcome
 FROM gang_parts p JOIN gangs g ON g.gang = p.gang WHERE p.lease = :lease;
 
 -- name: gang_of
@@ -1310,6 +1326,17 @@ UPDATE gang_parts SET addr = COALESCE(:addr, addr), port = COALESCE(:port, port)
 WHERE lease = :lease AND id = :id AND state IN ('held', 'started')
 RETURNING lease, gang;
 
+-- name: gang_notice
+-- A started part's box is going away (a preemption notice): its gang records the first
+-- notice (a later one only brings the end of the grace closer) and its waiters wake.
+UPDATE gangs SET noticed_rank = COALESCE(noticed_rank, :rank),
+    noticed_at = COALESCE(noticed_at, :now),
+    notice_until = CASE WHEN notice_until IS NULL OR :until < notice_until THEN :until
+        ELSE notice_until END,
+    version = version + 1
+WHERE gang = :gang AND state = 'started'
+RETURNING gang;
+
 -- name: gang_place
 -- Where a part runs that the invocation's row does not hold the lease of (rank 0 while held,
 -- any rank above 0).
@@ -1322,6 +1349,13 @@ RETURNING lease;
 UPDATE gang_parts SET lease_expires_at = :expires
 WHERE lease IN (:leases) AND state IN ('held', 'started') AND lease_expires_at >= :now
 RETURNING lease, id;
+
+-- name: gang_renew_rows
+-- A started gang's row lives while any part does: rank 0 may have acked and stopped renewing
+-- while the others run. Each part's own lease still ends the attempt when it runs out.
+UPDATE invocations SET lease_expires_at = :expires
+WHERE id IN (:ids) AND state = 'running' AND nodes > 1 AND lease_expires_at >= :now
+  AND lease_expires_at < :expires;
 
 -- name: kill_requested_of
 SELECT id, kill_requested FROM invocations WHERE id IN (:ids);
@@ -1343,6 +1377,25 @@ INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
 SELECT id, namespace, queue, 'gang', :words, :now FROM invocations
 WHERE id = :id AND state = 'queued'
 ON CONFLICT (id) DO UPDATE SET reason = 'gang', words = excluded.words, at = excluded.at;
+
+-- name: gang_last_failed
+-- The worker whose part ended the job's newest failed gang attempt first: its retry avoids it.
+SELECT failed_worker FROM gangs WHERE id = :id AND outcome = 'failed'
+ORDER BY attempt DESC LIMIT 1;
+
+-- name: live_workers_in
+-- The workers of one namespace that heartbeat and take work: those a gang's parts may go to.
+SELECT namespace, name, queues, info, load FROM workers
+WHERE namespace = :ns AND heartbeat_at >= :since AND state = 'alive';
+
+-- name: gang_unschedulable
+-- A queued gang the live daemons of its queue cannot complete: named, as the sweep names a
+-- request no daemon could run.
+INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
+SELECT id, namespace, queue, 'unschedulable', :words, :now FROM invocations
+WHERE id = :id AND state = 'queued'
+ON CONFLICT (id) DO UPDATE SET reason = 'unschedulable', words = excluded.words,
+    at = excluded.at;
 
 -- name: gang_last
 -- The job's newest gang attempt (a read of its record).

@@ -1007,3 +1007,13 @@ CREATE INDEX IF NOT EXISTS gang_parts_of ON gang_parts (gang, rank);
 CREATE INDEX IF NOT EXISTS gang_parts_held_by ON gang_parts (worker) WHERE state = 'held';
 CREATE INDEX IF NOT EXISTS gang_parts_live ON gang_parts (lease_expires_at)
     WHERE state IN ('held', 'started');
+-- migration: 39
+-- A gang's parts keep their own output (issue 47): a frame says which rank posted it. Rank 0's
+-- are the job's stream, as every frame was before; a reader asks for another rank by name.
+-- One journal per invocation still: seq is shared, so retention and retry clear every rank's.
+ALTER TABLE frames ADD COLUMN rank INTEGER NOT NULL DEFAULT 0;
+-- A preemption notice one part's box got, passed to every other part of its gang (its rank,
+-- when, and the end of its grace), so that rank 0 checkpoints before its peer goes.
+ALTER TABLE gangs ADD COLUMN noticed_rank INTEGER;
+ALTER TABLE gangs ADD COLUMN noticed_at {real};
+ALTER TABLE gangs ADD COLUMN notice_until {real};

@@ -94,10 +94,19 @@ class StoreBase:
         value: bytes | None,
         now: float,
         post_id: str | None = None,
+        *,
+        rank: int = 0,
     ) -> int:
-        """Append a frame inside `tx` (a settle writes its ERROR frame in its own commit)."""
+        """Append a frame inside `tx` (a settle writes its ERROR frame in its own commit);
+        `rank`: a gang's part whose output it is (0: the job's own)."""
         row = tx.one(
-            "append_frame", channel=channel, kind=kind, value=value, now=now, post_id=post_id
+            "append_frame",
+            channel=channel,
+            kind=kind,
+            value=value,
+            now=now,
+            post_id=post_id,
+            rank=rank,
         )
         assert row is not None
         return int(row["seq"])

@@ -6,9 +6,12 @@ import re
 import time
 
 from dreamlake.lakeshore.errors import Conflict, InvalidArgument, LeaseLost, NotFound
+from dreamlake.lakeshore.plane.connector import Row, Transaction
 from dreamlake.lakeshore.types import Frame
 
+from . import gangs
 from .base import FRAME_PAGE, StoreBase
+from .records import check_rank
 
 
 class FrameStore(StoreBase):
@@ -40,24 +43,42 @@ class FrameStore(StoreBase):
                 made = tx.one("frame_by_post_id", channel=channel, post_id=post_id)
                 if made is not None:
                     return int(made["seq"])  # the same post again: its answer was lost
+            rank = 0
             if not channel.startswith("topic:"):
                 held = tx.one("lease_of", id=channel)
                 if held is None:
                     raise NotFound(f"unknown invocation '{channel}'")
                 if lease is None or held["lease"] != lease or held["state"] != "running":
-                    raise LeaseLost(
-                        f"post refused: invocation '{channel}' is not held by this worker"
-                    )
+                    rank = self._part_rank(tx, channel, lease, held)
             last = tx.one("last_frame", channel=channel)
             if last is not None and last["kind"] in ("END", "ERROR"):
                 raise Conflict(f"the journal of '{channel}' is closed (it ended at {last['seq']})")
-            seq = self._append(tx, channel, kind, value, now, post_id)
+            seq = self._append(tx, channel, kind, value, now, post_id, rank=rank)
         self.waker.notify(work=())
         return seq
 
-    def frames(self, channel: str, since: int = -1, limit: int = FRAME_PAGE) -> list[Frame]:
+    def _part_rank(self, tx: Transaction, inv_id: str, lease: str | None, held: Row) -> int:
+        """The rank whose output a post under `lease` is: a gang's part above rank 0 posts
+        into its own rank's frames while its attempt runs (or after rank 0 succeeded, until
+        the part itself ends). Anything else is refused as a stale worker's post."""
+        part = None
+        if lease is not None and held["nodes"] > 1:
+            part = gangs.part_of(tx, inv_id, lease)
+        if (
+            part is None
+            or part["state"] != "started"
+            or not (part["gang_state"] == "started" or part["outcome"] == "succeeded")
+        ):
+            raise LeaseLost(f"post refused: invocation '{inv_id}' is not held by this worker")
+        return int(part["rank"])
+
+    def frames(
+        self, channel: str, since: int = -1, limit: int = FRAME_PAGE, *, rank: int = 0
+    ) -> list[Frame]:
+        """Frames after `since`; of a gang's job, one rank's (0, the job's own, by default)."""
+        check_rank(rank)
         with self.connector.transaction(write=False) as tx:
-            rows = tx.all("frames_since", channel=channel, since=since, limit=limit)
+            rows = tx.all("frames_since", channel=channel, since=since, limit=limit, rank=rank)
         return [Frame(seq=r["seq"], kind=r["kind"], value=r["value"]) for r in rows]
 
 

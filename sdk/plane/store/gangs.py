@@ -4,12 +4,14 @@ and runs all at once or not at all.
 A claim from a worker that can take the gang's per-node request gets a part: a `Claim` with
 `gang = {rank, nodes, attempt}` under a lease of its own, *held* (its resources reserved,
 nothing started). When the last of the N parts is held the attempt *starts*: the invocation
-goes running under rank 0's lease, so that every settle of rank 0 is today's settle and its ack
-is the job's result. The other ranks' leases live on their part rows (`gang_parts`): a settle
-under one that matches no row is looked up here and, for a part of the running attempt, applied
-to the whole attempt under the row's lease (`row_lease`). So when any part ends the attempt
-other than by success (nack, end, a preempted release, its lease running out), the row leaves
-`running`, and every other part's lease is stale by today's fencing: their settles are refused.
+goes running under rank 0's lease, so that every failing settle of rank 0 is today's. Every
+part's lease lives on its part row (`gang_parts`; any live part's renewal keeps the row's): a
+settle under one that matches no row is looked up here and, for a part of the running attempt,
+applied to the whole attempt under the row's lease (`row_lease`). So when any part ends the
+attempt other than by success (nack, end, a preempted release, its lease running out), the row
+leaves `running`, and every other part's lease is stale by today's fencing: their settles are
+refused. A part's ack is recorded on its row; the last one ends the job, succeeded, with rank
+0's result (`ack_part`), so a gang's attempt ends for all its parts at once either way.
 
 No deadlock between gangs: per queue only one gang holds parts at a time, the queue's oldest
 claimable gang in its claim order (a gang already holding keeps the turn), and a worker holding
@@ -31,15 +33,22 @@ from typing import Any
 
 import msgpack
 
-from dreamlake.lakeshore.errors import LeaseLost, NotFound
+from dreamlake.lakeshore.errors import (
+    Conflict,
+    DispatchError,
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+)
 from dreamlake.lakeshore.plane.connector import Row, Transaction
 from dreamlake.lakeshore.plane.wakeup import reader_key
 from dreamlake.lakeshore.types import GangState, storable_text
 
-from .base import StoreBase
+from .base import WORKER_STALE_S, StoreBase
 from .placement import fitted
 from .records import check_addr, check_port, gang_wait_s
 from .reservation import fits
+from .schedulable import could_run, serving
 
 #: Part states in which a part holds its rank in its gang.
 LIVE_PARTS = ("held", "started", "acked")
@@ -65,7 +74,7 @@ def claim_part(tx: Transaction, params: Mapping[str, Any], queues: Sequence[str]
     a claimed row (`claim_of`); None: no part for it. Raises Held when the claimer holds a
     part already, so that it takes nothing else."""
     now = params["now"]
-    if tx.one("gang_held_by", worker=params["worker"], now=now) is not None:
+    if tx.one("gang_held_by", worker=params["worker"], ns=params["ns"], now=now) is not None:
         raise Held
     keys = {"ns": params["ns"], "now": now, "host": params.get("host")}
     for queue in queues:
@@ -74,10 +83,39 @@ def claim_part(tx: Transaction, params: Mapping[str, Any], queues: Sequence[str]
         )
         if head is None or (fitted(params) and not fits(head, params)):
             continue  # only the queue's one gang may hold parts: none for this claimer here
+        if not _may_hold(tx, head, params["worker"], now):
+            continue
         row = _hold(tx, head, params)
         if row is not None:
             return row
     return None
+
+
+def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
+    """Whether `worker` may hold a part of `head`'s gang, as the queue's live daemons stand.
+
+    Not when they are too few to complete it (each runs one part): holding would only stop
+    them running other work until `gang_wait_s`; the job is named unschedulable instead. Not
+    the daemon whose part ended the job's last failed attempt first, while enough others could
+    run it: a retry should not land on the bad box again. Workers that never registered (raw
+    claims) are not counted: a fleet of none is not judged."""
+    rows = tx.all("live_workers_in", ns=head["namespace"], since=now - WORKER_STALE_S)
+    offers = serving(rows, head["namespace"], head["queue"])
+    if not offers:
+        return True
+    able = {o["name"] for o in offers if could_run(head, o)} | {worker}  # it fits (claim_part)
+    nodes = int(head["nodes"])
+    if len(able) < nodes:
+        words = (
+            f"gang of {nodes} parts, one per daemon: {len(able)} live daemon(s) on queue "
+            f"'{head['queue']}' can run a part"
+        )
+        tx.all("gang_unschedulable", id=head["id"], words=words, now=now)
+        return False
+    failed = tx.one("gang_last_failed", id=head["id"])
+    return not (
+        failed is not None and failed["failed_worker"] == worker and len(able - {worker}) >= nodes
+    )
 
 
 def _hold(tx: Transaction, head: Row, params: Mapping[str, Any]) -> Row | None:
@@ -184,37 +222,58 @@ def stale(verb: str, inv_id: str, part: Row) -> LeaseLost:
     )
 
 
-def acked(tx: Transaction, inv_id: str, lease: str, result: bytes | None, now: float) -> None:
-    """Rank 0 acked (the job's own ack, under the row's lease): the attempt succeeded. The
-    other parts stay started, and their acks are accepted (`ack_part`)."""
-    tx.all("gang_part_acked", lease=lease, result=result)
-    gang = tx.one("gang_live", id=inv_id)
-    if gang is not None:
-        tx.all(
-            "gang_end",
-            gang=gang["gang"],
-            now=now,
-            outcome="succeeded",
-            rank=None,
-            worker=None,
-            why=None,
-        )
-
-
 def ack_part(
-    tx: Transaction, inv_id: str, lease: str, result: bytes | None
-) -> tuple[bool, LeaseLost | None]:
-    """An ack under a lease that is not the row's: (False, None) when it is no part of rank
-    above 0 (today's refusal applies); (True, None) when accepted (recorded on the part: a
-    started attempt, or one whose rank 0 succeeded); else (True, the refusal)."""
+    tx: Transaction, inv_id: str, lease: str, result: bytes | None, now: float
+) -> tuple[bool, DispatchError | None, Row | None]:
+    """An ack under a gang's part's lease (handled, refusal, the row it ended): the part is
+    recorded acked, and the last part's ack ends the job, succeeded, with rank 0's result; until
+    then the job runs, so that a part failing after another's ack still fails the attempt as a
+    whole. (False, None, None): no part under `lease` (today's refusal applies)."""
     part = part_of(tx, inv_id, lease)
-    if part is None or int(part["rank"]) == 0:
-        return False, None
-    live = part["gang_state"] == "started" or part["outcome"] == "succeeded"
-    if live and tx.one("gang_part_acked", lease=lease, result=result) is not None:
-        tx.all("gang_bump", gang=part["gang"])
-        return True, None
-    return True, stale("ack", inv_id, part)
+    if part is None:
+        return False, None, None
+    if part["state"] == "acked":  # the same ack again (its answer was lost)
+        if _blob(part["result"]) != _blob(result):
+            return (
+                True,
+                Conflict(
+                    f"ack refused: part {part['rank']} of invocation '{inv_id}' already acked with "
+                    "another result; a repeated ack must carry the same result"
+                ),
+                None,
+            )
+        return True, None, None
+    if part["state"] != "started" or part["gang_state"] != "started":
+        return True, stale("ack", inv_id, part), None
+    tx.all("gang_part_acked", lease=lease, result=result)
+    tx.all("gang_bump", gang=part["gang"])
+    live = [p for p in tx.all("gang_parts_of", gang=part["gang"]) if p["state"] in LIVE_PARTS]
+    if any(p["state"] != "acked" for p in live):
+        return True, None, None  # the others still run
+    first = next(p for p in live if int(p["rank"]) == 0)
+    held = tx.one("lease_of", id=inv_id)
+    done = None
+    if held is not None and held["lease"] is not None:
+        done = tx.one(
+            "settle_gang_success", id=inv_id, lease=held["lease"], result=first["result"], now=now
+        )
+    if done is None:
+        return True, stale("ack", inv_id, part), None
+    tx.all(
+        "gang_end",
+        gang=part["gang"],
+        now=now,
+        outcome="succeeded",
+        rank=None,
+        worker=None,
+        why=None,
+    )
+    return True, None, {**done, "result": _blob(first["result"])}
+
+
+def _blob(value: bytes | memoryview | None) -> bytes | None:
+    """Stored bytes as bytes (Postgres hands back memoryview), for comparison."""
+    return None if value is None else bytes(value)
 
 
 def ended_by(
@@ -400,6 +459,24 @@ class GangStore(StoreBase):
         self.waker.notify(work=(), reads=False, ended=[inv_id])
         return state
 
+    def gang_notice(self, ns: str, inv_id: str, lease: str, *, until: float) -> GangState:
+        """The box of the part under `lease` got a preemption notice; its grace ends at `until`
+        (epoch seconds). Every other part is told (its `gang` wait wakes with `noticed`), so
+        that each gets the grace to checkpoint rather than an abort when this part goes."""
+        if isinstance(until, bool) or not isinstance(until, (int, float)) or until != until:
+            raise InvalidArgument(f"until must be epoch seconds (a number), got {until!r}")
+        now = time.time()
+        with self.connector.transaction() as tx:
+            state = self._gang_read(tx, ns, inv_id, lease)
+            part = part_of(tx, inv_id, lease)
+            assert part is not None  # _gang_read found it
+            if part["state"] != "started" or part["gang_state"] != "started":
+                raise stale("gang_notice", inv_id, part)
+            tx.all("gang_notice", gang=part["gang"], rank=part["rank"], now=now, until=until)
+            state = self._gang_read(tx, ns, inv_id, lease)
+        self.waker.notify(work=(), reads=False, ended=[inv_id])
+        return state
+
     def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
         self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
 
@@ -421,6 +498,13 @@ class GangStore(StoreBase):
                 "worker": gang["failed_worker"],
                 "why": gang["failed_why"],
             }
+        noticed = None
+        if gang["noticed_rank"] is not None:
+            noticed = {
+                "rank": int(gang["noticed_rank"]),
+                "at": float(gang["noticed_at"]),
+                "until": float(gang["notice_until"]),
+            }
         return GangState(
             id=inv_id,
             attempt=int(gang["attempt"]),
@@ -441,5 +525,6 @@ class GangStore(StoreBase):
             wait_until=float(gang["wait_until"]),
             outcome=gang["outcome"],
             failed=failed,
+            noticed=noticed,
             version=int(gang["version"]),
         )

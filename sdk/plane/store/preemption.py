@@ -86,7 +86,15 @@ class PreemptionStore(GangStore):
             if released is not None:
                 requeued = True
                 if released["nodes"] > 1:
-                    gangs.ended_by(tx, inv_id, part, f"preempted ({cause})", now, first="preempted")
+                    gangs.ended_by(
+                        tx,
+                        inv_id,
+                        part,
+                        f"preempted ({cause})",
+                        now,
+                        first="preempted",
+                        outcome="preempted",
+                    )
             else:
                 requeued = False
                 row = tx.one("preemptions_of", id=inv_id)

@@ -104,6 +104,16 @@ def check_nodes(value: object) -> int:
     return value
 
 
+def check_rank(value: object) -> int:
+    """A gang part's rank a reader names (its output, issue 47): 0..MAX_NODES-1."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_NODES:
+        raise InvalidArgument(
+            f"rank must be a whole number 0..{MAX_NODES - 1} (a gang's part; 0 is the job's "
+            f"own output), got {value!r}"
+        )
+    return value
+
+
 #: What an address a gang's part advertises may hold: a host name, IPv4 or IPv6 (with a zone).
 _ADDR = re.compile(r"[A-Za-z0-9._:%-]{1,253}")
 

@@ -65,7 +65,7 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
         ns, queue = shape["namespace"], shape["queue"]
         if (ns, queue) not in launches:
             launches[(ns, queue)] = _launches(tx, ns, queue)
-        reason, words = judge(shape, _serving(workers, ns, queue), queue, launches[(ns, queue)])
+        reason, words = judge(shape, serving(workers, ns, queue), queue, launches[(ns, queue)])
         keep = ""
         head = heads.get((ns, queue))
         if reason is None and head is not None:  # runnable, but held back by the reservation
@@ -107,7 +107,7 @@ def _shapes(rows: Sequence[Row]) -> list[Row]:
     return list(seen.values())
 
 
-def _serving(workers: Sequence[Row], ns: str, queue: str) -> list[dict[str, Any]]:
+def serving(workers: Sequence[Row], ns: str, queue: str) -> list[dict[str, Any]]:
     """The offers (worker rows' info) of the live daemons that serve `queue` in `ns`, less the
     GPUs each has reported failed since it registered (its heartbeat's `gpus_failed`)."""
     out = []

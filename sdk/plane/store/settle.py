@@ -167,8 +167,6 @@ class SettleStore(ClaimStore):
                 )
             )
             if settled:
-                if settled["nodes"] > 1:  # rank 0 of a gang: the attempt succeeded
-                    gangs.acked(tx, a.id, a.lease, a.result, now)
                 if ended is not None:
                     ended[a.id] = invocation_of({**settled, "result": a.result})
                 if settled["dependents"] is not None and released is not None:
@@ -178,8 +176,13 @@ class SettleStore(ClaimStore):
             if ns is not None and tx.one("get_invocation", id=a.id, ns=ns) is None:
                 out.append(NotFound(f"unknown invocation '{a.id}'"))  # or another namespace's
                 continue
-            handled, refused = gangs.ack_part(tx, a.id, a.lease, a.result)
-            if handled:  # a gang's part of rank above 0: recorded, or refused
+            handled, refused, done = gangs.ack_part(tx, a.id, a.lease, a.result, now)
+            if handled:  # a gang's part: recorded (the job's end, if it was the last), or refused
+                if done is not None:
+                    if ended is not None:
+                        ended[a.id] = invocation_of(done)
+                    if done["dependents"] is not None and released is not None:
+                        released.append(a.id)
                 out.append(refused)
                 continue
             try:
@@ -375,6 +378,9 @@ class SettleStore(ClaimStore):
             if len(rows) < len(leases) or any(r["nodes"] > 1 for r in rows):
                 # Gangs' parts (gangs.py), whose leases are theirs: rank 0's is the row's too.
                 parts = tx.all("gang_renew", leases=list(leases), expires=now + lease_s, now=now)
+                if parts:
+                    ids = sorted({p["id"] for p in parts})
+                    tx.all("gang_renew_rows", ids=ids, expires=now + lease_s, now=now)
                 others = sorted({p["id"] for p in parts} - held.keys())
                 if others:
                     kills = tx.all("kill_requested_of", ids=others)
