@@ -140,6 +140,13 @@ def jobs() -> list[Job]:
         ("envs", "floor: uv venv + uv pip install", runtime_envs.floor),
         ("envs", "ray runtime_env uv", runtime_envs.ray),
     ]
+    from . import gangs
+
+    out += [
+        ("gangs", gangs.SYSTEM, gangs.lakeshore),
+        ("gangs", gangs.PEER, gangs.torchrun),
+        ("gangs", gangs.FLOOR, gangs.floor),
+    ]
     return out
 
 

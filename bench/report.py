@@ -56,6 +56,9 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "concurrency": ("ray (local tasks)", "celery (redis)"),
     "map": ("ray (local tasks)", "celery (redis)"),
     "placement": ("lakeshore daemon -c 8, static slots, no request",),
+    "runtime": ("ray runtime_env working_dir",),
+    "envs": ("ray runtime_env uv",),
+    "gangs": ("torchrun static rdzv, 2 nodes on one box (peer)",),
 }
 SUITE_TITLES = {
     "rpc": "1. RPC: q.call of a no-op, one producer, one worker (latency; lower is better)",
@@ -75,6 +78,12 @@ SUITE_TITLES = {
     " (jobs/s, higher is better)",
     "lateness": "11. Lateness: delayed jobs claimed after their due time, 100k others scheduled"
     " (ms, lower is better)",
+    "runtime": "12. Runtime: a 50 MiB workdir shipped to a daemon, submit to the job's first"
+    " line (ms, lower is better)",
+    "envs": "13. Environments: a job's requirements built on the daemon, submit to first line"
+    " (ms, lower is better)",
+    "gangs": "14. Gangs: a 2-node job's start skew, and one part's kill -9 to the other's end"
+    " (lower is better)",
 }
 
 
