@@ -302,6 +302,11 @@ def show(
         table.add_row("preparing", escape(str(preparing)))
     if inv.runtime:
         table.add_row("runtime", escape(brought(inv.runtime)))
+    if inv.nodes > 1:
+        table.add_row("nodes", escape(gang_line(inv)))
+        for part in (inv.gang or {}).get("parts", []):
+            where = part["worker"] + (f" ({part['addr']})" if part.get("addr") else "")
+            table.add_row(f"  rank {part['rank']}", escape(f"{part['state']} on {where}"))
     if inv.after:
         waiting = f" (waiting on {inv.waiting_on})" if inv.state == "waiting" else ""
         table.add_row("after", escape(" ".join(inv.after)) + waiting)
@@ -321,6 +326,21 @@ def show(
     if inv.error and inv.state != "succeeded":
         title = "error" if inv.terminal else "error of the previous attempt"
         out.print(Panel(escape(inv.error.rstrip()), title=title, border_style="red"))
+
+
+def gang_line(inv: Invocation) -> str:
+    """A gang's newest attempt in one line: its width, where it stands, what ended it."""
+    gang = inv.gang
+    if gang is None:
+        return f"{inv.nodes} (no part held yet)"
+    words = f"{inv.nodes}, attempt {gang['attempt']}: {gang['state']}"
+    if gang["state"] == "holding":
+        words += f", {gang['held']} of {inv.nodes} parts held"
+    if gang.get("outcome"):
+        words += f" ({gang['outcome']})"
+    if failed := gang.get("failed"):
+        words += f"; rank {failed['rank']} on {failed['worker']} first: {failed['why']}"
+    return words
 
 
 def frame_json(frame: Frame) -> dict[str, Any]:

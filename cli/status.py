@@ -140,6 +140,7 @@ def _queue_row(plane: Plane, name: str, state: str, now: float) -> dict[str, Any
         "oldest_age_s": oldest,
         "unschedulable": int(stats.get("unschedulable", 0)),
         "waiting_for_capacity": int(stats.get("waiting_for_capacity", 0)),
+        "gangs_waiting": int(stats.get("gangs_waiting", 0)),
         "maps": list(stats.get("maps") or []),
     }
 
@@ -232,6 +233,7 @@ QUEUE_COLUMNS = (
     Column("oldest"),
     Column("unschedulable"),
     Column("no-capacity", wide=True),
+    Column("gangs", wide=True),
 )
 DAEMON_COLUMNS = (
     Column("daemon"),
@@ -315,6 +317,7 @@ def _queue_cells(q: dict[str, Any]) -> tuple[object, ...]:
         age(q["oldest_age_s"]),
         q.get("unschedulable", 0),
         q.get("waiting_for_capacity", 0),
+        q.get("gangs_waiting", 0),
     )
 
 

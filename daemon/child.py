@@ -48,6 +48,7 @@ from typing import Any
 
 from dreamlake.lakeshore.work.slot import error_outcome
 
+from . import hangs
 from .credentials import job_credentials
 
 #: How long a fresh child may take to import and report ready (cold NFS homes are slow).
@@ -106,6 +107,8 @@ def child_main(conn: Connection, handler_spec: str | None, env: Mapping[str, str
         message, link = taken
         _, inv_id, payload, attempt, queue, _checkpoint, job_token, inputs, shipped = message
         runtime.enter(shipped)
+        if os.environ.get(hangs.WATCHED):  # a gang's part watched for hangs (issue 47)
+            hangs.register()
 
         def emit(value: Any, inv_id: str = inv_id) -> None:
             pipe.send(("frame", inv_id, spill.dumps(value)))  # a big frame rides as a Ref

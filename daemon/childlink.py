@@ -59,7 +59,11 @@ class ChildPipe:
     def _route(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "run":
-            self._link = AttemptLink(functools.partial(self._save, message[1]), message[5])
+            self._link = AttemptLink(
+                functools.partial(self._save, message[1]),
+                message[5],
+                progress=functools.partial(self.send, ("progress", message[1], None)),
+            )
             self._jobs.put((message, self._link))
         elif kind == "checkpointed":
             self._answers.put((message[1], message[2]))

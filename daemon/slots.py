@@ -160,6 +160,8 @@ class ProcessSlot(SlotBase):
             return  # the slot thread starts a new one and sends the job itself
         if claim.runtime is not None or child.runtime_key is not None:
             return  # its runtime is made ready (and checked against the child's) first
+        if claim.gang is not None:
+            return  # a gang's part waits for its gang's start, in a fresh child (`_run_part`)
         message = ForkingPickler.dumps(_run_message(claim, None))  # what Connection.send writes
         if len(message) > HAND_MAX_BYTES:
             return

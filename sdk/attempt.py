@@ -14,14 +14,18 @@ the lease, and returns once both are durable. The notice comes the other way: th
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from .errors import DispatchError
 
 #: Stores one encoded checkpoint and returns the encoded Ref the row now holds; raises a
 #: `DispatchError` naming what went wrong (the previous checkpoint then stays).
 Save = Callable[[bytes], bytes | None]
+#: A body's `dls.run.progress()` passed on at most this often: its worker needs to know the job
+#: moves (issue 47's hang_timeout_s, seconds at the least), not every step of a tight loop.
+PROGRESS_EVERY_S: Final = 1.0
 
 
 class Preempted(DispatchError):
@@ -42,8 +46,12 @@ class Preempted(DispatchError):
 class AttemptLink:
     """One attempt's checkpoints and preemption notice, shared by the body and its worker."""
 
-    def __init__(self, save: Save, last: bytes | None) -> None:
+    def __init__(
+        self, save: Save, last: bytes | None, progress: Callable[[], object] | None = None
+    ) -> None:
         self._save = save
+        self._progress = progress
+        self._progress_at = 0.0
         #: The encoded Ref of the last checkpoint (the claim's, then each one saved).
         self.last = last
         self.preempting = threading.Event()
@@ -53,6 +61,14 @@ class AttemptLink:
 
     def save(self, data: bytes) -> None:
         self.last = self._save(data)
+
+    def progress(self) -> None:
+        """The body says it moves: passed to the worker, at most once a PROGRESS_EVERY_S."""
+        now = time.monotonic()
+        if self._progress is None or now - self._progress_at < PROGRESS_EVERY_S:
+            return
+        self._progress_at = now
+        self._progress()
 
     def notice(self, deadline: float | None) -> None:
         """The box is going away by `deadline` (epoch seconds; None: unknown): set the event,

@@ -160,6 +160,7 @@ class Queue:
         after_failure: str = "cancel",
         runtime: Runtime | None = None,
         nodes: int = 1,
+        hang_timeout_s: float | None = None,
     ) -> str:
         return await _to_thread(
             self.sync.submit,
@@ -178,6 +179,7 @@ class Queue:
             after_failure=after_failure,
             runtime=runtime,
             nodes=nodes,
+            hang_timeout_s=hang_timeout_s,
         )
 
     async def submit_many(
@@ -192,6 +194,8 @@ class Queue:
         ids: Sequence[str] | None = None,
         after_each: Sequence[Sequence[str] | None] | None = None,
         runtime: Runtime | None = None,
+        nodes: int = 1,
+        hang_timeout_s: float | None = None,
     ) -> list[str]:
         return await _to_thread(
             self.sync.submit_many,
@@ -204,6 +208,8 @@ class Queue:
             ids=ids,
             after_each=after_each,
             runtime=runtime,
+            nodes=nodes,
+            hang_timeout_s=hang_timeout_s,
         )
 
     async def result(

@@ -112,6 +112,7 @@ def encode_submit(
     max_preemptions: int | None = None,
     runtime: JobRuntime | None = None,
     nodes: int = 1,
+    hang_timeout_s: float | None = None,
 ) -> SubmitRequest:
     """The wire request for one submit. `protocol` is the pickle protocol a thunk or udf call is
     written in, or the function that picks it, asked only if something is pickled. `resources`
@@ -150,4 +151,5 @@ def encode_submit(
         max_preemptions=max_preemptions,
         runtime=brings,
         nodes=nodes,
+        hang_timeout_s=hang_timeout_s,
     )

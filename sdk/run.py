@@ -32,6 +32,7 @@ same code runs in a notebook.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +55,7 @@ __all__ = [
     "on_preempt",
     "open",
     "post",
+    "progress",
     "read",
     "scope",
     "write",
@@ -189,6 +191,16 @@ def checkpoint(value: Any) -> None:
     link.save(data)
 
 
+def progress() -> None:
+    """Say this job is moving (a training step done, a batch read): what a multi-node job's
+    `hang_timeout_s` watches for, beside its frames and checkpoints (issue 47). Cheap enough to
+    call every step: its worker hears it at most once a second. Outside a job, or under a
+    worker that watches for no hang, it does nothing."""
+    ctx = current()
+    if ctx is not None and ctx.link is not None:
+        ctx.link.progress()
+
+
 def last_checkpoint() -> Any:
     """The state the last `checkpoint(value)` of this job stored, by this attempt or an
     earlier one; None when it has none (its first attempt, before any checkpoint)."""
@@ -208,12 +220,26 @@ def on_preempt(fn: Callable[[], Any]) -> None:
 
 #: What `dls.run.preempting` is outside a job, or under a worker that sends no notices.
 _NEVER = threading.Event()
+#: `dls.run.node_rank`, `.num_nodes`, `.node_addrs`: where a multi-node job's part stands.
+_NODES = ("node_rank", "num_nodes", "node_addrs")
+
+
+def _nodes(name: str) -> Any:
+    """Read from the variables the part's daemon set (daemon/gang.py, `rendezvous`): 0, 1 and
+    [] for a job of one box."""
+    if name == "node_rank":
+        return int(os.environ.get("LAKESHORE_NODE_RANK", "0"))
+    if name == "num_nodes":
+        return int(os.environ.get("LAKESHORE_NUM_NODES", "1"))
+    addrs = os.environ.get("LAKESHORE_NODE_ADDRS", "")
+    return addrs.split(",") if addrs else []
 
 
 def __getattr__(name: str) -> Any:
-    """`dls.run.id`, `.attempt`, `.queue` (None outside a job), `.gpus`, `.storage`, and the
-    notice: `.preempting` (an event set when the box is going away) and `.preempt_deadline`
-    (when, in epoch seconds; None until a notice, or when it named no time), read live."""
+    """`dls.run.id`, `.attempt`, `.queue` (None outside a job), `.gpus`, `.storage`, a gang's
+    `.node_rank`, `.num_nodes` and `.node_addrs`, and the notice: `.preempting` (an event set
+    when the box is going away) and `.preempt_deadline` (when, in epoch seconds; None until a
+    notice, or when it named no time), read live."""
     if name == "gpus":  # a list, as `dls.run.gpus` documents; [] outside a placed job
         ctx = current()
         return list(ctx.gpus) if ctx is not None else []
@@ -222,6 +248,8 @@ def __getattr__(name: str) -> Any:
         return getattr(ctx, name) if ctx is not None else None
     if name == "storage":
         return _storage()
+    if name in _NODES:  # a gang's part's rendezvous (issue 47); a one-box job is a gang of one
+        return _nodes(name)
     if name in ("preempting", "preempt_deadline"):
         ctx = current()
         link = ctx.link if ctx is not None else None
@@ -233,5 +261,15 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(
-        [*globals(), "id", "attempt", "queue", "storage", "gpus", "preempting", "preempt_deadline"]
+        [
+            *globals(),
+            *_NODES,
+            "id",
+            "attempt",
+            "queue",
+            "storage",
+            "gpus",
+            "preempting",
+            "preempt_deadline",
+        ]
     )

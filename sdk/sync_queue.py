@@ -129,6 +129,7 @@ class SyncQueue(QueueHandle):
         after_failure: str = "cancel",
         runtime: Runtime | None = None,
         nodes: int = 1,
+        hang_timeout_s: float | None = None,
     ) -> str:
         """Enqueue; returns the durable invocation id. The same `key` returns the same id.
 
@@ -147,7 +148,9 @@ class SyncQueue(QueueHandle):
         producer's own modules that it reaches. `nodes` > 1 runs the job on that many daemons
         at once, one part each, started together with their ranks and rank 0's address
         (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`: torch's env:// rendezvous);
-        `resources` is per node.
+        `resources` is per node. `hang_timeout_s`: once every part has reported no progress
+        for that long, the job is a hang, for its daemons to end (at most 7 days; None: no
+        hang is looked for).
         """
         from .workflow import with_due
 
@@ -164,6 +167,7 @@ class SyncQueue(QueueHandle):
             after_failure=after_failure,
             runtime=runtime,
             nodes=nodes,
+            hang_timeout_s=hang_timeout_s,
         )
         req = with_due(req, delay_s, at)
         return self.dispatch.submit(self.name, [req], wait_s=block_s)[0]
@@ -183,6 +187,7 @@ class SyncQueue(QueueHandle):
         after_failure: str = "cancel",
         runtime: Runtime | Shipped | None = None,
         nodes: int = 1,
+        hang_timeout_s: float | None = None,
     ) -> SubmitRequest:
         self._first_use(submitting=True)
         priority = self.priority_of(envelope if envelope is not None else payload, priority)
@@ -199,6 +204,7 @@ class SyncQueue(QueueHandle):
             max_preemptions=max_preemptions,
             runtime=self._job_runtime(runtime),
             nodes=nodes,
+            hang_timeout_s=hang_timeout_s,
         )
         return with_after(req, after, after_failure)
 
@@ -226,9 +232,12 @@ class SyncQueue(QueueHandle):
         ids: Sequence[str] | None = None,
         after_each: Sequence[Sequence[str] | None] | None = None,
         runtime: Runtime | None = None,
+        nodes: int = 1,
+        hang_timeout_s: float | None = None,
     ) -> list[str]:
-        """Enqueue many in one transaction (one round trip over HTTP); `resources` and
-        `runtime` are each job's, as `submit` takes them. `after`: parents every job waits on;
+        """Enqueue many in one transaction (one round trip over HTTP); `resources`,
+        `runtime`, `nodes` (each job a gang that wide) and `hang_timeout_s` are each job's, as
+        `submit` takes them. `after`: parents every job waits on;
         `after_each`: each job's own (one list, or None, per payload), which may name the `ids`
         (`dls.new_id()`, one per payload) of jobs earlier in the same batch."""
         self._first_use(submitting=True)
@@ -253,6 +262,8 @@ class SyncQueue(QueueHandle):
                     protocol,
                     resources,
                     runtime=brings,
+                    nodes=nodes,
+                    hang_timeout_s=hang_timeout_s,
                 ),
                 [*(after or ()), *((after_each[i] or ()) if after_each else ())],
                 after_failure,
@@ -275,7 +286,8 @@ class SyncQueue(QueueHandle):
     ) -> MapResults:
         """`fn(x)` for each input, each a job (or `chunk_size` inputs a job), submitted lazily;
         the results in input order (or as they end). See `mapping` for the whole contract;
-        `submit` takes `priority`, `max_attempts` and `timeout_s`."""
+        `submit` takes `priority`, `max_attempts`, `timeout_s`, `resources`, `runtime`,
+        `nodes` and `hang_timeout_s`, each job's as `submit` takes them."""
         from .mapping import run_map
 
         return run_map(

@@ -199,6 +199,10 @@ class SubmitRequest:
     #: Issue 47: how many workers run the job at once, one part each (a gang, store/gangs.py);
     #: `resources` is per node. 1 is one box's job.
     nodes: int = 1
+    #: Issue 47: a job whose parts (one, for one box's job) all report no progress for this
+    #: many seconds is a hang, for its daemons to end; at most MAX_HANG_TIMEOUT_S. None: no
+    #: hang is looked for.
+    hang_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,12 @@ class Invocation:
     runtime: dict[str, Any] | None = None
     #: Issue 47: how many workers run it at once (a gang of parts, store/gangs.py); 1: one box.
     nodes: int = 1
+    #: Issue 47: seconds without progress from any of its parts that make a hang
+    #: (SubmitRequest.hang_timeout_s); None: none is looked for.
+    hang_timeout_s: float | None = None
+    #: A gang's newest attempt, as `Plane.invocation` reads it (None for one box's job, and in
+    #: lists): {attempt, state, outcome, held, parts: [{rank, worker, addr, state}], failed}.
+    gang: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -291,6 +301,9 @@ class Claim:
     #: job of one box. A part is held, not started: its worker waits for `Plane.gang` to say
     #: `started` before it runs anything (and lets it go when it says `ended`).
     gang: dict[str, int] | None = None
+    #: Issue 47: how long the job's parts may all go without reporting progress before the
+    #: daemon calls it a hang (SubmitRequest.hang_timeout_s); None: never.
+    hang_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +344,9 @@ class GangState:
 GANG_STATES = ("holding", "started", "ended")
 #: The most nodes one job may ask for.
 MAX_NODES = 256
+#: The longest `hang_timeout_s` a job may ask for (7 days): a longer silence is not a hang
+#: to watch for but a job to look at.
+MAX_HANG_TIMEOUT_S = 7 * 86400.0
 
 
 class Ack(NamedTuple):

@@ -2,7 +2,7 @@
 
 `f.submit(...)` takes the function's own arguments; the options of the submit are underscored
 (`_key`, `_priority`, `_dispatch`, `_timeout_s`, `_max_attempts`, `_max_preemptions`,
-`_resources`) so they never collide with them.
+`_resources`, `_nodes`, `_hang_timeout_s`) so they never collide with them.
 
 `queue=` is a queue object or a queue name. With a name, the decorator builds the queue and picks
 its class from the other arguments: `priority_field=` -> PriorityQueue, `temperature=` or
@@ -30,7 +30,7 @@ from .queue import (
 )
 from .queue_jobs import Shipped, checked_runtime
 from .resources import check_optional
-from .types import MAX_PREEMPTIONS_LIMIT, normalize_kind
+from .types import MAX_HANG_TIMEOUT_S, MAX_NODES, MAX_PREEMPTIONS_LIMIT, normalize_kind
 
 if TYPE_CHECKING:
     from .mapping import MapResults
@@ -68,6 +68,10 @@ CALL_OPTIONS: dict[str, Callable[[str, object], object]] = {
     "max_attempts": lambda n, v: _whole(n, v, 1, 1000),
     "timeout_s": lambda n, v: _number(n, v, 1e-9, math.inf, "a positive number of seconds"),
     "max_preemptions": lambda n, v: _whole(n, v, 0, MAX_PREEMPTIONS_LIMIT),
+    "nodes": lambda n, v: _whole(n, v, 1, MAX_NODES),
+    "hang_timeout_s": lambda n, v: _number(
+        n, v, 1e-9, MAX_HANG_TIMEOUT_S, "a positive number of seconds, at most 7 days"
+    ),
 }
 
 
@@ -115,6 +119,9 @@ class SubmitOptions:
     timeout_s: float | None = None
     max_attempts: int = 3
     max_preemptions: int | None = None
+    #: Issue 47: how many daemons run the call at once, and the silence that makes it a hang.
+    nodes: int = 1
+    hang_timeout_s: float | None = None
     #: remote() only: how long to wait for the result.
     timeout: float = 30.0
     #: This call's request (`_resources=`), instead of the udf's.
@@ -143,6 +150,8 @@ class SubmitOptions:
             timeout_s=calls.get("timeout_s"),
             max_attempts=calls.get("max_attempts", 3),
             max_preemptions=calls.get("max_preemptions"),
+            nodes=calls.get("nodes", 1),
+            hang_timeout_s=calls.get("hang_timeout_s"),
             timeout=float(_option(kwargs, "_timeout", (int, float), 30.0)),
             resources=_option(kwargs, "_resources", Mapping, None),
             runtime=_runtime_option(kwargs),
@@ -234,6 +243,8 @@ class UDF(Generic[P, R]):
             resources=self._resources(opts),
             max_preemptions=opts.max_preemptions,
             runtime=self._runtime(opts),
+            nodes=opts.nodes,
+            hang_timeout_s=opts.hang_timeout_s,
             delay_s=opts.delay_s,
             at=opts.at,
             after=opts.after,
@@ -295,6 +306,8 @@ class UDF(Generic[P, R]):
             resources=self._resources(opts),
             max_preemptions=opts.max_preemptions,
             runtime=self._runtime(opts),
+            nodes=opts.nodes,
+            hang_timeout_s=opts.hang_timeout_s,
             after=opts.after,
             after_failure=opts.after_failure,
         )
@@ -318,6 +331,8 @@ def udf(
     max_attempts: int = ...,
     timeout_s: float | None = ...,
     max_preemptions: int | None = ...,
+    nodes: int = ...,
+    hang_timeout_s: float | None = ...,
     **unknown: NoReturn,
 ) -> UDF[P, R]: ...
 @overload
@@ -337,6 +352,8 @@ def udf(
     max_attempts: int = ...,
     timeout_s: float | None = ...,
     max_preemptions: int | None = ...,
+    nodes: int = ...,
+    hang_timeout_s: float | None = ...,
     **unknown: NoReturn,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]: ...
 def udf(
@@ -354,7 +371,9 @@ def udf(
     the queue (PriorityQueue for priority_field, BoltzmannQueue for temperature or anneal).
     `resources=` is what each call needs to run (GPUs, CPUs, memory: sdk/resources.py);
     `runtime=` what it brings to its worker (a dls.Runtime: a folder, requirements; by default
-    the producer's own modules that the function reaches).
+    the producer's own modules that the function reaches). `nodes=` runs each call on that
+    many daemons at once (issue 47) and `hang_timeout_s=` says when one is hung; they are call
+    options like `max_attempts=`, so a call's `_nodes=` and `_hang_timeout_s=` win.
     """
     check_optional(resources)
     checked_runtime(runtime)

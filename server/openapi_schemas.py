@@ -21,6 +21,7 @@ from dreamlake.lakeshore.types import (
     END_CAUSES,
     END_STATE_CAUSES,
     GANG_STATES,
+    MAX_HANG_TIMEOUT_S,
     MAX_NODES,
     QUEUE_STATES,
     STATES,
@@ -169,6 +170,7 @@ SCHEMAS: dict[str, Any] = {
             "locality_wait_s": NUM,
             "unschedulable": INT,
             "waiting_for_capacity": INT,
+            "gangs_waiting": {**INT, "description": "queued multi-node jobs (issue 47)"},
             "maps": {
                 "type": "array",
                 "description": "maps with jobs still to end here: map_id, jobs, states",
@@ -197,6 +199,13 @@ SCHEMAS: dict[str, Any] = {
                 "maximum": MAX_NODES,
                 "description": "how many daemons run the job at once, one part each (issue "
                 "47); resources are per node",
+            },
+            "hang_timeout_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_HANG_TIMEOUT_S,
+                "description": "seconds without progress from every part that make the job a "
+                "hang (issue 47); left out: no hang is looked for",
             },
             "id": {
                 "type": "string",
@@ -290,6 +299,18 @@ SCHEMAS: dict[str, Any] = {
                 "description": "what the job brings to its worker (issue 46); null: nothing",
             },
             "nodes": INT,
+            "hang_timeout_s": {
+                **NUM,
+                "description": "seconds without progress from every part that make the job a "
+                "hang (issue 47); null: none is looked for",
+            },
+            "gang": _nullable(
+                {
+                    **OBJ,
+                    "description": "a gang's newest attempt: attempt, state, outcome, held, "
+                    "parts (rank, worker, addr, state), failed (issue 47); null otherwise",
+                }
+            ),
         },
     ),
     "Cancel": _obj({"kill": BOOL}),
@@ -357,6 +378,11 @@ SCHEMAS: dict[str, Any] = {
                 {"rank": INT, "nodes": INT, "attempt": INT},
                 ("rank", "nodes", "attempt"),
             ),
+            "hang_timeout_s": {
+                **NUM,
+                "description": "seconds without progress from every part that make the job "
+                "a hang, for the daemon to end (issue 47); null: none is looked for",
+            },
         },
     ),
     "GangRead": _obj({"lease": STR, "wait": SECONDS, "since": INT}, ("lease",)),

@@ -48,6 +48,7 @@ ITEM_FIELDS = (
     "max_preemptions",
     "map_id",
     "nodes",
+    "hang_timeout_s",
     "delay_s",
     "at",
     "after",
@@ -102,6 +103,7 @@ async def submit(call: Call) -> dict[str, Any]:
                 runtime=item.data.get("runtime"),  # checked by the store, as resources are
                 # As sent, as resources are: the store refuses a bad one in every plane's words.
                 nodes=item.data.get("nodes", 1),
+                hang_timeout_s=item.data.get("hang_timeout_s"),  # likewise
             )
         )
     wait_s = _wait_s(call)

@@ -95,6 +95,7 @@ _OPTIONAL_ITEM_FIELDS = (
     "max_preemptions",  # issue 35
     "map_id",
     "runtime",  # issue 46
+    "hang_timeout_s",  # issue 47
     "delay_s",
     "at",
 )

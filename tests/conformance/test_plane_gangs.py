@@ -339,3 +339,30 @@ def test_a_notice_to_one_part_wakes_every_part_and_a_preempted_part_ends_the_att
     assert (row.state, row.preemptions, row.attempt) == ("queued", 1, 1)
     with pytest.raises(LeaseLost):
         plane.dispatch.gang_notice(inv_id, a.lease, until=until)
+
+
+def test_a_gangs_row_shows_its_newest_attempt_and_the_queue_counts_gangs_waiting(
+    plane: PlaneEnv,
+) -> None:
+    q = _queue(plane)
+    inv_id = _gang(plane, q)
+    (single,) = plane.dispatch.submit(q, [SubmitRequest(b"one")])
+    assert plane.dispatch.invocation(inv_id).gang is None  # no part held yet
+    assert plane.dispatch.invocation(single).gang is None
+    assert plane.dispatch.stats(q)["gangs_waiting"] == 1
+    a = claiming.claim(plane.dispatch, [q], worker="w1", addr="10.0.0.1")
+    assert a is not None
+    held = plane.dispatch.invocation(inv_id).gang
+    assert held is not None and (held["attempt"], held["state"], held["held"]) == (1, "holding", 1)
+    b = claiming.claim(plane.dispatch, [q], worker="w2", addr="10.0.0.2")
+    assert b is not None
+    assert plane.dispatch.stats(q)["gangs_waiting"] == 0
+    plane.dispatch.nack(inv_id, b.lease, error="boom", retry=False)
+    ended = plane.dispatch.invocation(inv_id).gang
+    assert ended is not None
+    assert (ended["state"], ended["outcome"]) == ("ended", "failed")
+    assert ended["parts"] == [
+        {"rank": 0, "worker": "w1", "addr": "10.0.0.1", "state": "stopped"},
+        {"rank": 1, "worker": "w2", "addr": "10.0.0.2", "state": "failed"},
+    ]
+    assert ended["failed"] == {"rank": 1, "worker": "w2", "why": "boom"}

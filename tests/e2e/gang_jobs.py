@@ -170,3 +170,28 @@ def ddp_resumable(
 
 def _params(model: Any) -> list[list[float]]:
     return [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def started_at(folder: str, seconds: float = 0.0) -> float:
+    """Write when this part (or one box's job) started to `folder`, hold `seconds`, return it."""
+    import dreamlake.lakeshore as dls
+
+    start = time.time()
+    name = f"{os.environ.get('LAKESHORE_NODE_RANK', 'single')}-{dls.run.id}-{dls.run.attempt}"
+    (Path(folder) / name).write_text(repr(start))
+    time.sleep(seconds)
+    return start
+
+
+def port_held(seconds: float) -> int:
+    """A gang's MASTER_PORT, with the process group up for `seconds` (so two gangs overlap)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="env://")
+    try:
+        dist.barrier()
+        time.sleep(seconds)
+        dist.barrier()
+        return int(os.environ["MASTER_PORT"])
+    finally:
+        dist.destroy_process_group()

@@ -68,7 +68,7 @@ def _ended_at(proc: DaemonProcess, job: str) -> float | None:
     return None
 
 
-ENDS = ("job.succeeded", "job.failed", "job.died", "job.lost", "job.killed")
+ENDS = ("job.succeeded", "job.failed", "job.died", "job.lost", "job.killed", "job.abandoned")
 
 
 def test_one_part_killed_mid_all_reduce_ends_the_other_within_seconds(
@@ -151,6 +151,29 @@ def test_one_daemon_preempted_gives_every_part_the_notice_and_the_retry_is_not_c
     assert len(retried) == 2 and rank1.name not in retried
 
 
+def test_a_part_whose_daemon_is_killed_runs_again_elsewhere_from_its_checkpoint(
+    three_daemons, tmp_path: Path
+) -> None:
+    """kill -9 of rank 1's daemon (its child dies with it): the attempt ends, and the gang runs
+    again on the two daemons left, from rank 0's checkpoint, to an uninterrupted run's weights.
+    (The survivor's gloo error ends the attempt first, within a second, and counts as that
+    part's failure: the plane cannot tell it from a bug. Had it waited outside a collective,
+    the dead part's lease would have ended it.)"""
+    from tests.e2e import gang_jobs
+
+    plane, procs = three_daemons
+    q = dls.SyncQueue("gang", dispatch=plane)
+    job = q.submit(dls.thunk(gang_jobs.ddp_resumable, 200, str(tmp_path), pause_s=0.05), nodes=2)
+    wait_until(lambda: (tmp_path / "rank0.step30").exists(), timeout=120, what="step 30")
+    rank1 = next(p for p in procs if p.find("gang.started", invocation=job, rank=1))
+    rank1.kill9()
+    weights = q.result(job, timeout=240)
+    assert weights == pytest.approx(gang_jobs.single_train(200), rel=1e-5, abs=1e-6)
+    assert plane.invocation(job).attempt == 2
+    retried = [p.name for p in procs if p.find("gang.started", invocation=job, attempt=2)]
+    assert len(retried) == 2 and rank1.name not in retried
+
+
 def test_a_failed_part_stops_the_others_through_the_plane(two_daemons, tmp_path: Path) -> None:
     """Rank 0 waits outside any collective, where gloo would never notice its peer is gone:
     the plane's word that the gang ended is what stops it."""
@@ -215,3 +238,72 @@ def test_lakeshore_exec_nodes_runs_a_command_on_each_part(two_daemons, tmp_path:
         [lakeshore, "jobs", "logs", job, "--rank", "-1"], env=env, capture_output=True, text=True
     )
     assert bad.returncode == 2 and "--rank" in bad.stderr
+
+
+def test_a_gang_two_daemons_cannot_complete_never_starts_and_they_keep_working(
+    two_daemons, tmp_path: Path
+) -> None:
+    from tests.e2e import gang_jobs
+
+    plane, procs = two_daemons
+    q = dls.SyncQueue("gang", dispatch=plane)
+    gang = q.submit(dls.thunk(gang_jobs.started_at, str(tmp_path)), nodes=3)
+    singles = [q.submit(dls.thunk(gang_jobs.started_at, str(tmp_path))) for _ in range(4)]
+    for job in singles:
+        q.result(job, timeout=60)
+    row = plane.invocation(gang)
+    assert row.state == "queued" and row.pending_reason == "unschedulable", row
+    assert "gang of 3 parts" in (row.unschedulable_reason or "")
+    assert not any(p.find("gang.started", invocation=gang) for p in procs)
+    assert not list(tmp_path.glob("0-*")), "a part of the gang ran"
+
+
+def test_a_gang_is_held_until_its_last_part_frees_up_and_later_jobs_wait_for_it(
+    three_daemons, tmp_path: Path
+) -> None:
+    """One daemon busy with a long job, then a 3-node job, then 1-node jobs: the two free
+    daemons hold parts (and take nothing else) until the third frees up; no part starts before
+    all three are held, and no later job starts before the gang."""
+    from tests.e2e import gang_jobs
+
+    plane, _ = three_daemons
+    q = dls.SyncQueue("gang", dispatch=plane)
+    starts_in = tmp_path / "starts"
+    starts_in.mkdir()
+    first = q.submit(dls.thunk(gang_jobs.started_at, str(starts_in), 3.0))
+    wait_until(lambda: plane.invocation(first).state == "running", timeout=30, what="first")
+    gang = q.submit(dls.thunk(gang_jobs.started_at, str(starts_in)), nodes=3)
+    later = [q.submit(dls.thunk(gang_jobs.started_at, str(starts_in))) for _ in range(3)]
+    for job in later:
+        q.result(job, timeout=90)
+    assert q.result(gang, timeout=90) > 0
+    done_first = plane.invocation(first)
+    starts = {p.name: float(p.read_text()) for p in starts_in.iterdir()}
+    parts = [t for name, t in starts.items() if name[0] in "012"]
+    singles = [t for name, t in starts.items() if name.startswith("single")]
+    assert len(parts) == 3 and len(singles) == 4, sorted(starts.items(), key=lambda kv: kv[1])
+    assert done_first.finished_at is not None and min(parts) >= done_first.finished_at - 0.05
+    assert max(parts) - min(parts) < 1.0  # started together
+    assert sorted(singles)[1:] >= [min(parts)] * 3  # the later ones waited for the gang
+
+
+def test_two_gangs_sharing_two_hosts_get_different_master_ports(tmp_path: Path) -> None:
+    from tests.e2e import gang_jobs
+
+    home = tmp_path / "home"
+    args = ["--queue", "gang", "--concurrency", "2", "--advertise-addr", "127.0.0.1"]
+    procs = [DaemonProcess(home, f"host-{i}", args, paths=[ROOT]) for i in range(2)]
+    try:
+        for p in procs:
+            p.ready()
+        with Dispatch(str(home / "lakeshore.db")) as plane:
+            q = dls.SyncQueue("gang", dispatch=plane)
+            jobs = [q.submit(dls.thunk(gang_jobs.port_held, 3.0), nodes=2) for _ in range(2)]
+            ports = [q.result(job, timeout=120) for job in jobs]
+            rows = [plane.invocation(job) for job in jobs]
+    finally:
+        for p in procs:
+            p.stop()
+    assert ports[0] != ports[1], ports
+    spans = [(r.started_at or 0.0, r.finished_at or 0.0) for r in rows]
+    assert max(s for s, _ in spans) < min(f for _, f in spans), "the two gangs did not overlap"

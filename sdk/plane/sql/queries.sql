@@ -55,7 +55,8 @@ CASE WHEN state = 'queued' THEN (SELECT words FROM pending_reasons r WHERE r.id 
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, result, created_at, started_at, finished_at,
     resources, placement, {reasons},
-    preemptions, max_preemptions, ended_by, checkpoint, open_parents, runtime, nodes
+    preemptions, max_preemptions, ended_by, checkpoint, open_parents, runtime, nodes,
+    hang_timeout_s
 FROM invocations WHERE id = :id AND namespace = :ns;
 
 -- name: count_state
@@ -90,7 +91,7 @@ state = 'running', attempt = attempt + 1, lease = :lease, lease_expires_at = :ex
 -- What every claim statement returns of the row it took (`claim_of`, and `inputs` for
 -- `dependencies.with_inputs`): written once, so no claim path returns less than another.
 id, namespace, queue, payload, attempt, lease, lease_expires_at, timeout_s, priority,
-    signature, resources, preemptions, checkpoint, inputs, runtime
+    signature, resources, preemptions, checkpoint, inputs, runtime, hang_timeout_s
 
 -- fragment: claim_queued_id
 -- Claim the one job :id that a claim picked first and takes second (`resumed_head`'s, or the
@@ -245,7 +246,7 @@ WHERE id = :id AND namespace = :ns AND lease = :lease AND state = 'running'
   AND lease_expires_at >= :now AND nodes = 1
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, created_at, started_at, finished_at,
-    preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes;
+    preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes, hang_timeout_s;
 
 -- name: settle_gang_success
 -- A gang's row once its last part acked (store/gangs.py): rank 0's result, under the row's
@@ -254,7 +255,7 @@ UPDATE invocations SET state = 'succeeded', result = :result, finished_at = :now
 WHERE id = :id AND lease = :lease AND state = 'running' AND nodes > 1
 RETURNING id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, created_at, started_at, finished_at,
-    preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes;
+    preemptions, max_preemptions, ended_by, checkpoint, dependents, nodes, hang_timeout_s;
 
 -- name: settle_terminal
 UPDATE invocations SET state = :state, error = :error, finished_at = :now, ended_by = :cause
@@ -415,7 +416,7 @@ ON CONFLICT (namespace, queue) DO UPDATE SET tokens = :tokens, updated_at = :now
 SELECT id, namespace, queue, state, priority, key, attempt, max_attempts, timeout_s,
     kill_requested, worker, error, NULL AS result, created_at, started_at, finished_at,
     resources, placement, {reasons},
-    preemptions, max_preemptions, ended_by, checkpoint, nodes
+    preemptions, max_preemptions, ended_by, checkpoint, nodes, hang_timeout_s
 FROM invocations
 
 -- fragment: newest_first
@@ -900,6 +901,11 @@ SELECT count(*) AS n FROM pending_reasons r JOIN invocations i ON i.id = r.id
 WHERE r.namespace = :ns AND r.queue = :queue AND r.reason = 'unschedulable'
   AND i.state = 'queued';
 
+-- name: gangs_waiting_in_queue
+-- Queued gangs (issue 47) of a queue, waiting for all their parts (index invocations_gangs).
+SELECT count(*) AS n FROM invocations {gangs_index}
+WHERE namespace = :ns AND queue = :queue AND state = 'queued' AND nodes > 1;
+
 -- name: waiting_in_queue
 -- Queued jobs that wait for the controller to launch a daemon (index pending_reasons_by_queue).
 SELECT count(*) AS n FROM pending_reasons r JOIN invocations i ON i.id = r.id
@@ -1222,7 +1228,7 @@ LIMIT 1;
 -- What a gang's part is handed of its job, as a claim hands a job (`claimed_columns`), with its
 -- request's columns for the fit.
 id, namespace, queue, payload, attempt, timeout_s, priority, signature, resources, preemptions,
-    checkpoint, inputs, nodes, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
+    checkpoint, inputs, nodes, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, hang_timeout_s
 
 -- name: gang_holding_in
 -- The gang a queue holds parts of (at most one: store/gangs.py), if its job is still queued.
@@ -1380,7 +1386,7 @@ ON CONFLICT (id) DO UPDATE SET reason = 'gang', words = excluded.words, at = exc
 
 -- name: gang_last_failed
 -- The worker whose part ended the job's newest failed gang attempt first: its retry avoids it.
-SELECT failed_worker FROM gangs WHERE id = :id AND outcome = 'failed'
+SELECT failed_worker, ended_at FROM gangs WHERE id = :id AND outcome = 'failed'
 ORDER BY attempt DESC LIMIT 1;
 
 -- name: live_workers_in
@@ -1404,3 +1410,8 @@ SELECT * FROM gangs WHERE id = :id ORDER BY created_at DESC LIMIT 1;
 -- name: set_invocation_nodes
 -- A gang's width (issue 47) on the row its submit just inserted: only a gang's submit runs it.
 UPDATE invocations SET nodes = :nodes WHERE id = :id;
+
+-- name: set_invocation_hang_timeout
+-- A job's hang timeout (issue 47) on the row its submit just inserted: only a submit that sets
+-- one runs it.
+UPDATE invocations SET hang_timeout_s = :hang_timeout_s WHERE id = :id;

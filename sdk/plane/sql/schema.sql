@@ -1017,3 +1017,7 @@ ALTER TABLE frames ADD COLUMN rank INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE gangs ADD COLUMN noticed_rank INTEGER;
 ALTER TABLE gangs ADD COLUMN noticed_at {real};
 ALTER TABLE gangs ADD COLUMN notice_until {real};
+-- migration: 40
+-- A job's hang timeout (issue 47): seconds without progress from every part that make a hang,
+-- handed to its daemons with each claim; NULL (every row before, and most after): none.
+ALTER TABLE invocations ADD COLUMN hang_timeout_s {real};

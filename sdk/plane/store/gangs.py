@@ -50,6 +50,9 @@ from .records import check_addr, check_port, gang_wait_s
 from .reservation import fits
 from .schedulable import could_run, serving
 
+#: How long the retry of a failed gang keeps the daemon that failed first out, while enough
+#: others could run it (`_may_hold`).
+AVOID_S = 10.0
 #: Part states in which a part holds its rank in its gang.
 LIVE_PARTS = ("held", "started", "acked")
 
@@ -96,9 +99,12 @@ def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
 
     Not when they are too few to complete it (each runs one part): holding would only stop
     them running other work until `gang_wait_s`; the job is named unschedulable instead. Not
-    the daemon whose part ended the job's last failed attempt first, while enough others could
-    run it: a retry should not land on the bad box again. Workers that never registered (raw
-    claims) are not counted: a fleet of none is not judged."""
+    the daemon whose part ended the job's last failed attempt first, for AVOID_S after that
+    end, while enough others could run it: a retry should not land on the bad box again, but
+    the part that failed first is not always the bad one (a survivor's collective fails the
+    moment its peer's box dies, and that box still looks live until its heartbeat is stale),
+    so past AVOID_S it may join like any other. Workers that never registered (raw claims) are
+    not counted: a fleet of none is not judged."""
     rows = tx.all("live_workers_in", ns=head["namespace"], since=now - WORKER_STALE_S)
     offers = serving(rows, head["namespace"], head["queue"])
     if not offers:
@@ -114,7 +120,10 @@ def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
         return False
     failed = tx.one("gang_last_failed", id=head["id"])
     return not (
-        failed is not None and failed["failed_worker"] == worker and len(able - {worker}) >= nodes
+        failed is not None
+        and failed["failed_worker"] == worker
+        and len(able - {worker}) >= nodes
+        and now < float(failed["ended_at"] or 0.0) + AVOID_S
     )
 
 
@@ -390,6 +399,35 @@ def _lose_started(tx: Transaction, part: Row, now: float, append_error: AppendEr
             tx.all("count_preemption", id=inv_id)
             append_error(tx, inv_id, error, now)
     ended_by(tx, inv_id, part, why, now, first="lost")
+
+
+def record(tx: Transaction, inv_id: str) -> dict[str, Any] | None:
+    """The job's newest gang attempt as a reader sees it (`Invocation.gang`): its parts, the
+    newest holder of each rank, and the part that ended it first."""
+    gang = tx.one("gang_last", id=inv_id)
+    if gang is None:
+        return None
+    ranks: dict[int, Row] = {}
+    for p in tx.all("gang_parts_of", gang=gang["gang"]):
+        ranks[int(p["rank"])] = p
+    failed = None
+    if gang["failed_rank"] is not None and gang["outcome"] != "succeeded":
+        failed = {
+            "rank": gang["failed_rank"],
+            "worker": gang["failed_worker"],
+            "why": gang["failed_why"],
+        }
+    return {
+        "attempt": int(gang["attempt"]),
+        "state": gang["state"],
+        "outcome": gang["outcome"],
+        "held": int(gang["held"]),
+        "parts": [
+            {"rank": r, "worker": p["worker"], "addr": p["addr"], "state": p["state"]}
+            for r, p in sorted(ranks.items())
+        ],
+        "failed": failed,
+    }
 
 
 #: What `GangStore._fence` answers for a held part it let go: the settle is done.

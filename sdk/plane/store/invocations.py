@@ -27,6 +27,7 @@ from dreamlake.lakeshore.types import (
     check_state,
 )
 
+from . import gangs
 from .base import (
     new_id,
 )
@@ -183,6 +184,12 @@ class InvocationStore(SettleStore):
                     write_runtime(tx, ns, row["id"], req.runtime)
                 if req.nodes != 1:  # a gang (issue 47): one statement more for it alone
                     tx.all("set_invocation_nodes", id=row["id"], nodes=req.nodes)
+                if req.hang_timeout_s is not None:  # likewise: only a job that asks for it
+                    tx.all(
+                        "set_invocation_hang_timeout",
+                        id=row["id"],
+                        hang_timeout_s=float(req.hang_timeout_s),
+                    )
             ids[i] = row["id"]
         dependencies.link(tx, ns, planned, requests, ids, inserted, now)
         return info
@@ -237,9 +244,12 @@ class InvocationStore(SettleStore):
                 if row is None or row["open_parents"] is None
                 else dependencies.after(tx, inv_id)
             )
+            gang = gangs.record(tx, inv_id) if row is not None and row["nodes"] > 1 else None
         if row is None:
             raise NotFound(f"unknown invocation '{inv_id}'")
         inv = invocation_of(row)
+        if gang is not None:
+            inv = replace(inv, gang=gang)
         return inv if after is None else replace(inv, after=after)
 
     def count(self, ns: str, queue: str, state: str = "queued") -> int:

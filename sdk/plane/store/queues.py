@@ -255,6 +255,7 @@ class QueueStore(WorkerStore):
             }
             unschedulable = tx.one("unschedulable_in_queue", ns=ns, queue=name)
             waiting = tx.one("waiting_in_queue", ns=ns, queue=name)
+            gangs = tx.one("gangs_waiting_in_queue", ns=ns, queue=name)
             maps = _maps_in_flight(tx, ns, name)
         return {
             "queue": name,
@@ -271,6 +272,8 @@ class QueueStore(WorkerStore):
             "unschedulable": int(unschedulable["n"]) if unschedulable else 0,
             # ... and those only a daemon the controller would launch could (issue 34, item 7).
             "waiting_for_capacity": int(waiting["n"]) if waiting else 0,
+            # Queued multi-node jobs, waiting for all their parts (issue 47).
+            "gangs_waiting": int(gangs["n"]) if gangs else 0,
             # The progress of the maps (f.map) with jobs still to end here, oldest first.
             "maps": maps,
         }

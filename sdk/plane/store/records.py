@@ -22,6 +22,7 @@ from dreamlake.lakeshore.resources import check_optional
 from dreamlake.lakeshore.storage import StorageRef
 from dreamlake.lakeshore.types import (
     DEFAULT_MAX_PREEMPTIONS,
+    MAX_HANG_TIMEOUT_S,
     MAX_NODES,
     MAX_PREEMPTIONS_LIMIT,
     Claim,
@@ -92,6 +93,7 @@ def check_submit(req: SubmitRequest) -> None:
     if req.after or req.inputs or req.after_failure != "cancel":
         check_after(list(req.after), req.after_failure, list(req.inputs))
     check_nodes(req.nodes)
+    check_hang_timeout(req.hang_timeout_s)
 
 
 def check_nodes(value: object) -> int:
@@ -102,6 +104,24 @@ def check_nodes(value: object) -> int:
             f"once, one part each; 1 is one box's job), got {value!r}"
         )
     return value
+
+
+def check_hang_timeout(value: object) -> float | None:
+    """A submit's `hang_timeout_s` (issue 47): None (no hang is looked for), or the seconds
+    of silence from every part that make a hang, bounded so a typo in units is refused."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_HANG_TIMEOUT_S
+    ):
+        raise InvalidArgument(
+            f"hang_timeout_s must be a number of seconds above 0, at most "
+            f"{MAX_HANG_TIMEOUT_S:g} (7 days), or left out for no hang detection, "
+            f"got {_shown(value)}"
+        )
+    return float(value)
 
 
 def check_rank(value: object) -> int:
