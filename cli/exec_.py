@@ -148,6 +148,7 @@ def exec_(
     requirements: str | None,
     with_: tuple[str, ...],
     nodes: int,
+    hang_timeout_s: float | None,
     url: str | None,
     token: str | None,
     namespace: str | None,
@@ -174,6 +175,7 @@ def exec_(
             max_attempts=max_attempts,
             runtime=runtime,
             nodes=nodes,
+            hang_timeout_s=hang_timeout_s,
         )
         if not wait:
             click.echo(inv)

@@ -1,6 +1,6 @@
 """What a job brings and where it runs, on `lakeshore exec` and `lakeshore submit`, declared
 once for both verbs: `--workdir`, `--requirements` and `--with` (issue 46, docs/runtime.md), and
-`--nodes` (issue 47: that many daemons at once)."""
+`--nodes` and `--hang-timeout-s` (issue 47: that many daemons at once, and when they hang)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def runtime_options(fn: F) -> F:
-    """Add the options; the command takes `workdir`, `requirements`, `with_` and `nodes`."""
+    """Add the options; the command takes `workdir`, `requirements`, `with_`, `nodes` and
+    `hang_timeout_s`."""
+    fn = click.option(
+        "--hang-timeout-s",
+        type=click.FloatRange(0, 7 * 86400, min_open=True),
+        default=None,
+        metavar="SECONDS",
+        help="With --nodes: when no part has moved (output, a checkpoint, dls.run.progress()) "
+        "for this long, dump each part's stacks into its output and retry the job.",
+    )(fn)
     fn = click.option(
         "--nodes",
         type=click.IntRange(1, 256),

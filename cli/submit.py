@@ -190,6 +190,7 @@ def submit(
     requirements: str | None,
     with_: tuple[str, ...],
     nodes: int,
+    hang_timeout_s: float | None,
     payload_json: str | None,
     payload_text: str | None,
     legacy_json: str | None,
@@ -228,6 +229,7 @@ def submit(
             after_failure=after_failure,
             runtime=runtime,
             nodes=nodes,
+            hang_timeout_s=hang_timeout_s,
         )
         if not wait:
             click.echo(inv_id)

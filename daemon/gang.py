@@ -24,6 +24,9 @@ from typing import Any, Final
 
 from dreamlake.lakeshore.errors import DispatchError, LeaseLost, NotFound
 from dreamlake.lakeshore.types import Claim, GangState
+from dreamlake.lakeshore.work.slot import AbortReason
+
+from . import hangs
 
 __all__ = ["GangPart", "advertise_addr", "free_port", "rendezvous"]
 
@@ -97,6 +100,12 @@ class GangPart:
         self.grace_s = grace_s
         self.version = 0
         self.state: GangState | None = None
+        #: When the child last moved, with hang_timeout_s (hangs.py); None: not watched.
+        self.progress = hangs.Progress(claim.hang_timeout_s) if claim.hang_timeout_s else None
+        self.rank = int((claim.gang or {}).get("rank", 0))
+        self._pid: int | None = None
+        self._post: Callable[[list[bytes]], object] = lambda frames: None
+        self._dumped = False  # this child's stacks, in its output at a hang
         self._sent = False  # this box's notice, sent to the gang
         self._told = False  # this child, told of a notice
 
@@ -123,6 +132,8 @@ class GangPart:
             return None
         self.state, self.version = state, state.version
         env = rendezvous(state)
+        if self.progress is not None:  # the child registers its stack dump (hangs.py)
+            env[hangs.WATCHED] = f"{self.progress.timeout_s:g}"
         self._log.info(
             "gang.started",
             invocation=claim.id,
@@ -155,26 +166,87 @@ class GangPart:
         threading.Thread(target=tell, name="lakeshore-gang-notice", daemon=True).start()
 
     @contextlib.contextmanager
-    def watching(
-        self, stop: Callable[[str], object], tell: Callable[[float | None], object]
+    def running(
+        self,
+        pid: int | None,
+        *,
+        stop: Callable[[AbortReason, str], object],
+        tell: Callable[[float | None], object],
+        post: Callable[[list[bytes]], object],
     ) -> Iterator[None]:
-        """While the part runs: `tell(until)` when another part's box got a preemption notice
-        (this child checkpoints in the grace), and `stop(why)` once the gang's attempt ends
-        other than by this part's own end: at once when another part failed or was lost, at
-        the end of the grace when one was preempted."""
+        """While the part's child (`pid`) runs, one thread follows the gang: `tell(until)` when
+        another part's box got a preemption notice (this child checkpoints in the grace), and
+        `stop(reason, why)` once the gang's attempt ends other than by this part's own end: at
+        once when another part failed or was lost, at the end of the grace when one was
+        preempted, after `post`ing this child's stacks when it hung. With hang_timeout_s a
+        second thread watches for the hang (hangs.py)."""
         done = threading.Event()
-        thread = threading.Thread(
-            target=self._watch, args=(stop, tell, done), name="lakeshore-gang", daemon=True
-        )
-        thread.start()
+        self._pid, self._post = pid, post
+        threads = [threading.Thread(target=self._watch, args=(stop, tell, done), daemon=True)]
+        if self.progress is not None:
+            threads.append(threading.Thread(target=self._hangs, args=(stop, done), daemon=True))
+        for thread in threads:
+            thread.name = "lakeshore-gang"
+            thread.start()
         try:
             yield
         finally:
             done.set()
 
+    def moved(self) -> None:
+        """The child moved (a frame, a checkpoint, dls.run.progress()): the plane hears of it
+        every few seconds, from a thread of its own."""
+        if self.progress is None or not self.progress.moved():
+            return
+        claim = self.claim
+
+        def report() -> None:
+            with contextlib.suppress(DispatchError):  # the attempt is over, or an outage
+                self.plane.gang_progress(claim.id, claim.lease)
+
+        threading.Thread(target=report, name="lakeshore-gang-progress", daemon=True).start()
+
+    def _hangs(self, stop: Callable[[AbortReason, str], object], done: threading.Event) -> None:
+        """Once this child has been still for T, the gang hangs if no part moved for T either
+        (the plane's `progress_at`): stacks into the output, then the attempt fails."""
+        progress, claim = self.progress, self.claim
+        assert progress is not None
+        while not done.wait(min(1.0, max(0.05, progress.still_until() - time.monotonic()))):
+            if time.monotonic() < progress.still_until():
+                continue  # it moved meanwhile
+            try:
+                state = self.plane.gang(claim.id, claim.lease)
+            except DispatchError:
+                done.wait(1.0)  # an outage, or the attempt is over: the other watcher decides
+                continue
+            still = time.time() - (state.progress_at or 0.0)
+            if still < progress.timeout_s:
+                progress.rearm(still)  # another part moved: not a hang yet
+                continue
+            why = (
+                f"hung: no part of the gang moved for {progress.timeout_s:g} s (hang_timeout_s);"
+                f" each part's Python stacks are in its output (jobs logs --rank N)"
+            )
+            self._log.warning("gang.hung", invocation=claim.id, rank=self.rank, still_s=still)
+            with contextlib.suppress(DispatchError):  # every other part dumps its stacks now
+                self.plane.gang_progress(claim.id, claim.lease, hung=True)
+            self._dump(why)
+            done.wait(hangs.PEERS_DUMP_S)  # while the attempt lives, their stacks are taken
+            stop("hung", why)
+            return
+
+    def _dump(self, why: str) -> None:
+        """This child's stacks, as a frame of its rank's output (once)."""
+        if self._dumped:
+            return
+        self._dumped = True
+        text = hangs.dump_stacks(self._pid)
+        with contextlib.suppress(Exception):  # the output is best effort: the stop is not
+            self._post([hangs.stacks_frame(self.rank, why, text)])
+
     def _watch(
         self,
-        stop: Callable[[str], object],
+        stop: Callable[[AbortReason, str], object],
         tell: Callable[[float | None], object],
         done: threading.Event,
     ) -> None:
@@ -191,6 +263,9 @@ class GangPart:
                 since = state.version
                 if state.noticed is not None or state.outcome == "preempted":
                     self._noticed(state, tell)
+                if state.hung is not None and state.state == "started":
+                    hung = state.hung["rank"]
+                    self._dump(f"hung: rank {hung}'s daemon found the gang hung (hang_timeout_s)")
                 if state.state != "ended" or state.outcome == "succeeded":
                     continue
                 failed = state.failed or {}
@@ -202,9 +277,11 @@ class GangPart:
                     until = (state.noticed or {}).get("until") or time.time() + self.grace_s
                     if done.wait(max(0.0, float(until) - time.time())):
                         return
+                elif "hung:" in str(failed.get("why")) and not done.is_set():
+                    self._dump(why)  # another part found the hang, and it missed the word
             if not done.is_set():
                 self._log.warning("gang.stopping", invocation=claim.id, why=why)
-                stop(why)
+                stop("lost", why)
             return
 
     def _noticed(self, state: GangState, tell: Callable[[float | None], object]) -> None:

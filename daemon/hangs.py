@@ -6,9 +6,10 @@ thirty, or for ever outside a collective. With `hang_timeout_s=T`, each part's s
 time its child last moved (`Progress`: a frame, a checkpoint, `dls.run.progress()`), tells the
 plane at most every few seconds (`Plane.gang_progress`, so the gang's `progress_at` is the
 newest move of any part), and once its own child has been still for T asks the plane: if no
-part has moved for T either, the gang hangs. That part's daemon dumps its child's Python stacks
-into the part's output and fails the attempt (retried as a whole, from the last checkpoint);
-every other part, told by the gang's end, dumps its own before it stops.
+part has moved for T either, the gang hangs. That part's daemon says so (`gang_progress(...,
+hung=True)`: every other part's watcher wakes and dumps its child's Python stacks into that
+part's output), dumps its own, and after PEERS_DUMP_S fails the attempt (retried as a whole,
+from the last checkpoint); the others stop with the gang.
 
 The stacks come from `faulthandler`, which the child registers on SIGUSR1 (`register`): it
 writes every thread's stack from the signal handler itself, so a child blocked in C (an
@@ -18,6 +19,7 @@ all-reduce, a lock) dumps too. A stopped child (SIGSTOP) is continued first.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import tempfile
@@ -31,6 +33,9 @@ WATCHED: Final = "LAKESHORE_HANG_TIMEOUT_S"
 REPORT_EVERY_S: Final = 5.0
 #: The most of one child's stacks kept in its output.
 STACKS_MAX_BYTES: Final = 64 * 1024
+#: How long the part that found a hang lets the others dump their stacks before it fails the
+#: attempt (their posts are refused once it has ended).
+PEERS_DUMP_S: Final = 3.0
 #: How long a dump may take to appear.
 DUMP_WAIT_S: Final = 3.0
 
@@ -75,6 +80,14 @@ def dump_stacks(pid: int | None) -> str:
     return ""
 
 
+def stacks_frame(rank: int, why: str, stacks: str) -> bytes:
+    """The output line (a frame's value) that carries one part's stacks at a hang."""
+    from dreamlake.lakeshore import spill
+
+    text = f"lakeshore: rank {rank} {why}\n--- Python stacks of rank {rank} ---\n"
+    return spill.dumps(text + (stacks or "(none: its process did not answer)\n"))
+
+
 def forget(pid: int | None) -> None:
     """Remove a retired child's stacks file."""
     if pid is not None:
@@ -83,12 +96,16 @@ def forget(pid: int | None) -> None:
 
 
 class Progress:
-    """When one part's child last moved, and when the plane was last told."""
+    """When one part's child last moved, and when the plane was last told.
+
+    The clock starts at the child's first move, not at its start: a job's first seconds (torch
+    imported, the process group formed) are not progress it could report, and a hang is a job
+    that *stopped* moving. A gang none of whose parts ever moves is not found by this."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self.moved_at = time.monotonic()
-        self._reported_at = self.moved_at
+        self.moved_at: float | None = None
+        self._reported_at = -math.inf
         self._every_s = min(REPORT_EVERY_S, timeout_s / 4)
 
     def moved(self) -> bool:
@@ -100,9 +117,9 @@ class Progress:
         return False
 
     def still_until(self) -> float:
-        """When, by this part alone, the job hangs (monotonic seconds)."""
-        return self.moved_at + self.timeout_s
+        """When, by this part alone, the job hangs (monotonic seconds; inf before a move)."""
+        return math.inf if self.moved_at is None else self.moved_at + self.timeout_s
 
     def rearm(self, gang_still_s: float) -> None:
         """Another part moved `gang_still_s` ago: no hang before T after that."""
-        self.moved_at = max(self.moved_at, time.monotonic() - gang_still_s)
+        self.moved_at = max(self.moved_at or -math.inf, time.monotonic() - gang_still_s)

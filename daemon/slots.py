@@ -38,6 +38,7 @@ from dreamlake.lakeshore.work.slot import (
     crash_outcome,
 )
 
+from . import hangs
 from .child import Child, describe_exit
 from .gang import GangPart
 from .inventory import Gpu
@@ -291,10 +292,16 @@ class ProcessSlot(SlotBase):
                 child.send(("preempt", noticed[0]))
         self._part = part
         try:
-            with part.watching(lambda why: self.abort(claim.id, "lost", detail=why), self._tell):
+            with part.running(
+                child.pid,
+                stop=lambda reason, why: self.abort(claim.id, reason, detail=why),
+                tell=self._tell,
+                post=lambda frames: self._sink.post_frames(claim, frames),
+            ):
                 outcome = self._watch(claim, child)
         finally:
             self._part = None
+            hangs.forget(child.pid)
         return self._retire(outcome)
 
     def _make_ready(self, claim: Claim) -> Ready | None:
@@ -385,6 +392,8 @@ class ProcessSlot(SlotBase):
                 fd for fd, _ in poller.poll(None if wait_s is None else math.ceil(1000 * wait_s))
             }
             woken = self._wake_r in ready
+            if conn_fd in ready and self._part is not None:
+                self._part.moved()  # a gang's part: whatever its child sends is a move
             if conn_fd in ready or exit_fd in ready:
                 outcome = self._read(claim, child)
                 if outcome is not None:
@@ -420,8 +429,8 @@ class ProcessSlot(SlotBase):
             except (EOFError, OSError):
                 dead = True
                 break
-            if inv_id != claim.id:
-                continue  # a late message of an earlier job: impossible, but never misfile it
+            if inv_id != claim.id or kind == "progress":
+                continue  # a late message of an earlier job (impossible, never misfiled), a move
             if kind == "frame":
                 frames.append(value)
             elif kind == "checkpoint":  # the frames before it go first, in order

@@ -335,6 +335,11 @@ class GangState:
     #: A preemption notice a part's box got (`Plane.gang_notice`): {rank, at, until}, where
     #: `until` is when that part's grace ends (epoch seconds); None while none came.
     noticed: dict[str, Any] | None = None
+    #: When any part of a started gang last moved, as its daemons report it (epoch seconds;
+    #: the start until one does): what `hang_timeout_s` is measured from.
+    progress_at: float | None = None
+    #: The part whose daemon found the gang hung first: {rank, at}; None while none did.
+    hung: dict[str, Any] | None = None
     #: One more at every change (a part held or let go, an address or port posted, the start,
     #: a part's ack, the end): what `Plane.gang(..., since=)` waits past.
     version: int = 0

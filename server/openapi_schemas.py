@@ -386,6 +386,7 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "GangRead": _obj({"lease": STR, "wait": SECONDS, "since": INT}, ("lease",)),
+    "GangProgress": _obj({"lease": STR, "hung": BOOL}, ("lease",)),
     "GangNotice": _obj(
         {"lease": STR, "until": {**NUM, "description": "when the part's grace ends, epoch s"}},
         ("lease", "until"),
@@ -416,6 +417,8 @@ SCHEMAS: dict[str, Any] = {
             "outcome": STR,
             "failed": OBJ,
             "noticed": _nullable(OBJ),
+            "progress_at": NUM,
+            "hung": _nullable(OBJ),
             "version": INT,
         },
     ),

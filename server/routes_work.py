@@ -283,6 +283,16 @@ async def gang_notice(call: Call) -> GangState:
     )
 
 
+async def gang_progress(call: Call) -> GangState:
+    """Issue 47: a gang's part moved (what its hang_timeout_s watches)."""
+    b = call.body
+    b.only("lease", "hung")
+    lease, hung = b.req_text("lease"), b.boolean("hung")
+    return await call.run(
+        lambda: call.store.gang_progress(call.ns, call.param("id"), lease, hung=hung)
+    )
+
+
 async def gang_ready(call: Call) -> GangState:
     """Issue 47: where a gang's part listens (rank 0's port is the gang's MASTER_PORT)."""
     b = call.body
@@ -461,6 +471,16 @@ ROUTES = [
         "Issue 47: a gang's part's box got a preemption notice (its grace ends at `until`): "
         "every other part is told, so each gets the grace to checkpoint",
         body="GangNotice",
+        response="GangState",
+        scopes=(WORK,),
+    ),
+    Api(
+        routes.GANG_PROGRESS,
+        gang_progress,
+        "Issue 47: a gang's part moved (a frame, a checkpoint, dls.run.progress()): the gang's "
+        "progress_at, what its hang_timeout_s is measured from; `hung`: its daemon found the "
+        "gang hung, and every part dumps its stacks",
+        body="GangProgress",
         response="GangState",
         scopes=(WORK,),
     ),

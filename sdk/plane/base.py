@@ -135,6 +135,10 @@ class Plane(Protocol):
         """Say where the part under `lease` listens (rank 0's port: the gang's MASTER_PORT),
         while its attempt is live; every part's `gang` wait wakes."""
 
+    def gang_progress(self, inv_id: str, lease: str, *, hung: bool = False) -> GangState:
+        """The child of the started part under `lease` moved: the gang's `progress_at`.
+        `hung`: its daemon found the gang hung; every part's `gang` wait wakes with `hung`."""
+
     def gang_notice(self, inv_id: str, lease: str, *, until: float) -> GangState:
         """The box of the started part under `lease` got a preemption notice, its grace ending
         at `until` (epoch seconds): every part's `gang` wait wakes with `noticed`."""

@@ -401,6 +401,9 @@ class LocalPlane:
     ) -> GangState:
         return self.store.gang_ready(self._reading(), inv_id, lease, addr=addr, port=port)
 
+    def gang_progress(self, inv_id: str, lease: str, *, hung: bool = False) -> GangState:
+        return self.store.gang_progress(self._reading(), inv_id, lease, hung=hung)
+
     def gang_notice(self, inv_id: str, lease: str, *, until: float) -> GangState:
         return self.store.gang_notice(self._reading(), inv_id, lease, until=until)
 

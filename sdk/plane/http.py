@@ -380,6 +380,10 @@ class HttpPlane(HttpTransport):
         body: dict[str, Any] = {"lease": lease, "addr": addr, "port": port}
         return _record(GangState, self._request(routes.GANG_READY.at(id=inv_id), body))
 
+    def gang_progress(self, inv_id: str, lease: str, *, hung: bool = False) -> GangState:
+        body = {"lease": lease, "hung": hung}
+        return _record(GangState, self._request(routes.GANG_PROGRESS.at(id=inv_id), body))
+
     def gang_notice(self, inv_id: str, lease: str, *, until: float) -> GangState:
         body = {"lease": lease, "until": until}
         return _record(GangState, self._request(routes.GANG_NOTICE.at(id=inv_id), body))

@@ -128,6 +128,7 @@ RENEW = Route("POST", "/leases/renew", repeatable=True)
 GANG = Route("POST", "/invocations/{id}/gang", repeatable=True)
 GANG_READY = Route("POST", "/invocations/{id}/gang/ready", repeatable=True)
 GANG_NOTICE = Route("POST", "/invocations/{id}/gang/notice", repeatable=True)
+GANG_PROGRESS = Route("POST", "/invocations/{id}/gang/progress", repeatable=True)
 # frames: a post carries an id (minted by the client), so it is sent again safely
 FRAMES = Route("GET", "/invocations/{id}/frames")
 POST_FRAME = Route("POST", "/invocations/{id}/frames", repeatable=True)

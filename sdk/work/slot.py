@@ -21,7 +21,7 @@ from dreamlake.lakeshore.types import Claim
 OutcomeKind = Literal["ok", "error", "died", "killed", "timeout", "release", "lost", "preempted"]
 #: Why another thread ends a running job: a kill asked, its worker stopping, its lease gone;
 #: on a daemon also its GPU memory over its share, or a GPU of its failing (gpuwatch.py).
-AbortReason = Literal["killed", "release", "lost", "gpu_memory", "gpu_failed"]
+AbortReason = Literal["killed", "release", "lost", "gpu_memory", "gpu_failed", "hung"]
 
 #: A wait on a job's deadline is cut into pieces no longer than this: select() and friends
 #: refuse timeouts past ~24.8 days (a C int of milliseconds), and a 30-day training run is a
@@ -300,6 +300,7 @@ def abort_error(reason: AbortReason) -> str:
         "lost": "the lease was lost (the job was re-dispatched or ended elsewhere)",
         "gpu_memory": "ended for using more GPU memory than its share (--enforce-gpu-memory)",
         "gpu_failed": "released: a GPU it ran on failed",
+        "hung": "hung: it made no progress for its hang_timeout_s",
     }[reason]
 
 
@@ -325,6 +326,8 @@ def abort_outcome(reason: AbortReason, detail: str = "") -> Outcome:
         return Outcome("preempted", error=error, cause="gpu_failed")
     if reason == "gpu_memory":
         return Outcome("died", error=error, cause="gpu_memory")
+    if reason == "hung":  # a gang's hang (issue 47): its attempt fails, retried as a whole
+        return Outcome("error", error=error, summary=error[:200])
     return Outcome(reason, error=error)
 
 

@@ -366,3 +366,35 @@ def test_a_gangs_row_shows_its_newest_attempt_and_the_queue_counts_gangs_waiting
         {"rank": 1, "worker": "w2", "addr": "10.0.0.2", "state": "failed"},
     ]
     assert ended["failed"] == {"rank": 1, "worker": "w2", "why": "boom"}
+
+
+def test_a_parts_progress_moves_the_gang_and_a_hang_found_wakes_every_part(
+    plane: PlaneEnv,
+) -> None:
+    q = _queue(plane)
+    inv_id = _gang(plane, q)
+    a = claiming.claim(plane.dispatch, [q], worker="w1")
+    b = claiming.claim(plane.dispatch, [q], worker="w2")
+    assert a is not None and b is not None
+    seen = plane.dispatch.gang(inv_id, a.lease)
+    assert seen.progress_at is not None and seen.hung is None  # the start, until a part moves
+    moved = plane.dispatch.gang_progress(inv_id, b.lease)
+    assert moved.progress_at is not None and moved.progress_at >= seen.progress_at
+    assert moved.version == seen.version  # a move wakes no waiter
+    woke: list[GangState] = []
+    with plane.in_namespace(plane.dispatch.namespace) as other:
+        waiter = threading.Thread(
+            target=lambda: woke.append(other.gang(inv_id, a.lease, wait_s=30.0, since=seen.version))
+        )
+        waiter.start()
+        try:
+            plane.dispatch.gang_progress(inv_id, b.lease, hung=True)
+        finally:
+            waiter.join(timeout=15.0)
+    assert not waiter.is_alive(), "gang() did not wake at the hang"
+    assert woke[0].hung is not None and woke[0].hung["rank"] == 1
+    plane.dispatch.gang_progress(inv_id, a.lease, hung=True)  # the first finder is kept
+    assert plane.dispatch.gang(inv_id, a.lease).hung == woke[0].hung
+    plane.dispatch.nack(inv_id, b.lease, error="hung: no part moved")
+    with pytest.raises(LeaseLost):
+        plane.dispatch.gang_progress(inv_id, a.lease)

@@ -109,18 +109,25 @@ def one_fails_one_waits(marker: str) -> None:
 
 
 def ddp_resumable(
-    steps: int, folder: str, *, every: int = 10, wait_at: int | None = None, pause_s: float = 0.0
+    steps: int,
+    folder: str,
+    *,
+    every: int = 10,
+    wait_at: int | None = None,
+    mark_at: int | None = None,
+    pause_s: float = 0.0,
 ) -> list[float]:
     """`ddp_train` that checkpoints every `every` steps (rank 0 writes, every rank reads) and
     resumes from the last checkpoint; rank 0's weights at the end.
 
-    With `wait_at`, on its first attempt rank 1 writes its pid to `folder`/rank1.pid at that step
-    and waits there (rank 0 blocks in the next all-reduce) for the test to kill it; each step
-    takes at least `pause_s`. Each step the ranks agree
-    whether a preemption notice came to any of them (an all-reduce of the flag); if so rank 0
-    checkpoints, they meet at a barrier (no part gives the attempt back before the checkpoint
-    is on the row), and all raise `dls.Preempted`. Rank 0 records in `folder`/rank0.noticed
-    that the notice reached it."""
+    With `wait_at`, on its first attempt rank 1 writes its pid to `folder`/rank1.pid at that
+    step and waits there (rank 0 blocks in the next all-reduce) for the test to kill it; each
+    step takes at least `pause_s`. With `mark_at`, rank 1 writes its pid there at that step of
+    its first attempt and goes on (the test stops it). Every step says it moved
+    (`dls.run.progress()`). Each step the ranks agree whether a preemption notice came to any of
+    them (an all-reduce of the flag); if so rank 0 checkpoints, they meet at a barrier (no part
+    gives the attempt back before the checkpoint is on the row), and all raise `dls.Preempted`.
+    Rank 0 records in `folder`/rank0.noticed that the notice reached it."""
     import torch
     import torch.distributed as dist
 
@@ -152,6 +159,9 @@ def ddp_resumable(
                     dls.run.checkpoint({"step": step, "params": _params(model)})
                 dist.barrier()
                 raise dls.Preempted(f"rank {rank} stops at step {step}")
+            if rank == 1 and step == mark_at and not (root / "rank1.pid").exists():
+                (root / "rank1.pid").write_text(str(os.getpid()))
+            dls.run.progress()
             if rank == 1 and step == wait_at and not (root / "rank1.pid").exists():
                 (root / "rank1.pid").write_text(str(os.getpid()))
                 time.sleep(3600)  # killed here by the test

@@ -61,14 +61,25 @@ def test_ddp_across_two_daemons_equals_one_process_over_the_same_batch(two_daemo
     assert weights == pytest.approx(alone, rel=1e-5, abs=1e-6)
 
 
-def _ended_at(proc: DaemonProcess, job: str) -> float | None:
+def _ended_at(proc: DaemonProcess, job: str, attempt: int | None = None) -> float | None:
+    """When `proc` logged the end of its part of `job` (of `attempt`, when given)."""
     for e in proc.events():
+        if attempt is not None and e.get("attempt") != attempt:
+            continue
         if e.get("invocation") == job and e.get("event") in ENDS:
             return datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
     return None
 
 
-ENDS = ("job.succeeded", "job.failed", "job.died", "job.lost", "job.killed", "job.abandoned")
+ENDS = (
+    "job.succeeded",
+    "job.failed",
+    "job.died",
+    "job.lost",
+    "job.killed",
+    "job.abandoned",
+    "job.settle_refused",  # its end came after another part's had ended the attempt
+)
 
 
 def test_one_part_killed_mid_all_reduce_ends_the_other_within_seconds(
@@ -307,3 +318,38 @@ def test_two_gangs_sharing_two_hosts_get_different_master_ports(tmp_path: Path) 
     assert ports[0] != ports[1], ports
     spans = [(r.started_at or 0.0, r.finished_at or 0.0) for r in rows]
     assert max(s for s, _ in spans) < min(f for _, f in spans), "the two gangs did not overlap"
+
+
+def test_a_stopped_part_is_a_hang_both_parts_stacks_are_kept_and_the_retry_finishes(
+    two_daemons, tmp_path: Path
+) -> None:
+    """SIGSTOP of rank 1's process with hang_timeout_s=5: within 15 s the gang is found hung,
+    each part's Python stacks are in its own output, and the retry resumes to the end."""
+    from tests.e2e import gang_jobs
+
+    plane, procs = two_daemons
+    q = dls.SyncQueue("gang", dispatch=plane)
+    train = dls.thunk(gang_jobs.ddp_resumable, 200, str(tmp_path), mark_at=30, pause_s=0.02)
+    job = q.submit(train, nodes=2, hang_timeout_s=5)
+    marker = tmp_path / "rank1.pid"
+    wait_until(lambda: marker.exists() and marker.read_text(), timeout=120, what="rank 1 at 30")
+    os.kill(int(marker.read_text()), signal.SIGSTOP)
+    stopped_at = time.time()
+    hung = wait_until(
+        lambda: next((e for p in procs for e in p.find_all("gang.hung", invocation=job)), None),
+        timeout=30,
+        what="the hang found",
+    )
+    ended = [
+        wait_until(lambda p=p: _ended_at(p, job, 1), timeout=30, what="a part's end")
+        for p in procs
+    ]
+    assert max(ended) - stopped_at < 15, (hung, ended)
+    weights = q.result(job, timeout=180)
+    assert weights == pytest.approx(gang_jobs.single_train(200), rel=1e-5, abs=1e-6)
+    row = plane.invocation(job)
+    assert row.state == "succeeded" and row.attempt == 2, row
+    for rank in (0, 1):
+        out = "".join(str(v) for v in q.stream(job, rank=rank))
+        assert f"--- Python stacks of rank {rank} ---" in out, (rank, out[:500])
+        assert "ddp_resumable" in out  # the job's own frames are in the dump

@@ -31,7 +31,7 @@ CLIENTS = (
 #: `_REPEATABLE_POSTS`): the POSTs sent to the next replica when one did not answer.
 OLD_REPEATABLE_POSTS = re.compile(
     r".*/(queues/[^/]+/invocations|acks|invocations/[^/]+/(ack|end|cancel|frames|checkpoint|cause)"
-    r"|leases/renew|runtime/(missing|blobs|manifests)|invocations/[^/]+/gang(/ready|/notice)?"
+    r"|leases/renew|runtime/(missing|blobs|manifests)|invocations/[^/]+/gang(/ready|/notice|/progress)?"
     r"|workers/[^/]+/heartbeat|topics/[^/]+/[^/]+/frames)"
 )
 OLD_IDEMPOTENT = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}
@@ -56,6 +56,7 @@ REPEATABLE_POSTS = {
     "/v1/namespaces/{ns}/invocations/{id}/gang",
     "/v1/namespaces/{ns}/invocations/{id}/gang/ready",
     "/v1/namespaces/{ns}/invocations/{id}/gang/notice",
+    "/v1/namespaces/{ns}/invocations/{id}/gang/progress",
 }
 #: Written down from server/metrics.py's `COUNTED` before routes.py replaced it.
 OLD_COUNTED = {

@@ -1265,7 +1265,8 @@ SELECT * FROM gang_parts WHERE gang = :gang ORDER BY rank, held_at;
 -- with its parts' after it (Postgres reads each statement of a transaction afresh).
 SELECT p.rank, p.worker, p.addr, p.port, p.state, g.attempt, g.nodes, g.state AS gang_state,
     g.held, g.wait_until, g.outcome, g.failed_rank, g.failed_worker, g.failed_why, g.version,
-    g.noticed_rank, g.noticed_at, g.notice_until
+    g.noticed_rank, g.noticed_at, g.notice_until, COALESCE(g.progress_at, g.started_at) AS progress_at,
+    g.hung_rank, g.hung_at
 FROM gang_parts p JOIN gangs g ON g.gang = p.gang
 WHERE p.gang = :gang ORDER BY p.rank, p.held_at;
 
@@ -1339,6 +1340,21 @@ UPDATE gangs SET noticed_rank = COALESCE(noticed_rank, :rank),
     noticed_at = COALESCE(noticed_at, :now),
     notice_until = CASE WHEN notice_until IS NULL OR :until < notice_until THEN :until
         ELSE notice_until END,
+    version = version + 1
+WHERE gang = :gang AND state = 'started'
+RETURNING gang;
+
+-- name: gang_progress
+-- A started part's child moved (daemon/hangs.py): the gang's newest move. Not a change its
+-- waiters wake for (no version): a part that wonders whether the gang hangs reads it.
+UPDATE gangs SET progress_at = :now
+WHERE gang = :gang AND state = 'started' AND (progress_at IS NULL OR progress_at < :now)
+RETURNING gang;
+
+-- name: gang_hung
+-- A part's daemon found the started gang hung (daemon/hangs.py): the first one is kept, and the
+-- gang's waiters wake (each part dumps its stacks).
+UPDATE gangs SET hung_rank = COALESCE(hung_rank, :rank), hung_at = COALESCE(hung_at, :now),
     version = version + 1
 WHERE gang = :gang AND state = 'started'
 RETURNING gang;

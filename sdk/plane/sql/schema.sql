@@ -1021,3 +1021,10 @@ ALTER TABLE gangs ADD COLUMN notice_until {real};
 -- A job's hang timeout (issue 47): seconds without progress from every part that make a hang,
 -- handed to its daemons with each claim; NULL (every row before, and most after): none.
 ALTER TABLE invocations ADD COLUMN hang_timeout_s {real};
+-- When any part of a started gang last moved (a frame, a checkpoint, dls.run.progress()), as
+-- its daemons report it every few seconds: a hang is no part moving for hang_timeout_s.
+ALTER TABLE gangs ADD COLUMN progress_at {real};
+-- The part whose daemon found the gang hung first, and when: every other part dumps its stacks
+-- into its output before the attempt ends.
+ALTER TABLE gangs ADD COLUMN hung_rank INTEGER;
+ALTER TABLE gangs ADD COLUMN hung_at {real};

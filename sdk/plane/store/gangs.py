@@ -515,6 +515,28 @@ class GangStore(StoreBase):
         self.waker.notify(work=(), reads=False, ended=[inv_id])
         return state
 
+    def gang_progress(self, ns: str, inv_id: str, lease: str, *, hung: bool = False) -> GangState:
+        """The child of the started part under `lease` moved: the gang's `progress_at` is now
+        (a hang is no part moving for the job's hang_timeout_s, daemon/hangs.py). `hung`: its
+        daemon found the gang hung instead; every part's `gang` wait wakes with `hung`."""
+        if not isinstance(hung, bool):
+            raise InvalidArgument(f"hung must be true or false, got {hung!r}")
+        now = time.time()
+        with self.connector.transaction() as tx:
+            self._gang_read(tx, ns, inv_id, lease)
+            part = part_of(tx, inv_id, lease)
+            assert part is not None  # _gang_read found it
+            if part["state"] != "started" or part["gang_state"] != "started":
+                raise stale("gang_progress", inv_id, part)
+            if hung:
+                tx.all("gang_hung", gang=part["gang"], rank=part["rank"], now=now)
+            else:
+                tx.all("gang_progress", gang=part["gang"], now=now)
+            state = self._gang_read(tx, ns, inv_id, lease)
+        if hung:
+            self.waker.notify(work=(), reads=False, ended=[inv_id])
+        return state
+
     def _append_error(self, tx: Transaction, inv_id: str, error: str, now: float) -> None:
         self._append(tx, inv_id, "ERROR", msgpack.packb(error), now)
 
@@ -564,5 +586,9 @@ class GangStore(StoreBase):
             outcome=gang["outcome"],
             failed=failed,
             noticed=noticed,
+            progress_at=None if gang["progress_at"] is None else float(gang["progress_at"]),
+            hung=None
+            if gang["hung_rank"] is None
+            else {"rank": int(gang["hung_rank"]), "at": float(gang["hung_at"])},
             version=int(gang["version"]),
         )
