@@ -341,8 +341,7 @@ def test_a_stopped_part_is_a_hang_both_parts_stacks_are_kept_and_the_retry_finis
         what="the hang found",
     )
     ended = [
-        wait_until(lambda p=p: _ended_at(p, job, 1), timeout=30, what="a part's end")
-        for p in procs
+        wait_until(lambda p=p: _ended_at(p, job, 1), timeout=30, what="a part's end") for p in procs
     ]
     assert max(ended) - stopped_at < 15, (hung, ended)
     weights = q.result(job, timeout=180)
