@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -21,11 +22,11 @@ pytest.importorskip("torch")
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
-@pytest.fixture
-def two_daemons(tmp_path: Path) -> Iterator[tuple[Dispatch, list[DaemonProcess]]]:
+@contextmanager
+def _daemons(tmp_path: Path, n: int) -> Iterator[tuple[Dispatch, list[DaemonProcess]]]:
     home = tmp_path / "home"
     args = ["--queue", "gang", "--concurrency", "1", "--advertise-addr", "127.0.0.1"]
-    procs = [DaemonProcess(home, f"node-{i}", args, paths=[ROOT]) for i in range(2)]
+    procs = [DaemonProcess(home, f"node-{i}", args, paths=[ROOT]) for i in range(n)]
     try:
         for p in procs:
             p.ready()
@@ -34,6 +35,18 @@ def two_daemons(tmp_path: Path) -> Iterator[tuple[Dispatch, list[DaemonProcess]]
     finally:
         for p in procs:
             p.stop()
+
+
+@pytest.fixture
+def two_daemons(tmp_path: Path) -> Iterator[tuple[Dispatch, list[DaemonProcess]]]:
+    with _daemons(tmp_path, 2) as both:
+        yield both
+
+
+@pytest.fixture
+def three_daemons(tmp_path: Path) -> Iterator[tuple[Dispatch, list[DaemonProcess]]]:
+    with _daemons(tmp_path, 3) as all_three:
+        yield all_three
 
 
 def test_a_two_node_job_all_reduces_across_two_daemons(two_daemons) -> None:
@@ -121,21 +134,6 @@ def test_a_part_killed_mid_training_runs_again_as_a_new_gang_from_its_checkpoint
     assert (row.state, row.attempt, row.preemptions) == ("succeeded", 2, 0), row
     starts = [e for p in procs for e in p.find_all("gang.started", invocation=job)]
     assert sorted((e["attempt"], e["rank"]) for e in starts) == [(1, 0), (1, 1), (2, 0), (2, 1)]
-
-
-@pytest.fixture
-def three_daemons(tmp_path: Path) -> Iterator[tuple[Dispatch, list[DaemonProcess]]]:
-    home = tmp_path / "home"
-    args = ["--queue", "gang", "--concurrency", "1", "--advertise-addr", "127.0.0.1"]
-    procs = [DaemonProcess(home, f"node-{i}", args, paths=[ROOT]) for i in range(3)]
-    try:
-        for p in procs:
-            p.ready()
-        with Dispatch(str(home / "lakeshore.db")) as plane:
-            yield plane, procs
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def test_one_daemon_preempted_gives_every_part_the_notice_and_the_retry_is_not_charged(

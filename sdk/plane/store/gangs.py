@@ -401,6 +401,13 @@ def _lose_started(tx: Transaction, part: Row, now: float, append_error: AppendEr
     ended_by(tx, inv_id, part, why, now, first="lost")
 
 
+def first_failed(gang: Row) -> dict[str, Any] | None:
+    """The part whose end ended a gang's attempt first: {rank, worker, why}; None if none."""
+    if gang["failed_rank"] is None or gang["outcome"] == "succeeded":
+        return None
+    return {"rank": gang["failed_rank"], "worker": gang["failed_worker"], "why": gang["failed_why"]}
+
+
 def record(tx: Transaction, inv_id: str) -> dict[str, Any] | None:
     """The job's newest gang attempt as a reader sees it (`Invocation.gang`): its parts, the
     newest holder of each rank, and the part that ended it first."""
@@ -410,13 +417,6 @@ def record(tx: Transaction, inv_id: str) -> dict[str, Any] | None:
     ranks: dict[int, Row] = {}
     for p in tx.all("gang_parts_of", gang=gang["gang"]):
         ranks[int(p["rank"])] = p
-    failed = None
-    if gang["failed_rank"] is not None and gang["outcome"] != "succeeded":
-        failed = {
-            "rank": gang["failed_rank"],
-            "worker": gang["failed_worker"],
-            "why": gang["failed_why"],
-        }
     return {
         "attempt": int(gang["attempt"]),
         "state": gang["state"],
@@ -426,7 +426,7 @@ def record(tx: Transaction, inv_id: str) -> dict[str, Any] | None:
             {"rank": r, "worker": p["worker"], "addr": p["addr"], "state": p["state"]}
             for r, p in sorted(ranks.items())
         ],
-        "failed": failed,
+        "failed": first_failed(gang),
     }
 
 
@@ -551,13 +551,7 @@ class GangStore(StoreBase):
         ranks: dict[int, Row] = {}
         for p in view:
             ranks[int(p["rank"])] = p  # the newest holder of each rank
-        failed = None
-        if gang["failed_rank"] is not None and gang["outcome"] != "succeeded":
-            failed = {
-                "rank": gang["failed_rank"],
-                "worker": gang["failed_worker"],
-                "why": gang["failed_why"],
-            }
+        failed = first_failed(gang)
         noticed = None
         if gang["noticed_rank"] is not None:
             noticed = {
