@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +27,25 @@ def _queue(plane: PlaneEnv, **admission: Any) -> str:
 def _gang(plane: PlaneEnv, queue: str, nodes: int = 2, payload: bytes = b"g") -> str:
     (inv_id,) = plane.dispatch.submit(queue, [SubmitRequest(payload, nodes=nodes)])
     return inv_id
+
+
+def _woken_by(
+    plane: PlaneEnv, inv_id: str, lease: str, since: int, act: Callable[[], object], what: str
+) -> GangState:
+    """What a part waiting on its gang (`gang(..., wait_s=)`) reads once `act` ran. The waiting
+    part is another daemon: a plane of its own (an HTTP plane's connection is one thread's)."""
+    woke: list[GangState] = []
+    with plane.in_namespace(plane.dispatch.namespace) as other:
+        waiter = threading.Thread(
+            target=lambda: woke.append(other.gang(inv_id, lease, wait_s=30.0, since=since))
+        )
+        waiter.start()
+        try:
+            act()
+        finally:
+            waiter.join(timeout=15.0)
+    assert not waiter.is_alive(), f"gang() did not wake {what}"
+    return woke[0]
 
 
 def test_a_gang_is_handed_out_in_distinct_ranks_and_starts_once_all_are_held(
@@ -188,22 +208,13 @@ def test_a_failed_part_ends_the_attempt_for_every_part_and_the_retry_is_a_new_ga
     seen = plane.dispatch.gang(inv_id, a.lease)
     assert seen.state == "started"
 
-    woke: list[GangState] = []
-    # The waiting part is another daemon: a plane of its own (an HTTP plane's connection is
-    # one thread's).
-    with plane.in_namespace(plane.dispatch.namespace) as other:
-        waiter = threading.Thread(
-            target=lambda: woke.append(other.gang(inv_id, a.lease, wait_s=30.0, since=seen.version))
-        )
-        waiter.start()
-        try:
-            assert plane.dispatch.nack(inv_id, b.lease, error="rank 1 died") == "queued"
-        finally:
-            waiter.join(timeout=15.0)
-    assert not waiter.is_alive(), "gang() did not wake when the attempt ended"
-    assert woke[0].state == "ended" and woke[0].outcome == "failed"
-    assert woke[0].failed == {"rank": 1, "worker": "w2", "why": "rank 1 died"}
-    assert [p["state"] for p in woke[0].parts] == ["stopped", "failed"]
+    def fail() -> None:
+        assert plane.dispatch.nack(inv_id, b.lease, error="rank 1 died") == "queued"
+
+    woken = _woken_by(plane, inv_id, a.lease, seen.version, fail, "when the attempt ended")
+    assert woken.state == "ended" and woken.outcome == "failed"
+    assert woken.failed == {"rank": 1, "worker": "w2", "why": "rank 1 died"}
+    assert [p["state"] for p in woken.parts] == ["stopped", "failed"]
     with pytest.raises(LeaseLost):
         plane.dispatch.ack(inv_id, a.lease, b"late")  # rank 0's lease is stale
     with pytest.raises(LeaseLost):
@@ -312,23 +323,20 @@ def test_a_notice_to_one_part_wakes_every_part_and_a_preempted_part_ends_the_att
     assert a is not None and b is not None
     seen = plane.dispatch.gang(inv_id, a.lease)
     assert seen.noticed is None
-    woke: list[GangState] = []
-    with plane.in_namespace(plane.dispatch.namespace) as other:
-        waiter = threading.Thread(
-            target=lambda: woke.append(other.gang(inv_id, a.lease, wait_s=30.0, since=seen.version))
-        )
-        waiter.start()
-        try:
-            until = time.time() + 30
-            plane.dispatch.gang_notice(inv_id, b.lease, until=until)
-        finally:
-            waiter.join(timeout=15.0)
-    assert not waiter.is_alive(), "gang() did not wake at the notice"
-    assert woke[0].state == "started" and woke[0].noticed is not None
-    assert woke[0].noticed["rank"] == 1 and woke[0].noticed["until"] == pytest.approx(until)
+    until = time.time() + 30
+    woken = _woken_by(
+        plane,
+        inv_id,
+        a.lease,
+        seen.version,
+        lambda: plane.dispatch.gang_notice(inv_id, b.lease, until=until),
+        "at the notice",
+    )
+    assert woken.state == "started" and woken.noticed is not None
+    assert woken.noticed["rank"] == 1 and woken.noticed["until"] == pytest.approx(until)
     # A later notice only brings the end of the grace closer.
     plane.dispatch.gang_notice(inv_id, a.lease, until=until + 60)
-    assert plane.dispatch.gang(inv_id, a.lease).noticed == woke[0].noticed
+    assert plane.dispatch.gang(inv_id, a.lease).noticed == woken.noticed
     with pytest.raises(InvalidArgument, match="until must be epoch seconds"):
         plane.dispatch.gang_notice(inv_id, a.lease, until="soon")  # type: ignore[arg-type]
 
@@ -381,20 +389,17 @@ def test_a_parts_progress_moves_the_gang_and_a_hang_found_wakes_every_part(
     moved = plane.dispatch.gang_progress(inv_id, b.lease)
     assert moved.progress_at is not None and moved.progress_at >= seen.progress_at
     assert moved.version == seen.version  # a move wakes no waiter
-    woke: list[GangState] = []
-    with plane.in_namespace(plane.dispatch.namespace) as other:
-        waiter = threading.Thread(
-            target=lambda: woke.append(other.gang(inv_id, a.lease, wait_s=30.0, since=seen.version))
-        )
-        waiter.start()
-        try:
-            plane.dispatch.gang_progress(inv_id, b.lease, hung=True)
-        finally:
-            waiter.join(timeout=15.0)
-    assert not waiter.is_alive(), "gang() did not wake at the hang"
-    assert woke[0].hung is not None and woke[0].hung["rank"] == 1
+    woken = _woken_by(
+        plane,
+        inv_id,
+        a.lease,
+        seen.version,
+        lambda: plane.dispatch.gang_progress(inv_id, b.lease, hung=True),
+        "at the hang",
+    )
+    assert woken.hung is not None and woken.hung["rank"] == 1
     plane.dispatch.gang_progress(inv_id, a.lease, hung=True)  # the first finder is kept
-    assert plane.dispatch.gang(inv_id, a.lease).hung == woke[0].hung
+    assert plane.dispatch.gang(inv_id, a.lease).hung == woken.hung
     plane.dispatch.nack(inv_id, b.lease, error="hung: no part moved")
     with pytest.raises(LeaseLost):
         plane.dispatch.gang_progress(inv_id, a.lease)
