@@ -51,7 +51,9 @@ class Acting:
         events: list[tuple[str, str, str, dict[str, Any]]],
     ) -> tuple[Decision, int | None]:
         now = snap.at
-        surge = surge_limit(fleet.current, upscaling_speed=self.settings.upscaling_speed)
+        surge = max(
+            t.widest_gang, surge_limit(fleet.current, upscaling_speed=self.settings.upscaling_speed)
+        )
         plan = step(fleet.current, desired, len(fleet.idle), surge)
         launch = plan.launch if budget is None else max(0, min(plan.launch, budget))
         detail = {

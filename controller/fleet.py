@@ -40,8 +40,18 @@ class Target:
 
     @property
     def demand(self) -> int:
-        """Jobs to serve: with a launch shape, only those a launch could run."""
-        return self.packing.jobs if self.packing is not None else self.backlog + self.running
+        """Daemons' worth of jobs to serve: with a launch shape, only those a launch could run;
+        without, a gang's every part (each needs a daemon of its own)."""
+        if self.packing is not None:
+            return self.packing.jobs
+        parts = sum((d.nodes - 1) * d.count for d in self.requests)
+        return self.backlog + self.running + parts
+
+    @property
+    def widest_gang(self) -> int:
+        """The most daemons one job asks for at once (1: no gang): the fewest to serve it, and
+        the fewest to launch in one tick, so that a gang's daemons boot together."""
+        return max((d.nodes for d in self.requests if d.count > 0), default=1)
 
 
 def target_key(queue: str, policy: Policy) -> str:

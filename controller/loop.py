@@ -198,7 +198,9 @@ class Controller(Acting):
         packed = None
         if t.packing is not None and t.shape is not None:
             packed = (t.packing.daemons, t.packing.words(t.shape))
-        desired, reason = desired_workers(t.policy, t.demand, fleet.current, quiet_s, packed=packed)
+        desired, reason = desired_workers(
+            t.policy, t.demand, fleet.current, quiet_s, packed=packed, gang=t.widest_gang
+        )
         if t.note:
             reason = f"{reason} ({t.note})"
         window = (

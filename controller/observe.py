@@ -105,15 +105,44 @@ def observe(store: FleetSource, now: float | None = None) -> Snapshot:
 def _requests(
     rows: Sequence[Mapping[str, Any]], counts: Mapping[tuple[str, str], tuple[int, int]]
 ) -> dict[tuple[str, str], list[Demand]]:
-    """Requests per queue: the grouped rows, and the jobs that state none (the counts' rest)."""
-    out: dict[tuple[str, str], list[Demand]] = {}
+    """Requests per queue: the grouped rows, and the jobs that state none (the counts' rest).
+
+    A gang's row is counted once among the plain requests (or the counts' rest) and again in a
+    row of its own (`nodes` > 1): it is taken out of the first, so that it is one gang demand.
+    """
+    out: dict[tuple[str, str], dict[tuple[tuple[str, Any], ...], Demand]] = {}
+    gangs: dict[tuple[str, str], list[Demand]] = {}
     stated: dict[tuple[str, str], int] = {}
+    unstated_gangs: dict[tuple[str, str], int] = {}
     for r in rows:
         key = (r["namespace"], r["queue"])
-        out.setdefault(key, []).append(Demand(asked(r), int(r["n"])))
-        stated[key] = stated.get(key, 0) + int(r["n"])
+        request, n, nodes = asked(r), int(r["n"]), int(r.get("nodes") or 1)
+        if nodes > 1:
+            gangs.setdefault(key, []).append(Demand(request, n, nodes))
+            if r.get("stated", 1):
+                _add(out.setdefault(key, {}), request, -n)
+            else:
+                unstated_gangs[key] = unstated_gangs.get(key, 0) + n
+            continue
+        _add(out.setdefault(key, {}), request, n)
+        stated[key] = stated.get(key, 0) + n
+    result: dict[tuple[str, str], list[Demand]] = {}
+    for key, groups in out.items():
+        result[key] = [d for d in groups.values() if d.count > 0]
     for key, (queued, running) in counts.items():
-        plain = queued + running - stated.get(key, 0)
+        plain = queued + running - stated.get(key, 0) - unstated_gangs.get(key, 0)
         if plain > 0:
-            out.setdefault(key, []).append(Demand({}, plain))
-    return out
+            result.setdefault(key, []).append(Demand({}, plain))
+    for key, found in gangs.items():
+        result.setdefault(key, []).extend(found)
+    return {k: v for k, v in result.items() if v}
+
+
+def _add(
+    groups: dict[tuple[tuple[str, Any], ...], Demand], request: Mapping[str, Any], n: int
+) -> None:
+    """Count `n` more (or fewer) jobs of `request` (the queued and running rows of one request
+    are one demand)."""
+    key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in request.items()))
+    seen = groups.get(key)
+    groups[key] = Demand(request, n + (seen.count if seen is not None else 0))

@@ -12,8 +12,10 @@ once (the daemon's concurrency).
 
 Identical requests are placed as a group, so a million queued jobs of a few shapes cost a few
 passes over the daemons; packing stops once it has opened `limit` daemons (the policy's max:
-more could not be launched anyway). Jobs no daemon of the shape could ever run are counted apart
-(`unfit`): they are not demand, the sweep names them unschedulable.
+more could not be launched anyway). A gang's parts go each onto a different daemon, as the
+plane places them (one daemon is one node), so a 4-node gang opens at least four. Jobs no
+daemon of the shape could ever run are counted apart (`unfit`): they are not demand, the sweep
+names them unschedulable.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ _EPS = 1e-9
 
 @dataclass(frozen=True)
 class Demand:
-    """`count` jobs asking for `request` (normalised resources; {} asks for nothing)."""
+    """`count` jobs asking for `request` (normalised resources; {} asks for nothing), each on
+    `nodes` daemons at once (a gang, issue 47: `request` is per part)."""
 
     request: Mapping[str, Any]
     count: int
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -114,12 +118,15 @@ class _Packer:
                 d.rooms[i] -= units
 
 
-def _size(shape: Shape, request: Mapping[str, Any]) -> tuple[float, float, float]:
-    """Decreasing order: whole GPUs, then shares, then CPUs, then memory."""
+def _size(shape: Shape, demand: Demand) -> tuple[float, float, float, int]:
+    """Decreasing order: whole GPUs, then shares, then CPUs, then memory; gangs before single
+    jobs of their size (their parts need distinct daemons: the freest choice goes to them)."""
+    request = demand.request
     return (
         shape.wanted(request),
         float(request.get("cpus") or 0),
         float(request.get("memory_gb") or 0),
+        demand.nodes,
     )
 
 
@@ -131,30 +138,58 @@ def pack(
     jobs = unfit = 0
     gpus = 0.0
     capped = False
-    for demand in sorted(demands, key=lambda d: _size(shape, d.request), reverse=True):
+    for demand in sorted(demands, key=lambda d: _size(shape, d), reverse=True):
         if demand.count <= 0:
             continue
         if not shape.could_run(demand.request):
             unfit += demand.count
             continue
         jobs += demand.count
-        gpus += demand.count * shape.wanted(demand.request)
-        left = demand.count
-        for d in packer.daemons:
-            n = min(left, packer.room_for(d, demand.request))
-            if n:
-                packer.take(d, demand.request, n)
-                left -= n
-            if not left:
-                break
-        while left:
-            if limit is not None and len(packer.daemons) >= limit:
-                capped = True
-                break
-            d = packer.new()
-            n = min(left, packer.room_for(d, demand.request))
-            if n <= 0:  # could_run said yes: a shape of 0 slots cannot happen; never loop
-                raise AssertionError(f"{describe(demand.request)} fits no empty {shape}")
+        gpus += demand.count * demand.nodes * shape.wanted(demand.request)
+        place = _place_gang if demand.nodes > 1 else _place
+        if not place(packer, demand, limit):
+            capped = True
+    return Packing(len(packer.daemons), jobs, unfit, gpus, capped)
+
+
+def _place(packer: _Packer, demand: Demand, limit: int | None) -> bool:
+    """Place `demand`'s jobs in the first daemons with room, opening new ones as needed;
+    False: stopped at `limit` with jobs left."""
+    left = demand.count
+    for d in packer.daemons:
+        n = min(left, packer.room_for(d, demand.request))
+        if n:
             packer.take(d, demand.request, n)
             left -= n
-    return Packing(len(packer.daemons), jobs, unfit, gpus, capped)
+        if not left:
+            return True
+    while left:
+        if limit is not None and len(packer.daemons) >= limit:
+            return False
+        d = packer.new()
+        n = min(left, packer.room_for(d, demand.request))
+        if n <= 0:  # could_run said yes: a shape of 0 slots cannot happen; never loop
+            raise AssertionError(f"{describe(demand.request)} fits no empty {packer.shape}")
+        packer.take(d, demand.request, n)
+        left -= n
+    return True
+
+
+def _place_gang(packer: _Packer, demand: Demand, limit: int | None) -> bool:
+    """Place each gang's `nodes` parts on as many different daemons, first fit; False: stopped
+    at `limit` with parts left (one gang at a time, so a capped packing ends within `limit`
+    daemons' worth of gangs, not `count`'s)."""
+    for _ in range(demand.count):
+        used: set[int] = set()
+        for i, d in enumerate(packer.daemons):
+            if len(used) == demand.nodes:
+                break
+            if packer.room_for(d, demand.request) > 0:
+                packer.take(d, demand.request, 1)
+                used.add(i)
+        while len(used) < demand.nodes:
+            if limit is not None and len(packer.daemons) >= limit:
+                return False
+            packer.take(packer.new(), demand.request, 1)
+            used.add(len(packer.daemons) - 1)
+    return True

@@ -102,13 +102,15 @@ def desired_workers(
     quiet_s: float,
     *,
     packed: tuple[int, str] | None = None,
+    gang: int = 1,
 ) -> tuple[int, str]:
     """What the policy asks for now, before surge, stabilisation and the global cap.
 
     `demand` is backlog + running; `current` the fleet (booting included); `quiet_s` how long the
     queue (or pool) has had no demand at all. `packed`: the daemons the jobs' requests need on
     the provider's launch shape, and how that was found (controller/packing.py): then it, not
-    demand / target_per_worker, is the need.
+    demand / target_per_worker, is the need. `gang`: the most daemons one job needs at once
+    (issue 47): fewer could never run it, whatever the target per worker.
     """
     if policy.kind == "none":
         return current, "unmanaged (elasticity none)"
@@ -119,6 +121,8 @@ def desired_workers(
     else:
         need = math.ceil(demand / policy.target_per_worker) if demand > 0 else 0
         how = f"demand {demand} / target {policy.target_per_worker:g} -> {need}"
+        if 0 < need < gang:
+            need, how = gang, how + f"; a gang of {gang} parts needs {gang} daemons"
     if policy.kind == "elastic":
         want = min(policy.max, max(policy.min, need))
         return want, how + (f", within [{policy.min}, {policy.max}]" if want != need else "")

@@ -205,3 +205,10 @@ def port_held(seconds: float) -> int:
         return int(os.environ["MASTER_PORT"])
     finally:
         dist.destroy_process_group()
+
+
+def ranks() -> dict[str, Any]:
+    """What a part was told: its rank, the gang's size and every part's address (no torch)."""
+    import dreamlake.lakeshore as dls
+
+    return {"rank": dls.run.node_rank, "nodes": dls.run.num_nodes, "addrs": dls.run.node_addrs}

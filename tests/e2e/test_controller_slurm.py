@@ -202,3 +202,31 @@ def test_a_daemon_killed_with_its_job_is_marked_gone_and_replaced(
         )
     finally:
         stop(controller)
+
+
+def test_a_two_node_job_starts_two_slurm_daemons_that_run_it_as_a_gang(
+    served: tuple[str, str, Path], plane: HttpDispatch, slurm: str, tmp_path: Path
+) -> None:
+    """Issue 47: a gang's demand is a daemon per part, so the controller submits two Slurm
+    jobs at once for one 2-node job (here both land on the one node, as two daemons)."""
+    import gang_jobs
+
+    plane.add_provider(slurm, "slurm", config(tmp_path, args=["--advertise-addr", "127.0.0.1"]))
+    plane.create_queue(
+        "gang", elasticity={"kind": "fully_elastic", "max": 3, "idle_s": 600, "provider": slurm}
+    )
+    q = dls.SyncQueue("gang", dispatch=plane)
+    job = q.submit(dls.thunk(gang_jobs.ranks), nodes=2)
+    controller = start_controller(served)
+    try:
+        out = q.result(job, timeout=120)
+        assert (out["rank"], out["nodes"], out["addrs"]) == (0, 2, ["127.0.0.1"] * 2)
+        [up, *_] = [e for e in events(plane, "gang", "scaled") if e["direction"] == "up"]
+        assert len(up["launch"]) == 2  # both in one tick
+        row = q.status(job)
+        assert row.gang is not None
+        slurm_jobs = {w.name: w.info["slurm"]["job_id"] for w in plane.workers()}
+        assert {p["worker"] for p in row.gang["parts"]} <= set(slurm_jobs)
+        assert len(set(slurm_jobs.values())) == 2
+    finally:
+        stop(controller)

@@ -575,20 +575,36 @@ ORDER BY namespace, queue, state;
 -- name: controller_shapes
 -- The requests of queued and running jobs per queue (issue 34): the controller packs them onto
 -- its providers' launch shapes. Columns only (no `resources` read), so the queued half is the
--- index invocations_shapes alone; jobs stating no request are the counts' remainder.
+-- index invocations_shapes alone; jobs stating no request are the counts' remainder. Gangs
+-- (issue 47) are counted again in rows of their own, `nodes` > 1 (the queued ones from
+-- invocations_gangs), with `stated` saying whether the first rows counted them already.
 SELECT namespace, queue, 'queued' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
-    count(*) AS n
+    1 AS nodes, 1 AS stated, count(*) AS n
 FROM invocations WHERE state = 'queued' AND resources IS NOT NULL
 GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
 UNION ALL
 SELECT namespace, queue, 'running' AS state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb,
-    count(*) AS n
+    1 AS nodes, 1 AS stated, count(*) AS n
 FROM invocations WHERE state = 'running' AND resources IS NOT NULL
-GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb;
+GROUP BY namespace, queue, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb
+UNION ALL
+SELECT namespace, queue, state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, nodes,
+    CASE WHEN resources IS NULL THEN 0 ELSE 1 END AS stated, count(*) AS n
+FROM invocations WHERE state IN ('queued', 'running') AND nodes > 1
+GROUP BY namespace, queue, state, gpus, gpu_type, gpu_memory_gb, cpus, memory_gb, nodes,
+    CASE WHEN resources IS NULL THEN 0 ELSE 1 END;
 
 -- name: controller_running_by_worker
-SELECT namespace, worker, count(*) AS n FROM invocations
-WHERE state = 'running' GROUP BY namespace, worker;
+-- A gang's row names rank 0's worker; the daemons running its other parts are busy too.
+SELECT namespace, worker, CAST(SUM(n) AS BIGINT) AS n FROM (
+    SELECT namespace, worker, count(*) AS n FROM invocations
+    WHERE state = 'running' GROUP BY namespace, worker
+    UNION ALL
+    SELECT g.namespace, p.worker, count(*) AS n FROM gang_parts AS p
+    JOIN gangs AS g ON g.gang = p.gang
+    WHERE p.state = 'started' AND p.rank > 0 AND g.state = 'started'
+    GROUP BY g.namespace, p.worker
+) AS busy GROUP BY namespace, worker;
 
 -- name: controller_workers
 SELECT id, namespace, name, queues, state, heartbeat_at, created_at FROM workers
