@@ -403,3 +403,33 @@ def test_a_parts_progress_moves_the_gang_and_a_hang_found_wakes_every_part(
     plane.dispatch.nack(inv_id, b.lease, error="hung: no part moved")
     with pytest.raises(LeaseLost):
         plane.dispatch.gang_progress(inv_id, a.lease)
+
+
+def test_a_gang_takes_its_turn_in_the_claim_order_and_then_holds_the_queue(
+    plane: PlaneEnv,
+) -> None:
+    """A one-box job before the gang (older, or of higher priority though newer) is claimed
+    first; once the gang is the head and holds a part, it is the queue's reservation: the next
+    free worker joins it rather than take the older-priority job behind it."""
+    q = _queue(plane)
+    (older,) = plane.dispatch.submit(q, [SubmitRequest(b"older")])
+    inv_id = _gang(plane, q)
+    (urgent,) = plane.dispatch.submit(q, [SubmitRequest(b"urgent", priority=5)])
+    (later,) = plane.dispatch.submit(q, [SubmitRequest(b"later")])
+
+    first = claiming.claim(plane.dispatch, [q], worker="w1")
+    second = claiming.claim(plane.dispatch, [q], worker="w2")
+    assert first is not None and second is not None
+    assert (first.id, second.id) == (urgent, older)  # the claim order, the gang passed by
+    third = claiming.claim(plane.dispatch, [q], worker="w3")
+    assert third is not None and (third.id, third.gang) == (
+        inv_id,
+        {"rank": 0, "nodes": 2, "attempt": 1},
+    )
+    plane.dispatch.ack(urgent, first.lease, b"")
+    # w1 is free again: the holding gang, not the job behind it
+    fourth = claiming.claim(plane.dispatch, [q], worker="w1")
+    assert fourth is not None and fourth.id == inv_id and fourth.gang is not None
+    assert fourth.gang["rank"] == 1
+    assert plane.dispatch.invocation(inv_id).state == "running"
+    assert plane.dispatch.invocation(later).state == "queued"

@@ -1259,6 +1259,17 @@ SELECT {gang_columns} FROM invocations {gangs_index}
 WHERE queue = :queue AND nodes > 1 AND {takeable}
 ORDER BY priority DESC, id ASC LIMIT 1;
 
+-- name: gang_single_ahead
+-- Whether a one-box job this claimer could take now comes before the queue's head gang in the
+-- claim order (higher priority, or the same and older; newer under filo): then that job is
+-- the claim's, and the gang waits its turn (the claim index, stopped at the first such row).
+SELECT id FROM invocations
+WHERE queue = :queue AND {claimable}
+  {fits}
+  AND (priority > :priority OR (priority = :priority
+      AND ((:newest_first = 0 AND id < :id) OR (:newest_first = 1 AND id > :id))))
+LIMIT 1;
+
 -- name: gang_lock
 -- The job whose part is taken, locked ({for_update}: two claims of parts of one gang on
 -- Postgres take their turns; SQLite's writers are serial already), still queued.

@@ -141,7 +141,7 @@ class ClaimStore(PreemptionStore, QueueStore):
         empty = window is not None and not window["queued"] and not promoted
         if not empty and gangs.queued(tx, params, window):
             try:
-                part = gangs.claim_part(tx, params, [within] if within else names)
+                part = gangs.claim_part(tx, params, [within] if within else names, resolved)
             except gangs.Held:  # a worker holding a part of a gang not started takes nothing
                 return Claimed([], expired, False)
             if part is not None:

@@ -72,18 +72,26 @@ def queued(tx: Transaction, params: Mapping[str, Any], window: Row | None) -> bo
     return tx.one("gangs_queued", ns=params["ns"], queues=params["queues"]) is not None
 
 
-def claim_part(tx: Transaction, params: Mapping[str, Any], queues: Sequence[str]) -> Row | None:
+def claim_part(
+    tx: Transaction, params: Mapping[str, Any], queues: Sequence[str], kind: str = "fifo"
+) -> Row | None:
     """A part of the first of `queues` whose gang this claimer can take now, held for it, as
     a claimed row (`claim_of`); None: no part for it. Raises Held when the claimer holds a
-    part already, so that it takes nothing else."""
+    part already, so that it takes nothing else.
+
+    A gang not holding yet takes its turn in the queue's claim order (`kind`): a one-box job
+    before it that the claimer could take now is the claim's. Once a gang holds parts it is
+    the queue's reservation: every worker that can run a part joins it before anything else."""
     now = params["now"]
     if tx.one("gang_held_by", worker=params["worker"], ns=params["ns"], now=now) is not None:
         raise Held
     keys = {"ns": params["ns"], "now": now, "host": params.get("host")}
     for queue in queues:
-        head = tx.one("gang_holding_in", queue=queue, **keys) or tx.one(
-            "gang_head_in", queue=queue, **keys
-        )
+        head = tx.one("gang_holding_in", queue=queue, **keys)
+        if head is None:
+            head = tx.one("gang_head_in", queue=queue, **keys)
+            if head is not None and _single_ahead(tx, head, params, kind):
+                return None  # the claim takes that job
         if head is None or (fitted(params) and not fits(head, params)):
             continue  # only the queue's one gang may hold parts: none for this claimer here
         if not _may_hold(tx, head, params["worker"], now):
@@ -92,6 +100,17 @@ def claim_part(tx: Transaction, params: Mapping[str, Any], queues: Sequence[str]
         if row is not None:
             return row
     return None
+
+
+def _single_ahead(tx: Transaction, head: Row, params: Mapping[str, Any], kind: str) -> bool:
+    """Whether a one-box job the claimer could take now comes before `head` in `kind` order."""
+    keys = {k: v for k, v in params.items() if k not in ("queues", "worker", "expires", "addr")}
+    found = tx.one(
+        "gang_single_ahead_fit" if fitted(params) else "gang_single_ahead",
+        **{**keys, "queue": head["queue"], "priority": head["priority"], "id": head["id"]},
+        newest_first=int(kind == "filo"),
+    )
+    return found is not None
 
 
 def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
