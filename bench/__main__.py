@@ -147,6 +147,12 @@ def jobs() -> list[Job]:
         ("gangs", gangs.PEER, gangs.torchrun),
         ("gangs", gangs.FLOOR, gangs.floor),
     ]
+    from . import gang_claim
+
+    out += [
+        ("gangs", gang_claim.SQLITE, gang_claim.sqlite),
+        ("gangs", gang_claim.POSTGRES, gang_claim.postgres),
+    ]
     return out
 
 

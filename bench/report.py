@@ -82,8 +82,8 @@ SUITE_TITLES = {
     " line (ms, lower is better)",
     "envs": "13. Environments: a job's requirements built on the daemon, submit to first line"
     " (ms, lower is better)",
-    "gangs": "14. Gangs: a 2-node job's start skew, and one part's kill -9 to the other's end"
-    " (lower is better)",
+    "gangs": "14. Gangs: a 2-node job's start skew, one part's kill -9 to the other's end, and"
+    " a gang part's claim at depth beside a one-box claim (lower is better)",
 }
 
 
