@@ -309,7 +309,7 @@ RETURNING id;
 -- name: request_kill
 UPDATE invocations SET kill_requested = 1
 WHERE id = :id AND namespace = :ns AND state = 'running'
-RETURNING id;
+RETURNING id, worker;
 
 -- name: append_frame
 INSERT INTO frames (channel, seq, kind, value, created_at, post_id, rank)
@@ -1259,16 +1259,20 @@ SELECT {gang_columns} FROM invocations {gangs_index}
 WHERE queue = :queue AND nodes > 1 AND {takeable}
 ORDER BY priority DESC, id ASC LIMIT 1;
 
--- name: gang_single_ahead
--- Whether a one-box job this claimer could take now comes before the queue's head gang in the
--- claim order (higher priority, or the same and older; newer under filo): then that job is
--- the claim's, and the gang waits its turn (the claim index, stopped at the first such row).
-SELECT id FROM invocations
+-- name: gang_first_single
+-- The first one-box job this claimer could take now, in the claim order (fifo and priority:
+-- oldest first; filo: newest), as the claim statements find it (the claim index, stopped at
+-- its first row): whether it comes before the queue's head gang is store/gangs.py's to say.
+SELECT id, priority FROM invocations
 WHERE queue = :queue AND {claimable}
   {fits}
-  AND (priority > :priority OR (priority = :priority
-      AND ((:newest_first = 0 AND id < :id) OR (:newest_first = 1 AND id > :id))))
-LIMIT 1;
+ORDER BY priority DESC, id ASC LIMIT 1;
+
+-- name: gang_first_single_newest
+SELECT id, priority FROM invocations
+WHERE queue = :queue AND {claimable}
+  {fits}
+ORDER BY priority DESC, id DESC LIMIT 1;
 
 -- name: gang_lock
 -- The job whose part is taken, locked ({for_update}: two claims of parts of one gang on

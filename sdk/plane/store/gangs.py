@@ -105,12 +105,13 @@ def claim_part(
 def _single_ahead(tx: Transaction, head: Row, params: Mapping[str, Any], kind: str) -> bool:
     """Whether a one-box job the claimer could take now comes before `head` in `kind` order."""
     keys = {k: v for k, v in params.items() if k not in ("queues", "worker", "expires", "addr")}
-    found = tx.one(
-        "gang_single_ahead_fit" if fitted(params) else "gang_single_ahead",
-        **{**keys, "queue": head["queue"], "priority": head["priority"], "id": head["id"]},
-        newest_first=int(kind == "filo"),
-    )
-    return found is not None
+    name = "gang_first_single" + ("_newest" if kind == "filo" else "")
+    first = tx.one(name + ("_fit" if fitted(params) else ""), **keys, queue=head["queue"])
+    if first is None:
+        return False
+    if first["priority"] != head["priority"]:
+        return bool(first["priority"] > head["priority"])
+    return bool(first["id"] > head["id"] if kind == "filo" else first["id"] < head["id"])
 
 
 def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
