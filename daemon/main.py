@@ -22,6 +22,7 @@ from dreamlake.lakeshore.cli.params import Finite, seconds
 from dreamlake.lakeshore.errors import DispatchError
 from dreamlake.lakeshore.plane.default import open_plane
 from dreamlake.lakeshore.plane.options import plane_options
+from dreamlake.lakeshore.plane.transport import CHANNEL_MODES, ChannelMode
 from dreamlake.lakeshore.storage import open_storage
 from dreamlake.lakeshore.types import DEFAULT_QUEUE, check_name
 from dreamlake.lakeshore.work.core import BURST_GIVE_UP_S
@@ -143,6 +144,18 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "(default: this host's name, resolved).",
 )
 @click.option(
+    "--channel",
+    type=click.Choice(CHANNEL_MODES),
+    default="push",
+    envvar="LAKESHORE_CHANNEL",
+    show_default=True,
+    help="Keep one channel (a WebSocket) open to the server: `push`, for the server's word "
+    "at once (a kill reaches the job in milliseconds, not at the next lease renewal); "
+    "`requests`, to send every request over it too (measured slower than keep-alive HTTP "
+    "here: `make bench`, suite channel); `off`. A server or proxy that refuses it leaves "
+    "the daemon on HTTP alone, said once. Not used on the embedded plane.",
+)
+@click.option(
     "--handler",
     default=None,
     metavar="MODULE:FN",
@@ -237,6 +250,7 @@ def daemon_command(
     enforce_gpu_memory: bool,
     runtime_cache_gb: float,
     advertise_addr: str | None,
+    channel: ChannelMode,
     handler: str | None,
     burst: bool,
     give_up_unreachable_s: float | None,
@@ -291,7 +305,7 @@ def daemon_command(
         advertise_addr=advertise_addr,
     )
     try:
-        plane = open_plane(url, token, namespace)
+        plane = open_plane(url, token, namespace, channel=channel)
     except DispatchError as exc:
         log.get_logger().error("daemon.plane_error", error=str(exc))
         raise PlaneRefused(f"{type(exc).__name__}: {exc}") from None

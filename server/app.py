@@ -31,6 +31,7 @@ from dreamlake.lakeshore.storage import Storage
 from dreamlake.lakeshore.storage import storage as open_storage
 
 from . import (
+    channel,
     metrics,
     routes_admin,
     routes_dashboard,
@@ -204,7 +205,11 @@ def create_app(
                 store.close()
 
     app = Starlette(
-        routes=[*(api.mount() for api in apis), Route("/openapi.json", openapi_json)],
+        routes=[
+            *(api.mount() for api in apis),
+            Route("/openapi.json", openapi_json),
+            channel.route(),
+        ],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
         middleware=[

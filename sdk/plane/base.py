@@ -6,7 +6,7 @@ the conformance suite runs the same tests against each.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dreamlake.lakeshore.errors import DispatchError
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
     # shapes: a tenth of `import dreamlake.lakeshore`).
     from .providers import ProviderInfo
     from .schedules import ScheduleInfo
+
+
+@runtime_checkable
+class Pushes(Protocol):
+    """A plane that can tell a worker of news at once (an HTTP plane with a channel, issue
+    48): `push(kind)` is called on a thread of the plane's, and must not block."""
+
+    def on_push(self, worker: str, push: Callable[[str], None]) -> None: ...
 
 
 @runtime_checkable

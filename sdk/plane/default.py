@@ -8,11 +8,15 @@ LAKESHORE_NAMESPACE). Otherwise: the box's SQLite plane at `$LAKESHORE_HOME/lake
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from dreamlake.lakeshore.home import home
 
 from .base import Plane
 from .env import box_plane_path, env_namespace, env_token, env_url
+
+if TYPE_CHECKING:
+    from .transport import ChannelMode
 
 __all__ = ["box_plane_path", "default_plane", "env_namespace", "env_url", "open_plane"]
 __all__ += ["env_token", "reset_default_plane"]  # env_*: read in env.py, kept importable here
@@ -32,8 +36,11 @@ def default_plane() -> Plane:
         return plane
 
 
-def open_plane(url: str | None, token: str | None, namespace: str | None) -> Plane:
+def open_plane(
+    url: str | None, token: str | None, namespace: str | None, *, channel: ChannelMode = "off"
+) -> Plane:
     """A new plane for a target: HTTP at `url`, else this box's SQLite file (uncached).
+    `channel`: a daemon's, which keeps one channel open to its server (channel.py).
 
     The one place a target becomes a plane: the process default above, the CLI's flags and the
     daemon's all come through here.
@@ -42,7 +49,7 @@ def open_plane(url: str | None, token: str | None, namespace: str | None) -> Pla
     if url:
         from .http import HttpPlane
 
-        return HttpPlane(url, token=token, namespace=ns)
+        return HttpPlane(url, token=token, namespace=ns, channel=channel)
     from .dispatch import Dispatch  # the store and SQLite: not loaded by an HTTP-only producer
 
     # A Dispatch (a LocalPlane too), so `isinstance(plane, dls.Dispatch)` holds as it always did.

@@ -13,7 +13,7 @@ never pulls in the server stack.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,7 @@ from .transport import (
     REQUEST_TIMEOUT_S,
     SERVER_WAIT_CAP_S,
     WAIT_MARGIN_S,
+    ChannelMode,
     HttpTransport,
     Replica,
     check_token,
@@ -110,6 +111,7 @@ class HttpPlane(HttpTransport):
         timeout_s: float = REQUEST_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         verify: Verify = None,
+        channel: ChannelMode = "off",
     ) -> None:
         base = url or env_url()
         if not base:
@@ -135,10 +137,25 @@ class HttpPlane(HttpTransport):
         # One TLS context for both paths, so they trust the same certificates (tls.py).
         https = any(u.startswith("https:") for u in self.urls)
         tls = tls_context(verify) if https else None
-        self._replicas = [Replica(u, headers, timeout_s, transport, tls) for u in self.urls]
+        self._replicas = [
+            Replica(u, headers, timeout_s, transport, tls, channel) for u in self.urls
+        ]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({','.join(self.urls)!r}, namespace={self.namespace!r})"
+
+    def on_push(self, worker: str, push: Callable[[str], None]) -> None:
+        """Have `push(kind)` called when the server has news for `worker` ("renew": a kill was
+        asked for a job it runs), over each replica's channel; no channel, no pushes."""
+        for replica in self._replicas:
+            if replica.channel is not None:
+                replica.channel.start(self.namespace, worker, lambda kind, _detail: push(kind))
+
+    @property
+    def channel_open(self) -> bool:
+        """Whether requests go over a channel now (the replica in use has one open)."""
+        channel = self._replicas[self._at].channel
+        return channel is not None and channel.open
 
     def object_tier(self) -> PlaneTier:
         """This plane's objects (the plane tier, objects/plane.py): streamed up and down with

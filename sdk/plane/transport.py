@@ -15,7 +15,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 from dreamlake.lakeshore.errors import InvalidArgument, ServerBusy, Unavailable
@@ -31,7 +31,13 @@ from .wire import decode_answer, error_of, pack_body
 if TYPE_CHECKING:
     import httpx
 
+    from .channel import Channel
+
 MSGPACK = "application/msgpack"
+#: Whether a plane keeps a channel open (channel.py): not at all, for the server's pushes, or
+#: for its requests as well.
+ChannelMode = Literal["off", "push", "requests"]
+CHANNEL_MODES: tuple[ChannelMode, ...] = ("off", "push", "requests")
 #: The server holds a long-poll at most this long; a longer wait is split into several.
 SERVER_WAIT_CAP_S = 60.0
 #: Extra client time on top of a long-poll's wait, for the round trip and a busy server.
@@ -69,9 +75,19 @@ class Replica:
         timeout_s: float,
         transport: httpx.BaseTransport | None,
         tls: ssl.SSLContext | None,
+        channel: ChannelMode = "off",
     ) -> None:
         self.url = url
         self._settings = (headers, timeout_s, transport, tls)
+        #: The daemon's one open channel to this replica (channel.py), where it asked for one
+        #: and no test transport stands in for the network; `requests`: its requests go
+        #: over it too while it is open.
+        self.channel: Channel | None = None
+        self.requests_over_channel = channel == "requests"
+        if channel != "off" and transport is None:
+            from .channel import Channel
+
+            self.channel = Channel(url, headers, tls)
         self._client: httpx.Client | None = None
         self._making = threading.Lock()
         # The lean path (http11.py) for http and https; httpx for proxies and test transports.
@@ -105,6 +121,8 @@ class Replica:
                 self._client.close()
         if self.fast is not None:
             self.fast.close()
+        if self.channel is not None:
+            self.channel.close()
 
 
 def _repeatable(route: Route) -> bool:
@@ -280,7 +298,10 @@ class HttpTransport:
     ) -> Any:
         headers = {"content-type": MSGPACK} if content is not None else None
         timeout = wait_s + WAIT_MARGIN_S if wait_s > 0 else self._timeout_s
-        if replica.fast is not None:
+        answer = self._over_channel(replica, method, url, content, params, timeout)
+        if answer is not None:
+            status, content_type, raw = answer
+        elif replica.fast is not None:
             try:
                 status, content_type, raw = replica.fast.request(
                     method, url + http11.query_string(params), content, headers, timeout
@@ -312,6 +333,31 @@ class HttpTransport:
         if status >= 400:
             raise error_of(status, data)
         return data
+
+    @staticmethod
+    def _over_channel(
+        replica: Replica,
+        method: str,
+        url: str,
+        content: bytes | None,
+        params: dict[str, Any] | None,
+        timeout: float,
+    ) -> tuple[int, str, bytes] | None:
+        """The answer over the replica's channel, or None: no channel open now, so nothing was
+        sent (the request goes over HTTP). A channel lost with the request on it is a
+        connection lost: the request may have been done."""
+        if replica.channel is None or not replica.requests_over_channel:
+            return None
+        from .channel import ChannelDown, ChannelLost
+
+        try:
+            return replica.channel.request(
+                method, url + http11.query_string(params), content, timeout
+            )
+        except ChannelDown:
+            return None
+        except ChannelLost as exc:
+            raise _Unreachable(f"cannot reach the control plane at {replica.url}: {exc}") from exc
 
     def _long_poll(self, wait_s: float, once: Callable[[float], T], done: Callable[[T], bool]) -> T:
         """Split a wait longer than the server's cap into several requests."""

@@ -197,6 +197,11 @@ class Waker:
         """Whether a wake-up after `generation` may have brought work under one of `keys`."""
         return self._any_work > generation or any(self._since(k) > generation for k in keys)
 
+    def moved(self, generation: int, key: str) -> bool:
+        """Whether `key` itself was notified after `generation` (a wake-up for anything does
+        not count): a push is sent for what happened, not for every commit."""
+        return self._since(key) > generation
+
     def _since(self, key: str) -> int:
         if key.startswith(_READER_PREFIX):
             return self._readers.get(key, self._readers_horizon)
@@ -287,6 +292,12 @@ def reading(inv_id: str) -> tuple[str, str]:
 def work_key(namespace: str, queue: str) -> str:
     """The key a submit notifies and a claim long-poll on that queue waits for."""
     return f"{namespace}/{queue}"
+
+
+def kill_key(namespace: str, worker: str) -> str:
+    """The key a kill request for a job `worker` runs notifies, and that worker's channel
+    waits for (server/channel.py). No queue key can collide with it (names have no '*')."""
+    return f"*kill:{namespace}/{worker}"
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

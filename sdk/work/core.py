@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from dreamlake.lakeshore import protocols
 from dreamlake.lakeshore.errors import DispatchError, NotFound
-from dreamlake.lakeshore.plane.base import Plane
+from dreamlake.lakeshore.plane.base import Plane, Pushes
 from dreamlake.lakeshore.types import Claim, WorkerInfo
 from dreamlake.lakeshore.work.leases import KILL_POLL_S, keep_leases
 
@@ -132,6 +132,8 @@ class WorkerCore(Claiming, JobSink):
         self._draining = threading.Event()
         self._urgent = threading.Event()  # stop at once: second signal or a crashed task
         self._halt = threading.Event()  # side threads exit
+        #: Renew now: the plane pushed news of a held job (a kill asked); set with _halt too.
+        self._renew_now = threading.Event()
         self._wake = threading.Event()  # the main thread has something to look at
         self._free = threading.Condition()  # a slot became free, or the worker is stopping
         self._stop_reason = ""
@@ -210,6 +212,8 @@ class WorkerCore(Claiming, JobSink):
             return EXIT_OK  # asked to stop before the plane could be reached
         self.worker_id = worker.id
         self._apply_row(worker)
+        if isinstance(self.plane, Pushes):
+            self.plane.on_push(self.config.name, self._pushed)
         started = self._start_slots(factory)
         if started:
             self.notifier.ready(self._status_line())
@@ -374,7 +378,14 @@ class WorkerCore(Claiming, JobSink):
             slow=lambda took_s: self._log.warning(
                 "lease.renewal_slow", took_s=round(took_s, 3), lease_s=self.config.lease_s
             ),
+            now_please=self._renew_now,
         )
+
+    def _pushed(self, kind: str) -> None:
+        """The plane's news, on its thread: a kill asked for a job held here ("renew")."""
+        if kind == "renew":
+            self._log.info("worker.pushed", kind=kind)
+            self._renew_now.set()
 
     def _ticked(self, now: float) -> None:
         self._lease_tick_at = now
@@ -498,6 +509,7 @@ class WorkerCore(Claiming, JobSink):
         if not self._acks.wait_idle(ACK_FLUSH_S):
             self._log.error("worker.acks_unsent")
         self._halt.set()
+        self._renew_now.set()
         with self._free:
             self._free.notify_all()
         for thread in self._threads:

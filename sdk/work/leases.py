@@ -67,15 +67,24 @@ def keep_leases(
     *,
     ticked: Callable[[float], None],
     slow: Callable[[float], None],
+    now_please: threading.Event | None = None,
 ) -> None:
     """Renew until `halt` is set: `renew()` sends one renewal and says whether it was answered.
 
     `ticked(now)` marks progress for the watchdog on every round; `slow(took_s)` hears of an
     answer that took more than a third of the lease (the worker logs it: it is the warning
-    that comes before a lost lease).
+    that comes before a lost lease). `now_please`, once set, has the next renewal go at once
+    (the server pushed that a kill was asked: the renewal's answer says which job); whoever
+    sets `halt` sets it too, so that the loop ends at once.
     """
     schedule = RenewalSchedule(lease_s, now=time.monotonic())
-    while not halt.wait(schedule.wait_s(time.monotonic())):
+    wake = now_please if now_please is not None else halt
+    while True:
+        wake.wait(schedule.wait_s(time.monotonic()))
+        if halt.is_set():
+            return
+        if now_please is not None:
+            now_please.clear()
         sent_at = time.monotonic()
         ticked(sent_at)
         answered = renew()

@@ -8,7 +8,8 @@
 It runs its own asyncio loop in a thread. A dropped connection is accepted and reset at once; a
 cut resets every live one mid-stream (the client may have sent a request the server already
 acted on: that is the lost-answer case); `blackhole` accepts and forwards nothing, so a client
-sees only its own timeout. `slow` holds back only the requests whose bytes hold a marker (a
+sees only its own timeout; `refuse_upgrade` answers a WebSocket upgrade with 502, as a proxy
+that cannot carry one does. `slow` holds back only the requests whose bytes hold a marker (a
 path), so that one kind of call answers late while every other goes straight through.
 """
 
@@ -30,6 +31,8 @@ class Chaos:
     blackhole: bool = False
     #: (marker, seconds): a chunk from the client that holds `marker` waits that long.
     slow: tuple[bytes, float] | None = None
+    #: Answer a WebSocket upgrade with 502, as a proxy that cannot carry one does.
+    refuse_upgrade: bool = False
 
 
 class ChaosProxy:
@@ -102,11 +105,23 @@ class ChaosProxy:
             self.stats["dropped"] += 1
             _reset(writer)
             return
+        first = b""
+        if self.chaos.refuse_upgrade:
+            first = await reader.read(65536)
+            if b"upgrade: websocket" in first.lower():
+                self.stats["refused"] = self.stats.get("refused", 0) + 1
+                writer.write(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n")
+                with contextlib.suppress(Exception):
+                    await writer.drain()
+                    writer.close()
+                return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
             _reset(writer)
             return
+        if first:
+            up_writer.write(first)
         self._writers.update((writer, up_writer))
         try:
             await asyncio.gather(

@@ -49,16 +49,26 @@ def play(proxy: ChaosProxy, rng: random.Random, seconds: float) -> list[str]:
     return done
 
 
+@pytest.mark.parametrize("channel", ["push", "requests"])
 def test_daemons_and_workers_behind_a_chaotic_network(
-    tmp_path: Path, rng: random.Random, seed: int
+    tmp_path: Path, rng: random.Random, seed: int, channel: str
 ) -> None:
+    """The daemons keep their channel (issue 48) through the same faults: `push`, the
+    default, beside HTTP requests; `requests`, every request over the channel."""
     srv = ServerProcess(tmp_path / "server").start()
     proxy = ChaosProxy(srv.port, rng).__enter__()
     history = History(seed)
     stop = threading.Event()
     args = ["-q", "net", "-c", "2", "--lease-s", "3"]
     daemons = [
-        DaemonProcess(tmp_path / "d", f"n{i}", args, url=proxy.url, token=srv.token)
+        DaemonProcess(
+            tmp_path / "d",
+            f"n{i}",
+            args,
+            url=proxy.url,
+            token=srv.token,
+            env={"LAKESHORE_CHANNEL": channel},
+        )
         for i in range(2)
     ]
     producer = HttpDispatch(srv.url, token=srv.token)

@@ -15,7 +15,7 @@ from dreamlake.lakeshore.errors import Conflict, InvalidArgument, NotFound
 from dreamlake.lakeshore.plane import dependencies, locality
 from dreamlake.lakeshore.plane.admission import admit, deadline_for
 from dreamlake.lakeshore.plane.connector import Row, Transaction
-from dreamlake.lakeshore.plane.wakeup import work_key
+from dreamlake.lakeshore.plane.wakeup import kill_key, work_key
 from dreamlake.lakeshore.types import (
     MAX_LIST_LIMIT,
     Claim,
@@ -261,18 +261,22 @@ class InvocationStore(SettleStore):
     def cancel(self, ns: str, inv_id: str, *, kill: bool = False) -> bool:
         """Cancel a queued invocation; with kill, also ask the worker to end a running one."""
         now = time.time()
+        killed = None
         with self.connector.transaction() as tx:
-            if tx.one("cancel_queued", id=inv_id, ns=ns, now=now) or (
-                kill and tx.one("request_kill", id=inv_id, ns=ns)
+            cancelled = tx.one("cancel_queued", id=inv_id, ns=ns, now=now) is not None
+            if not cancelled and kill:
+                killed = tx.one("request_kill", id=inv_id, ns=ns)
+            if (
+                not cancelled
+                and killed is None
+                and tx.one("get_invocation", id=inv_id, ns=ns) is None
             ):
-                done = True
-            elif tx.one("get_invocation", id=inv_id, ns=ns) is None:
                 raise NotFound(f"unknown invocation '{inv_id}'")
-            else:
-                done = False
-        if done:
+        if cancelled:
             self.waker.notify()
-        return done
+        elif killed is not None:  # nothing ends yet: only the worker's channel wants to know
+            self.waker.notify(work=[kill_key(ns, str(killed["worker"]))], reads=False)
+        return cancelled or killed is not None
 
     def invocations(
         self,
