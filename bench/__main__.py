@@ -147,7 +147,9 @@ def jobs() -> list[Job]:
         ("gangs", gangs.PEER, gangs.torchrun),
         ("gangs", gangs.FLOOR, gangs.floor),
     ]
-    from . import gang_claim
+    from . import channel, gang_claim
+
+    out.append(("channel", "lakeshore daemon channel modes", channel.measure))
 
     out += [
         ("gangs", gang_claim.SQLITE, gang_claim.sqlite),

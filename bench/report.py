@@ -59,6 +59,7 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "runtime": ("ray runtime_env working_dir",),
     "envs": ("ray runtime_env uv",),
     "gangs": ("torchrun static rdzv, 2 nodes on one box (peer)",),
+    "channel": ("lakeshore http (sqlite), --channel off",),
 }
 SUITE_TITLES = {
     "rpc": "1. RPC: q.call of a no-op, one producer, one worker (latency; lower is better)",
@@ -84,6 +85,8 @@ SUITE_TITLES = {
     " (ms, lower is better)",
     "gangs": "14. Gangs: a 2-node job's start skew, one part's kill -9 to the other's end, and"
     " a gang part's claim at depth beside a one-box claim (lower is better)",
+    "channel": "15. Channel: the daemon's --channel modes, q.call and cancel --kill to the job's"
+    " end (ms, lower is better)",
 }
 
 
