@@ -14,7 +14,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from dreamlake.lakeshore import signing
 from dreamlake.lakeshore.errors import DispatchError, InvalidArgument, NotFound, QueueFullError
@@ -42,6 +42,9 @@ from .schedules import ScheduleInfo
 from .store import SqlStore, topic_channel
 from .waiting import Deadline, DrainingWorkers, room_wait
 from .wakeup import reading, work_key
+
+if TYPE_CHECKING:
+    from .kill_watch import KillWatch
 
 T = TypeVar("T")
 
@@ -124,6 +127,7 @@ class LocalPlane:
         self.namespace = namespace
         self._read_swept_at = 0.0
         self._draining = DrainingWorkers()
+        self._kill_watches: list[KillWatch] = []
         #: Whether `namespace` is known to exist (namespaces are never deleted, so once is enough).
         self._ns_exists = False
         try:
@@ -168,7 +172,16 @@ class LocalPlane:
         self.close()
 
     def close(self) -> None:
+        for watch in self._kill_watches:
+            watch.stop()
         self.store.close()
+
+    def on_push(self, worker: str, push: Callable[[str], None]) -> None:
+        """Call `push("renew")` when a kill is asked for a job `worker` runs, from any process
+        on this store (kill_watch.py), as a server pushes it over a daemon's channel."""
+        from .kill_watch import KillWatch
+
+        self._kill_watches.append(KillWatch(self.store.waker, self.namespace, worker, push))
 
     def _swept(self) -> None:
         """Sweep expired leases and start deadlines before a read, at most every

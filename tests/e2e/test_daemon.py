@@ -183,13 +183,16 @@ def test_cli_lists_and_shows_the_daemon(home: Path, daemon: DaemonProcess) -> No
 
 
 def test_kill_ends_the_attempt_and_a_fresh_child_takes_the_slot(
-    q: dls.SyncQueue, home: Path
+    q: dls.SyncQueue, home: Path, daemon: DaemonProcess
 ) -> None:
     marker = home / "kill.pid"
     inv = q.submit(dls.thunk(jobs.sleep_for, 600, str(marker)))
     child = int(wait_until(lambda: marker.exists() and marker.read_text(), what="job start"))
+    pushed = len(daemon.find_all("worker.pushed"))
     assert q.cancel(inv, kill=True) is True
     wait_until(lambda: q.status(inv).state == "killed", what="killed")
+    # the kill reached the daemon's process at once (kill_watch.py), not at its next renewal
+    assert len(daemon.find_all("worker.pushed")) > pushed
     wait_until(lambda: not pid_alive(child), what="the child to be gone")
     with pytest.raises(dls.DispatchError, match="killed"):
         q.result(inv, timeout=1)
