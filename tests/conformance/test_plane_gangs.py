@@ -433,3 +433,26 @@ def test_a_gang_takes_its_turn_in_the_claim_order_and_then_holds_the_queue(
     assert fourth.gang["rank"] == 1
     assert plane.dispatch.invocation(inv_id).state == "running"
     assert plane.dispatch.invocation(later).state == "queued"
+
+
+@pytest.mark.parametrize(("most", "reason"), [(4, "waiting_for_capacity"), (2, "unschedulable")])
+def test_a_gang_too_big_for_the_live_daemons_waits_for_the_controller_when_it_can_launch(
+    plane: PlaneEnv, most: int, reason: str
+) -> None:
+    """One live daemon, a 3-node job, and a queue the controller scales through a provider:
+    with room for three daemons under its max the job waits for capacity (the controller
+    launches them, controller/packing.py); with a max of two nothing could ever run it."""
+    provider = f"p{secrets.token_hex(3)}"
+    plane.dispatch.add_provider(provider, "local", {})
+    q = f"gang-{secrets.token_hex(3)}"
+    plane.dispatch.create_queue(
+        q, elasticity={"kind": "fully_elastic", "max": most, "provider": provider}
+    )
+    plane.dispatch.register_worker("w1", queues=[q])
+    inv_id = _gang(plane, q, nodes=3)
+    assert claiming.claim(plane.dispatch, [q], worker="w1") is None
+    row = plane.dispatch.invocation(inv_id)
+    assert (row.state, row.pending_reason) == ("queued", reason)
+    words = row.unschedulable_reason or ""
+    assert "gang of 3 parts, one per daemon: 1 live daemon(s)" in words
+    assert (f"provider {provider} launches more" in words) == (reason == "waiting_for_capacity")

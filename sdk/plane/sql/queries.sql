@@ -1441,13 +1441,14 @@ ORDER BY attempt DESC LIMIT 1;
 SELECT namespace, name, queues, info, load FROM workers
 WHERE namespace = :ns AND heartbeat_at >= :since AND state = 'alive';
 
--- name: gang_unschedulable
+-- name: gang_too_few
 -- A queued gang the live daemons of its queue cannot complete: named, as the sweep names a
--- request no daemon could run.
+-- request no daemon could run (`unschedulable`), or one the controller launches daemons for
+-- (`waiting_for_capacity`).
 INSERT INTO pending_reasons (id, namespace, queue, reason, words, at)
-SELECT id, namespace, queue, 'unschedulable', :words, :now FROM invocations
+SELECT id, namespace, queue, :reason, :words, :now FROM invocations
 WHERE id = :id AND state = 'queued'
-ON CONFLICT (id) DO UPDATE SET reason = 'unschedulable', words = excluded.words,
+ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, words = excluded.words,
     at = excluded.at;
 
 -- name: gang_last

@@ -31,7 +31,7 @@ from dreamlake.lakeshore.types import (
     normalize_kind,
 )
 
-from . import gangs
+from . import gang_claims, gangs
 from .base import MAX_BATCH, SWEEP_EVERY_S
 from .placement import BOX, fitted, scarce
 from .preemption import PreemptionStore
@@ -139,10 +139,10 @@ class ClaimStore(PreemptionStore, QueueStore):
         # transaction's own sweep has already counted what it requeued.
         promoted = window is not None and delays.promote_if_due(tx, params, window)
         empty = window is not None and not window["queued"] and not promoted
-        if not empty and gangs.queued(tx, params, window):
+        if not empty and gang_claims.queued(tx, params, window):
             try:
-                part = gangs.claim_part(tx, params, [within] if within else names, resolved)
-            except gangs.Held:  # a worker holding a part of a gang not started takes nothing
+                part = gang_claims.claim_part(tx, params, [within] if within else names, resolved)
+            except gang_claims.Held:  # a worker holding a part of a gang not started takes nothing
                 return Claimed([], expired, False)
             if part is not None:
                 return Claimed(dependencies.with_inputs(tx, [part]), expired, False, (part["id"],))

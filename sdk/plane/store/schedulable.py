@@ -64,7 +64,7 @@ def sweep(tx: Transaction, now: float, append: Append) -> int:
     for shape in _shapes(tx.all("queued_shapes")):
         ns, queue = shape["namespace"], shape["queue"]
         if (ns, queue) not in launches:
-            launches[(ns, queue)] = _launches(tx, ns, queue)
+            launches[(ns, queue)] = launches_of(tx, ns, queue)
         reason, words = judge(shape, serving(workers, ns, queue), queue, launches[(ns, queue)])
         keep = ""
         head = heads.get((ns, queue))
@@ -173,7 +173,7 @@ def held_back(head: Mapping[str, Any], queue: str) -> tuple[str, str]:
     )
 
 
-def _launches(tx: Transaction, ns: str, queue: str) -> Launches:
+def launches_of(tx: Transaction, ns: str, queue: str) -> Launches:
     """The provider the controller launches the queue's daemons through, and their shape as
     its config and the tables say (sdk/shapes.py); None: the controller launches none."""
     row = tx.one("get_queue", ns=ns, name=queue)
