@@ -130,6 +130,9 @@ def _level_number(level: str) -> int:
         ) from None
 
 
+_BEARER = re.compile(r"(?i)(bearer\s+)\S+")
+
+
 def _from_stdlib(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:
     """A `logging` record from a library, given an event name and fields where we know it.
 
@@ -138,6 +141,10 @@ def _from_stdlib(logger: WrappedLogger, name: str, event: EventDict) -> EventDic
     """
     record = event.get("_record")
     args = event.pop("positional_args", None)  # the formatter's copy of record.args
+    if isinstance(event.get("event"), str) and "earer" in event["event"]:
+        # A library's debug lines may quote a request's headers (websockets logs a channel's
+        # handshake whole): a bearer token never reaches a log.
+        event["event"] = _BEARER.sub(r"\1[redacted]", event["event"])
     if record is None:
         return event
     if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:

@@ -39,9 +39,20 @@ CLAIMING: dict[str, dict[str, Any]] = {
     "claimable_above": {"priority": -1.0},
     # issue 45: the jobs a reservation holds back, named by the claim that makes it
     "hold_back": {"queue": "q", "head": "", "reason": "reserved_for:x", "words": "", "limit": 9},
+    # issue 47: the first one-box job a claimer could take, against the queue's head gang
+    "gang_first_single": {"queue": "q"},
+    "gang_first_single_newest": {"queue": "q"},
 }
 #: The statements of CLAIMING that claim nothing (the others claim what they pick).
-READING = ("priority_levels", "queued_head", "resumed_head", "claimable_above", "hold_back")
+READING = (
+    "priority_levels",
+    "queued_head",
+    "resumed_head",
+    "claimable_above",
+    "hold_back",
+    "gang_first_single",
+    "gang_first_single_newest",
+)
 
 
 def _raw_statements() -> dict[str, str]:
