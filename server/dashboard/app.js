@@ -299,8 +299,8 @@
 
   // -- drill-down -----------------------------------------------------------------------------
 
-  function select(id) {
-    selected = { id: id, since: -1, ended: false };
+  function select(id, rank) {
+    selected = { id: id, since: -1, ended: false, rank: rank || 0 };
     $("#frames").replaceChildren();
     $("#detail").hidden = false;
     $("#detail-id").textContent = id;
@@ -328,6 +328,29 @@
     return out;
   }
 
+  // A job of several nodes (issue 47): its newest attempt's parts, and whose frames to show.
+  function gangFields(gang) {
+    const parts = (gang.parts || []).map((p) => p.rank + ": " + p.worker + " " + p.state);
+    const out = [["parts", parts.join(", ") || "none held"]];
+    if (gang.failed) {
+      out.push(["failed first", "rank " + gang.failed.rank + " on " + gang.failed.worker +
+        (gang.failed.why ? ": " + gang.failed.why : "")]);
+    }
+    return out;
+  }
+
+  function showRanks(inv, current) {
+    const nodes = inv.nodes || 1;
+    const pick = $("#detail-rank");
+    $("#detail-rank-pick").hidden = nodes < 2;
+    if (nodes < 2) return;
+    if (pick.options.length !== nodes) {
+      pick.replaceChildren(...Array.from({ length: nodes }, (_, r) =>
+        el("option", { value: String(r) }, String(r))));
+    }
+    pick.value = String(current.rank);
+  }
+
   async function refreshDetail() {
     if (!selected) return;
     const current = selected;
@@ -343,7 +366,9 @@
       ["queued for", inv.started_at ? span(inv.started_at - inv.created_at) : "–"],
       ["ran for", inv.started_at && inv.finished_at ? span(inv.finished_at - inv.started_at) : "–"],
       ...(inv.runtime ? runtimeFields(inv.runtime) : []),
+      ...(inv.gang ? gangFields(inv.gang) : []),
     ];
+    showRanks(inv, current);
     $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [
       el("dt", {}, k), el("dd", k === "state" ? { class: "state " + v } : {}, v),
     ]));
@@ -352,7 +377,7 @@
     error.textContent = inv.error || "";
     if (!current.ended) {
       const page = await api(nsPath("/invocations/" + encodeURIComponent(current.id) +
-        "/frames?since=" + current.since));
+        "/frames?since=" + current.since + (current.rank ? "&rank=" + current.rank : "")));
       if (selected !== current) return;
       const list = $("#frames");
       for (const frame of page.frames) {
@@ -441,6 +466,10 @@
     token = null;
     clearTimeout(timer);
     showLogin("");
+  });
+
+  $("#detail-rank").addEventListener("change", (event) => {
+    if (selected) select(selected.id, Number(event.target.value));
   });
 
   $("#detail-close").addEventListener("click", () => {

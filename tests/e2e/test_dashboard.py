@@ -292,6 +292,37 @@ def test_the_page_says_why_a_job_waits(server, tenant, plane):
             browser.close()
 
 
+def test_a_gangs_detail_lists_its_parts_and_shows_each_ranks_frames(server, tenant, plane):
+    """Issue 47 item 7: a 2-node job's drill-down lists its parts with their daemons and
+    states, and a rank picker shows that rank's own frames."""
+    sync_playwright, chromium = _browser_or_skip()
+    plane.create_queue("gang-q")
+    (inv,) = plane.submit("gang-q", [SubmitRequest(payload=codec.encode("g"), nodes=2)])
+    parts = [claiming.claim(plane, ["gang-q"], worker=w) for w in ("node-a", "node-b")]
+    for part, words in zip(parts, ("from rank zero", "from rank one"), strict=True):
+        assert part is not None and part.gang is not None
+        plane.post(inv, "VALUE", codec.encode(words), lease=part.lease)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(UI_DEADLINE_MS)
+            page.goto(server.url + "/")
+            page.fill("#token", tenant.token)
+            page.click("#login-form button[type=submit]")
+            page.locator(f'#recent tr[data-id="{inv}"]').click()
+            page.locator("#frames li").first.wait_for()
+            assert page.locator("#frames li").all_inner_texts() == ["from rank zero"]
+            fields = page.locator("#detail-fields").inner_text()
+            assert "0: node-a started" in fields and "1: node-b started" in fields
+            page.select_option("#detail-rank", "1")
+            page.wait_for_function(
+                "() => document.querySelector('#frames').textContent === 'from rank one'"
+            )
+        finally:
+            browser.close()
+
+
 def test_a_bad_token_returns_to_the_login_form(server):
     sync_playwright, chromium = _browser_or_skip()
     with sync_playwright() as pw:
