@@ -6,7 +6,7 @@ something; that is all the store needs from an engine (procrastinate's connector
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -24,6 +24,10 @@ class Transaction(Protocol):
 
     def one(self, query: str, **params: Any) -> Row | None:
         """Run a named statement; its first row or None."""
+
+    def batch(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[Row]]:
+        """Run named statements none of whose parameters hang on another's answer, in order;
+        each one's rows. A database across a network gets them in one round trip."""
 
 
 class Connector(Protocol):

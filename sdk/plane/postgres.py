@@ -30,7 +30,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -126,6 +126,26 @@ class PostgresTransaction:
     def one(self, query: str, **params: Any) -> Row | None:
         cur = self._execute(query, params)
         return cur.fetchone() if cur.description else None
+
+    def batch(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[Row]]:
+        """In one pipeline (one round trip), in order: the server runs each after the one
+        before it, so a later statement sees an earlier one's writes and waits for its locks."""
+        if not _PIPELINES:
+            return [self.all(query, **params) for query, params in statements]
+        bound = [
+            (query, dict(params), bind(POSTGRES, self._queries[query], dict(params)))
+            for query, params in statements
+        ]  # every value checked before anything is sent
+        cursors = []
+        with self._conn.pipeline():
+            for statement, args in self._opening:
+                self._conn.execute(statement, args)
+            self._opening = ()
+            for query, params, (text, flat) in bound:
+                for statement, args in self._lock_before(query, params):
+                    self._conn.execute(statement, args)
+                cursors.append(self._conn.execute(text, flat))
+        return [cur.fetchall() if cur.description else [] for cur in cursors]
 
     def _execute(self, query: str, params: dict[str, Any]) -> psycopg.Cursor[DictRow]:
         text, flat = bind(POSTGRES, self._queries[query], params)  # checks the values first

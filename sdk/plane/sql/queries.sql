@@ -1291,6 +1291,13 @@ VALUES (:gang, :id, :ns, :queue, :attempt, :nodes, 'holding', 0, :wait_until, :n
 -- name: gang_parts_of
 SELECT * FROM gang_parts WHERE gang = :gang ORDER BY rank, held_at;
 
+-- name: gang_live_parts
+-- The parts of the job's live gang attempt (none when it has none), read by the job's id so a
+-- claim asks for them in the same round trip as for the gang itself (store/gang_claims.py).
+SELECT p.* FROM gang_parts p JOIN gangs g ON g.gang = p.gang
+WHERE g.id = :id AND g.state IN ('holding', 'started')
+ORDER BY p.rank, p.held_at;
+
 -- name: gang_view
 -- A gang and its parts in one statement, so a read never mixes a gang's state before a commit
 -- with its parts' after it (Postgres reads each statement of a transaction afresh).

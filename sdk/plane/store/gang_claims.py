@@ -19,7 +19,7 @@ from typing import Any
 from dreamlake.lakeshore.plane.connector import Row, Transaction
 
 from .base import WORKER_STALE_S
-from .gangs import LIVE_PARTS, pending
+from .gangs import LIVE_PARTS
 from .placement import fitted
 from .records import gang_wait_s
 from .reservation import fits
@@ -53,30 +53,62 @@ def claim_part(
     before it that the claimer could take now is the claim's. Once a gang holds parts it is
     the queue's reservation: every worker that can run a part joins it before anything else."""
     now = params["now"]
-    if tx.one("gang_held_by", worker=params["worker"], ns=params["ns"], now=now) is not None:
-        raise Held
     keys = {"ns": params["ns"], "now": now, "host": params.get("host")}
-    for queue in queues:
-        head = tx.one("gang_holding_in", queue=queue, **keys)
-        if head is None:
-            head = tx.one("gang_head_in", queue=queue, **keys)
-            if head is not None and _single_ahead(tx, head, params, kind):
-                return None  # the claim takes that job
+    for i, queue in enumerate(queues):
+        # One round trip on Postgres for what a claim on a queue with a gang waiting always
+        # asks: whether the claimer holds a part, the holding or the head gang, and the first
+        # one-box job it could take instead.
+        first = _first_single(params, queue, kind)
+        found = tx.batch(
+            [
+                *([("gang_held_by", {"worker": params["worker"], **keys})] if i == 0 else []),
+                ("gang_holding_in", {"queue": queue, **keys}),
+                ("gang_head_in", {"queue": queue, **keys}),
+                first,
+            ]
+        )
+        if i == 0 and found.pop(0):
+            raise Held
+        holding, heads, singles = (rows[0] if rows else None for rows in found)
+        head = holding or heads
+        if holding is None and head is not None and _before(singles, head, kind):
+            return None  # the claim takes that job
         if head is None or (fitted(params) and not fits(head, params)):
             continue  # only the queue's one gang may hold parts: none for this claimer here
-        if not _may_hold(tx, head, params["worker"], now):
+        # What holding a part reads, in one round trip: the queue's live daemons, the job's
+        # last failed attempt, the job locked (so two claims of one gang take turns), its live
+        # gang with its parts, and the queue's admission.
+        ids = {"id": head["id"]}
+        workers, failed, locked, live, parts, queue_row = tx.batch(
+            [
+                ("live_workers_in", {"ns": head["namespace"], "since": now - WORKER_STALE_S}),
+                ("gang_last_failed", ids),
+                ("gang_lock", ids),
+                ("gang_live", ids),
+                ("gang_live_parts", ids),
+                ("get_queue", {"ns": head["namespace"], "name": head["queue"]}),
+            ]
+        )
+        if not locked or not _may_hold(tx, head, params["worker"], now, workers, failed):
             continue
-        row = _hold(tx, head, params)
+        row = _hold(tx, head, params, locked[0], live, parts, queue_row)
         if row is not None:
             return row
     return None
 
 
-def _single_ahead(tx: Transaction, head: Row, params: Mapping[str, Any], kind: str) -> bool:
-    """Whether a one-box job the claimer could take now comes before `head` in `kind` order."""
+def _first_single(
+    params: Mapping[str, Any], queue: str, kind: str
+) -> tuple[str, Mapping[str, Any]]:
+    """The statement reading the first one-box job of `queue` the claimer could take now, in
+    `kind` order (its `_fit` form when the claimer counts what it has free)."""
     keys = {k: v for k, v in params.items() if k not in ("queues", "worker", "expires", "addr")}
     name = "gang_first_single" + ("_newest" if kind == "filo" else "")
-    first = tx.one(name + ("_fit" if fitted(params) else ""), **keys, queue=head["queue"])
+    return name + ("_fit" if fitted(params) else ""), {**keys, "queue": queue}
+
+
+def _before(first: Row | None, head: Row, kind: str) -> bool:
+    """Whether the one-box job `first` comes before the gang `head` in `kind` order."""
     if first is None:
         return False
     if first["priority"] != head["priority"]:
@@ -84,7 +116,14 @@ def _single_ahead(tx: Transaction, head: Row, params: Mapping[str, Any], kind: s
     return bool(first["id"] > head["id"] if kind == "filo" else first["id"] < head["id"])
 
 
-def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
+def _may_hold(
+    tx: Transaction,
+    head: Row,
+    worker: str,
+    now: float,
+    workers: Sequence[Row],
+    failed_rows: Sequence[Row],
+) -> bool:
     """Whether `worker` may hold a part of `head`'s gang, as the queue's live daemons stand.
 
     Not when they are too few to complete it (each runs one part): holding would only stop
@@ -94,9 +133,9 @@ def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
     the part that failed first is not always the bad one (a survivor's collective fails the
     moment its peer's box dies, and that box still looks live until its heartbeat is stale),
     so past AVOID_S it may join like any other. Workers that never registered (raw claims) are
-    not counted: a fleet of none is not judged."""
-    rows = tx.all("live_workers_in", ns=head["namespace"], since=now - WORKER_STALE_S)
-    offers = serving(rows, head["namespace"], head["queue"])
+    not counted: a fleet of none is not judged. `workers`: the live worker rows;
+    `failed_rows`: the job's last failed attempt (`gang_last_failed`)."""
+    offers = serving(workers, head["namespace"], head["queue"])
     if not offers:
         return True
     able = {o["name"] for o in offers if could_run(head, o)} | {worker}  # it fits (claim_part)
@@ -111,7 +150,7 @@ def _may_hold(tx: Transaction, head: Row, worker: str, now: float) -> bool:
             reason, words = "waiting_for_capacity", f"{words}; provider {launcher} launches more"
         tx.all("gang_too_few", id=head["id"], reason=reason, words=words, now=now)
         return False
-    failed = tx.one("gang_last_failed", id=head["id"])
+    failed = failed_rows[0] if failed_rows else None
     return not (
         failed is not None
         and failed["failed_worker"] == worker
@@ -134,16 +173,24 @@ def _launcher(tx: Transaction, head: Row) -> str | None:
     return provider
 
 
-def _hold(tx: Transaction, head: Row, params: Mapping[str, Any]) -> Row | None:
-    """Hold the lowest free rank of `head`'s gang for the claimer; start it when complete."""
+def _hold(
+    tx: Transaction,
+    head: Row,
+    params: Mapping[str, Any],
+    locked: Row,
+    live_gang: Sequence[Row],
+    parts: Sequence[Row],
+    queue: Sequence[Row],
+) -> Row | None:
+    """Hold the lowest free rank of `head`'s gang for the claimer; start it when complete.
+    `locked`, `live_gang`, `parts`, `queue`: what claim_part read for it, the job locked."""
     now, worker = params["now"], params["worker"]
-    locked = tx.one("gang_lock", id=head["id"])
-    if locked is None:
-        return None
-    gang = tx.one("gang_live", id=head["id"])
-    if gang is None:
-        queue = tx.one("get_queue", ns=head["namespace"], name=head["queue"])
-        admission = json.loads(queue["admission"]) if queue is not None else {}
+    writes: list[tuple[str, Mapping[str, Any]]] = []
+    gang: Mapping[str, Any]
+    if live_gang:
+        gang = live_gang[0]
+    else:
+        admission = json.loads(queue[0]["admission"]) if queue else {}
         gang = {
             "gang": secrets.token_hex(12),
             "attempt": int(locked["attempt"]) + 1,
@@ -151,53 +198,53 @@ def _hold(tx: Transaction, head: Row, params: Mapping[str, Any]) -> Row | None:
             "state": "holding",
             "wait_until": now + gang_wait_s(admission),
         }
-        tx.all(
-            "gang_insert",
-            gang=gang["gang"],
-            id=head["id"],
-            ns=head["namespace"],
-            queue=head["queue"],
-            attempt=gang["attempt"],
-            nodes=gang["nodes"],
-            wait_until=gang["wait_until"],
-            now=now,
+        parts = []
+        fields = {"ns": head["namespace"], "queue": head["queue"], "now": now}
+        writes.append(
+            (
+                "gang_insert",
+                {
+                    "gang": gang["gang"],
+                    "id": head["id"],
+                    "attempt": gang["attempt"],
+                    "nodes": gang["nodes"],
+                    "wait_until": gang["wait_until"],
+                    **fields,
+                },
+            )
         )
     if gang["state"] != "holding":
         return None
-    live = [p for p in tx.all("gang_parts_of", gang=gang["gang"]) if p["state"] in LIVE_PARTS]
+    live = [p for p in parts if p["state"] in LIVE_PARTS]
     nodes = int(gang["nodes"])
     free = sorted(set(range(nodes)) - {int(p["rank"]) for p in live})
     if not free or any(p["worker"] == worker for p in live):
         return None
-    lease = secrets.token_hex(16)
-    rank = free[0]
-    tx.all(
-        "gang_part_insert",
-        lease=lease,
-        gang=gang["gang"],
-        id=head["id"],
-        rank=rank,
-        worker=worker,
-        addr=params.get("addr"),
-        expires=params["expires"],
-        now=now,
-    )
-    held = len(live) + 1
-    tx.all("gang_set_held", gang=gang["gang"], held=held)
+    lease, rank, held = secrets.token_hex(16), free[0], len(live) + 1
+    part = {"lease": lease, "gang": gang["gang"], "id": head["id"], "rank": rank}
+    writes += [
+        ("gang_part_insert", {**part, "worker": worker, "addr": params.get("addr"),
+                              "expires": params["expires"], "now": now}),
+        ("gang_set_held", {"gang": gang["gang"], "held": held}),
+    ]  # fmt: skip
     if held == nodes:
-        parts = {int(p["rank"]): p for p in live}
-        first = parts.get(0)
+        first = next((p for p in live if int(p["rank"]) == 0), None)
         lead = (
             (lease, params["expires"], worker)
             if first is None
             else (first["lease"], first["lease_expires_at"], first["worker"])
         )
-        tx.one("gang_start", id=head["id"], lease=lead[0], expires=lead[1], worker=lead[2], now=now)
-        tx.all("gang_started", gang=gang["gang"], now=now)
-        tx.all("gang_parts_started", gang=gang["gang"])
-        tx.all("unmark_pending", id=head["id"])
+        start = {"id": head["id"], "lease": lead[0], "expires": lead[1], "worker": lead[2]}
+        writes += [
+            ("gang_start", {**start, "now": now}),
+            ("gang_started", {"gang": gang["gang"], "now": now}),
+            ("gang_parts_started", {"gang": gang["gang"]}),
+            ("unmark_pending", {"id": head["id"]}),
+        ]
     else:
-        pending(tx, head["id"], f"gang: {held} of {nodes} parts held, waiting for the rest", now)
+        words = f"gang: {held} of {nodes} parts held, waiting for the rest"
+        writes.append(("gang_pending", {"id": head["id"], "words": words, "now": now}))
+    tx.batch(writes)  # one round trip on Postgres
     return {
         **head,
         "attempt": gang["attempt"],
