@@ -44,6 +44,8 @@ _EXEC_BITS: Final = 0o111
 #: Held shared while a tree is laid out and exclusively while evicting: a blob fetched for a
 #: tree not yet linked into it looks unused, and must not be dropped.
 _STORE_LOCK: Final = "store"
+#: A tree's builders' lock is its name with this after it (`materialise`).
+BUILD_LOCK: Final = ".build"
 #: A temporary build folder older than this is an abandoned build (its daemon died).
 STALE_BUILD_S: Final = 3600.0
 
@@ -86,7 +88,10 @@ class BundleCache:
             if target.is_dir():
                 _touch(target)
                 return Made(target, 0, 0)
-        with self._locked(name, fcntl.LOCK_EX):
+        # Builders exclude each other on a lock of their own, never on the one warm children
+        # hold: a builder that found no tree, while another slot (or daemon) built it and its
+        # child took the tree's lock for its whole life, waited for that lock for ever.
+        with self._locked(name + BUILD_LOCK, fcntl.LOCK_EX):
             if target.is_dir():
                 _touch(target)
                 return Made(target, 0, 0)

@@ -4,6 +4,7 @@ a build killed mid-fetch leaves nothing a job could use; eviction spares trees i
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import multiprocessing
 import os
@@ -95,6 +96,27 @@ def test_a_tree_in_use_is_handed_to_the_next_job_at_once(tmp_path: Path) -> None
         worker.start()
         worker.join(10)
         assert done == [made.path], "materialise waited on the lock a running job holds"
+
+
+def test_a_build_never_waits_on_the_lock_a_warm_child_holds(tmp_path: Path) -> None:
+    """Two slots take a job of one bundle at once: both find no tree; one builds it, and its
+    warm child holds the tree's lock for its life. The other, now building, must not wait for
+    that lock (issue 46's cache waited for ever, and its slot never ran a job again: caught by
+    the network faults, two daemons of two slots on one bundle). Here the holder takes the
+    tree's lock before the tree exists, where the late builder stood."""
+    blobs = Blobs(tmp_path / "plane")
+    manifest = blobs.add_tree(project(tmp_path / "producer"))
+    cache = BundleCache(tmp_path / "box", max_bytes=1 << 30)
+    name = manifest.digest.partition(":")[2]  # the tree's name, and its lock's
+    with cache._locked(name, fcntl.LOCK_SH):  # what `use` takes, held as a warm child holds it
+        done: list[Path] = []
+        worker = threading.Thread(
+            target=lambda: done.append(cache.materialise(manifest, blobs.fetch).path), daemon=True
+        )
+        worker.start()
+        worker.join(10)
+        assert done, "the build waited on the lock a warm child holds"
+    assert (done[0] / "myproj" / "m7.py").read_text() == "VALUE = 7\n"
 
 
 def test_an_edit_of_one_file_fetches_that_one_blob(tmp_path: Path) -> None:
