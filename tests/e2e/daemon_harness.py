@@ -6,6 +6,10 @@ file a job wrote); none is a bare sleep standing in for synchronisation.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,17 @@ class DaemonProcess(_DaemonProcess):
         env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(home, name, args, env=env, paths=(JOBS_PATH,))
+
+
+def kill_local_daemons(state_dir: Path) -> None:
+    """SIGKILL every daemon the local provider started under `state_dir` that still runs: a
+    failed controller test never leaves daemons behind."""
+    for path in state_dir.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(json.loads(path.read_text())["pid"])
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def fake_nvidia_smi(folder: Path, count: int) -> Path:

@@ -6,7 +6,6 @@ case is in test_controller_slurm.py."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,13 +14,14 @@ from typing import Any
 
 import gang_jobs
 import pytest
-from daemon_harness import JOBS_PATH, DaemonProcess, daemon_env, pid_alive
+from daemon_harness import JOBS_PATH, DaemonProcess, daemon_env, kill_local_daemons
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.controller.loop import Controller, Settings
 from dreamlake.lakeshore.plane import Dispatch, HttpDispatch
 from dreamlake.lakeshore.plane.http import HttpFleet
 from dreamlake.lakeshore.providers.ec2 import Ec2Provider
+from tests.support.aws import mocked_ec2
 from tests.support.server import running_server
 
 pytestmark = pytest.mark.slow
@@ -74,14 +74,8 @@ def test_a_two_node_job_launches_two_local_daemons_that_run_it_together(tmp_path
             if controller is not None and controller.poll() is None:
                 controller.terminate()
                 controller.wait(10)
-            for path in state_dir.glob("*.json"):  # never leave daemons behind
-                pid = int(json.loads(path.read_text())["pid"])
-                if pid_alive(pid):
-                    subprocess.run(["kill", "-9", str(pid)], check=False)
+            kill_local_daemons(state_dir)
 
-
-boto3 = pytest.importorskip("boto3")
-moto = pytest.importorskip("moto")
 
 REGION = "us-east-1"
 #: One A10G a box: a 2-node job of one GPU a part is two instances.
@@ -90,14 +84,8 @@ EC2 = {"region": REGION, "instance_type": "g5.xlarge", "ami": "ami-12345678"}
 
 @pytest.fixture
 def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(key, value)
-    with moto.mock_aws():
-        yield boto3.client("ec2", region_name=REGION)
+    with mocked_ec2(monkeypatch, REGION) as client:
+        yield client
 
 
 def test_a_two_node_job_launches_two_ec2_instances_in_one_tick(ec2: Any, tmp_path: Path) -> None:

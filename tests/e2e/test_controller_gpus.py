@@ -10,7 +10,6 @@ GPUs each.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import jobs
 import pytest
-from daemon_harness import JOBS_PATH, daemon_env, pid_alive, wait_until
+from daemon_harness import JOBS_PATH, daemon_env, kill_local_daemons, wait_until
 
 import dreamlake.lakeshore as dls
 from dreamlake.lakeshore.plane import HttpDispatch
@@ -115,7 +114,4 @@ def test_jobs_packed_onto_a_provider_shape_launch_one_daemon_and_16_gpus_none(
             if controller is not None and controller.poll() is None:
                 controller.terminate()
                 controller.wait(10)
-            for path in state_dir.glob("*.json"):  # never leave daemons behind
-                pid = int(json.loads(path.read_text())["pid"])
-                if pid_alive(pid):
-                    subprocess.run(["kill", "-9", str(pid)], check=False)
+            kill_local_daemons(state_dir)

@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -128,6 +129,13 @@ def _browser_or_skip():
     return sync_playwright, chromium
 
 
+def _log_in(page: Any, url: str, token: str) -> None:
+    """Open the page and send `token` through its login form, as a person would."""
+    page.goto(url + "/")
+    page.fill("#token", token)
+    page.click("#login-form button[type=submit]")
+
+
 def test_dashboard_page_in_headless_chromium(server, tenant, plane):
     sync_playwright, chromium = _browser_or_skip()
     plane.create_queue("browser-q", description="made through the API")
@@ -153,9 +161,7 @@ def test_dashboard_page_in_headless_chromium(server, tenant, plane):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(UI_DEADLINE_MS)
-            page.goto(server.url + "/")
-            page.fill("#token", tenant.token)
-            page.click("#login-form button[type=submit]")
+            _log_in(page, server.url, tenant.token)
             row = page.locator('#queues tr[data-queue="browser-q"]')
             row.wait_for()
             assert page.locator("#namespace").inner_text() == tenant.namespace
@@ -268,9 +274,7 @@ def test_the_page_says_why_a_job_waits(server, tenant, plane):
             # the server's pending sweep names the 8-GPU job (every LAKESHORE_PENDING_SWEEP_S),
             # then the page's next poll shows it
             page.set_default_timeout(UI_DEADLINE_MS + 10_000)
-            page.goto(server.url + "/")
-            page.fill("#token", tenant.token)
-            page.click("#login-form button[type=submit]")
+            _log_in(page, server.url, tenant.token)
             counted = '#queues tr[data-queue="why-q"] span.reason[data-reason="unschedulable"] b'
             page.wait_for_function(
                 f"() => (document.querySelector('{counted}') || {{}}).textContent === '1'"
@@ -307,9 +311,7 @@ def test_a_gangs_detail_lists_its_parts_and_shows_each_ranks_frames(server, tena
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(UI_DEADLINE_MS)
-            page.goto(server.url + "/")
-            page.fill("#token", tenant.token)
-            page.click("#login-form button[type=submit]")
+            _log_in(page, server.url, tenant.token)
             page.locator(f'#recent tr[data-id="{inv}"]').click()
             page.locator("#frames li").first.wait_for()
             assert page.locator("#frames li").all_inner_texts() == ["from rank zero"]
@@ -330,9 +332,7 @@ def test_a_bad_token_returns_to_the_login_form(server):
         try:
             page = browser.new_page()
             page.set_default_timeout(UI_DEADLINE_MS)
-            page.goto(server.url + "/")
-            page.fill("#token", "lks_not-a-real-token")
-            page.click("#login-form button[type=submit]")
+            _log_in(page, server.url, "lks_not-a-real-token")
             page.wait_for_function(
                 "() => document.querySelector('#login-error').textContent.length > 0"
             )

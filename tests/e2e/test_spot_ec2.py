@@ -27,6 +27,7 @@ from dreamlake.lakeshore.controller.loop import Controller, Settings
 from dreamlake.lakeshore.plane import HttpDispatch
 from dreamlake.lakeshore.plane.http import HttpFleet
 from dreamlake.lakeshore.providers.ec2 import Ec2Provider
+from tests.support.aws import mocked_ec2
 from tests.support.server import running_server
 
 boto3 = pytest.importorskip("boto3")
@@ -47,14 +48,8 @@ STEPS, EVERY = 200, 10
 
 @pytest.fixture
 def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(key, value)
-    with moto.mock_aws():
-        yield boto3.client("ec2", region_name=REGION)
+    with mocked_ec2(monkeypatch, REGION) as client:
+        yield client
 
 
 def _reclaim(ec2: Any, instance_id: str) -> None:

@@ -17,6 +17,7 @@ moto = pytest.importorskip("moto")
 from dreamlake.lakeshore.providers.base import LaunchSpec, ProviderError  # noqa: E402
 from dreamlake.lakeshore.providers.ec2 import Ec2Provider  # noqa: E402
 from dreamlake.lakeshore.providers.userdata import render  # noqa: E402
+from tests.support.aws import mocked_ec2  # noqa: E402
 
 REGION = "us-east-1"
 CONFIG = {"region": REGION, "instance_type": "t3.micro", "ami": "ami-12345678"}
@@ -24,14 +25,8 @@ CONFIG = {"region": REGION, "instance_type": "t3.micro", "ami": "ami-12345678"}
 
 @pytest.fixture
 def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(key, value)
-    with moto.mock_aws():
-        yield boto3.client("ec2", region_name=REGION)
+    with mocked_ec2(monkeypatch, REGION) as client:
+        yield client
 
 
 def spec(**kw: Any) -> LaunchSpec:
