@@ -164,7 +164,13 @@ class _Link:
             answered.set_result((status, content_type, b"".join(chunks)))
 
     async def _watch_kills(self, ns: str, worker: str) -> None:
-        waker = self.ws.app.state.lakeshore.store.waker
+        state = self.ws.app.state.lakeshore
+        try:  # a token hears only of its own namespaces' workers
+            await authenticate(self.ws, state.store, ns, state.grants)  # type: ignore[arg-type]
+        except DispatchError as exc:
+            await self.ws.close(code=4403, reason=str(exc)[:120])
+            return
+        waker = state.store.waker
         key = kill_key(ns, worker)
         generation = waker.generation
         while True:

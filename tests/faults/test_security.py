@@ -272,3 +272,24 @@ def test_daemons_run_only_payloads_the_server_signed(tmp_path: Path, seed: int) 
     finally:
         daemon.stop()
         srv.stop()
+
+
+def test_a_channel_hears_only_of_its_own_namespaces_workers(tenants: Tenants) -> None:
+    """A daemon's channel (issue 48) says which worker it serves; a token of one namespace
+    naming a worker of another is closed (4403), and one naming its own keeps its channel."""
+    import msgpack
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = tenants.server.url.replace("http:", "ws:") + "/v1/channel"
+    auth = {"authorization": f"Bearer {tenants.tokens['outsider']}"}
+    with connect(url, additional_headers=auth, proxy=None) as ws:
+        ws.send(msgpack.packb([0, "hello", "acme-a", "their-worker"]))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+    with connect(url, additional_headers=auth, proxy=None) as ws:
+        ws.send(msgpack.packb([0, "hello", "other", "my-worker"]))
+        ws.send(msgpack.packb([1, "GET", "/v1/namespaces/other/queues/q/count?state=queued", None]))
+        n, status, _, _ = msgpack.unpackb(ws.recv(timeout=10))
+        assert (n, status) == (1, 200)
