@@ -174,8 +174,16 @@ class Channel:
                 self._closed.wait(self._backoff())
 
     def _open(self) -> ClientConnection:
-        from websockets.exceptions import InvalidStatus
-        from websockets.sync.client import connect
+        try:
+            from websockets.exceptions import InvalidStatus
+            from websockets.sync.client import connect
+        except ImportError as exc:  # a daemon installed without its extra
+            with self._lock:
+                self.refused = f"the websockets library is not installed ({exc})"
+            log.warning("channel.refused", url=self.url, why=self.refused,
+                        effect="every request goes over HTTP; pip install "
+                        "'dreamlake-lakeshore[daemon]'")  # fmt: skip
+            raise ChannelDown(self.refused) from exc
 
         try:
             return connect(
