@@ -151,12 +151,6 @@ class HttpPlane(HttpTransport):
             if replica.channel is not None:
                 replica.channel.start(self.namespace, worker, lambda kind, _detail: push(kind))
 
-    @property
-    def channel_open(self) -> bool:
-        """Whether requests go over a channel now (the replica in use has one open)."""
-        channel = self._replicas[self._at].channel
-        return channel is not None and channel.open
-
     def object_tier(self) -> PlaneTier:
         """This plane's objects (the plane tier, objects/plane.py): streamed up and down with
         this client's token, over the same transport choice as its other requests."""
