@@ -3,8 +3,8 @@
 The verbs are exactly the page's, irregular ones included (`ls`, `rm`). Every command takes
 `--url/--token/--namespace` (see `context.py`), so the same line works on this box's SQLite
 plane and on a control plane; `--json` prints machine-readable output for scripts, otherwise a
-table for people: rich for the single-queue screens, a plain table for `ls`, which must start
-fast (see cli/table.py). rich is imported by the verbs that draw with it, not here.
+table for people, drawn by cli/table.py without rich, whose import alone costs more than a
+verb's whole work on an empty plane.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -26,10 +26,7 @@ from dreamlake.lakeshore.types import DEFAULT_QUEUE, QUEUE_STATES, WorkerInfo
 from .controller import controller_figures
 from .output import emit_json, hidden_alias, json_option, report, when
 from .params import count, seconds
-from .table import Column, print_table, wide_option
-
-if TYPE_CHECKING:
-    from rich.console import Console
+from .table import Column, print_pairs, print_table, wide_option
 
 KINDS = ("fifo", "priority", "filo", "boltzmann")
 ELASTICITY = ("none", "fixed", "elastic", "fully_elastic")
@@ -78,23 +75,23 @@ def _members(plane: Plane, name: str) -> list[WorkerInfo]:
     ]
 
 
-def _print_queue(info: Any, console: Console) -> None:
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key in ("namespace", "name", "kind", "state", "description"):
-        table.add_row(key, str(getattr(info, key)))
-    table.add_row("elasticity", _brief(info.elasticity))
-    table.add_row("admission", _brief(info.admission))
-    table.add_row("resources", describe(info.resources) if info.resources else "-")
+def _print_queue(info: Any) -> None:
     wait = info.admission.get("locality_wait_s")
-    table.add_row(
-        "locality_wait_s",
-        f"{DEFAULT_LOCALITY_WAIT_S:g} (default)" if wait is None else f"{float(wait):g}",
+    print_pairs(
+        [
+            *((key, getattr(info, key)) for key in ("namespace", "name", "kind", "state")),
+            ("description", info.description),
+            ("elasticity", _brief(info.elasticity)),
+            ("admission", _brief(info.admission)),
+            ("resources", describe(info.resources) if info.resources else "-"),
+            (
+                "locality_wait_s",
+                f"{DEFAULT_LOCALITY_WAIT_S:g} (default)" if wait is None else f"{float(wait):g}",
+            ),
+            ("created", when(info.created_at)),
+            ("updated", when(info.updated_at)),
+        ]
     )
-    table.add_row("created", when(info.created_at))
-    table.add_row("updated", when(info.updated_at))
-    console.print(table)
 
 
 @click.group("queues")
@@ -235,9 +232,7 @@ def show(
     if as_json:
         emit_json({**asdict(info), "members": [asdict(m) for m in members]})
         return
-    from rich.console import Console
-
-    _print_queue(info, Console())
+    _print_queue(info)
     if not members:
         click.echo("members: none")
         return
@@ -306,9 +301,7 @@ def patch(
     if as_json:
         emit_json(info)
     else:
-        from rich.console import Console
-
-        _print_queue(info, Console())
+        _print_queue(info)
 
 
 def _lifecycle(action: str, help_text: str) -> None:
@@ -401,14 +394,10 @@ def stats(
     if as_json:
         emit_json(figures)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key, value in figures.items():
-        shown = f"{value:.0%}" if key == "utilization" else "-" if value is None else str(value)
-        table.add_row(key, shown)
-    Console().print(table)
+    print_pairs(
+        (key, f"{value:.0%}" if key == "utilization" else "-" if value is None else value)
+        for key, value in figures.items()
+    )
 
 
 def _attach_prune() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import secrets
 from pathlib import Path
 
 from .errors import DispatchError
@@ -98,11 +97,11 @@ def load_key(home: Path | None = None, *, create: bool = False) -> bytes | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written whole under a temporary name, then linked into place: a concurrent first start
     # never reads a half-written key, and the loser of the race uses the winner's.
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        os.write(fd, (secrets.token_hex(32) + "\n").encode())
+        os.write(fd, (os.urandom(32).hex() + "\n").encode())
     finally:
         os.close(fd)
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +134,8 @@ def hash_token(token: str) -> str:
 
 
 def new_token() -> str:
+    import secrets  # at use: every open of a store imports this module, few mint a token
+
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 

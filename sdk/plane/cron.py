@@ -41,11 +41,12 @@ import time
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dreamlake.lakeshore.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
     from croniter import croniter as Croniter
 
 #: The environment variable naming a file whose content is the firing clock (epoch seconds).
@@ -85,6 +86,8 @@ def check_tz(tz: object) -> str:
     """An IANA time zone name zoneinfo knows (`Europe/Berlin`, `UTC`)."""
     if not isinstance(tz, str) or not tz or len(tz) > 64:
         raise InvalidArgument(f"tz must be an IANA time zone name like 'Europe/Berlin', got {tz!r}")
+    from zoneinfo import ZoneInfoNotFoundError  # at use: a CLI read never places a slot
+
     try:
         _zone(tz)
     except (ZoneInfoNotFoundError, ValueError):
@@ -256,4 +259,6 @@ def _next(it: Any) -> dt.datetime:
 
 @lru_cache(maxsize=64)
 def _zone(tz: str) -> ZoneInfo:
+    from zoneinfo import ZoneInfo
+
     return ZoneInfo(tz)

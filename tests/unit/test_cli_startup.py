@@ -124,8 +124,11 @@ def test_an_unknown_verb_is_still_a_usage_error() -> None:
         (["daemon", "ls"], ["name", "state", "queues", "slots", "gpus", "heartbeat"]),
         (["namespaces", "ls"], ["name", "org", "created"]),
         (["namespaces", "orgs"], ["org", "namespaces"]),
+        # issue 45, item 4: rich was 30 ms of a 1M-deep `queues stats` beyond start-up
+        (["queues", "stats", "default"], ["queue", "default", "namespace", "default"]),
+        (["queues", "show", "default"], ["namespace", "default", "name", "default"]),
     ],
-    ids=["jobs-ls", "daemon-ls", "namespaces-ls", "namespaces-orgs"],
+    ids=["jobs-ls", "daemon-ls", "namespaces-ls", "namespaces-orgs", "queues-stats", "queues-show"],
 )
 def test_listings_draw_their_table_without_rich(
     tmp_path: Path, args: list[str], header: list[str]
