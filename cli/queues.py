@@ -79,7 +79,10 @@ def _print_queue(info: Any) -> None:
     wait = info.admission.get("locality_wait_s")
     print_pairs(
         [
-            *((key, getattr(info, key)) for key in ("namespace", "name", "kind", "state")),
+            ("namespace", info.namespace),
+            ("name", info.name),
+            ("kind", info.kind),
+            ("state", info.state),
             ("description", info.description),
             ("elasticity", _brief(info.elasticity)),
             ("admission", _brief(info.admission)),

@@ -1,4 +1,4 @@
-"""Every list a `lakeshore` verb prints, fitted to the terminal without cutting a cell.
+"""Every list and record a `lakeshore` verb prints, fitted to the terminal without cutting a cell.
 
 A table a person reads must read whole at 80 columns, the width of a default terminal and of
 what a pipe or CI log is taken to be: a cell cut to `que…` tells nothing, and a line that wraps
