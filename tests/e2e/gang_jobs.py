@@ -108,6 +108,13 @@ def one_fails_one_waits(marker: str) -> None:
         time.sleep(0.05)
 
 
+def _wait_for_file(path: Path, *, timeout_s: float) -> None:
+    """Until `path` exists or `timeout_s` passed (the caller's test checks which)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def ddp_resumable(
     steps: int,
     folder: str,
@@ -156,6 +163,10 @@ def ddp_resumable(
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             if flag.item() > 0:
                 if rank == 0:
+                    # The all-reduce told rank 0 first; its own notice comes through the plane
+                    # (rank 1's daemon -> plane -> rank 0's daemon), which must say it within
+                    # seconds: ended before that, rank 0 would record nothing either way.
+                    _wait_for_file(root / "rank0.noticed", timeout_s=10)
                     dls.run.checkpoint({"step": step, "params": _params(model)})
                 dist.barrier()
                 raise dls.Preempted(f"rank {rank} stops at step {step}")
