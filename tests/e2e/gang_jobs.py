@@ -94,25 +94,23 @@ def _batch() -> tuple[Any, Any]:
     return x, x.sum(dim=1, keepdim=True) * 0.5
 
 
-def one_fails_one_waits(marker: str) -> None:
-    """Rank 1 fails once rank 0 runs; rank 0 waits outside any collective (so gloo cannot
-    notice), until its daemon stops it because the gang ended."""
-    rank = int(os.environ["RANK"])
-    if rank == 1:
-        deadline = time.monotonic() + 60
-        while not Path(marker).exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        raise RuntimeError("rank 1 fails on purpose")
-    Path(marker).write_text(str(os.getpid()))
-    while True:
-        time.sleep(0.05)
-
-
 def _wait_for_file(path: Path, *, timeout_s: float) -> None:
     """Until `path` exists or `timeout_s` passed (the caller's test checks which)."""
     deadline = time.monotonic() + timeout_s
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def one_fails_one_waits(marker: str) -> None:
+    """Rank 1 fails once rank 0 runs; rank 0 waits outside any collective (so gloo cannot
+    notice), until its daemon stops it because the gang ended."""
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        _wait_for_file(Path(marker), timeout_s=60)
+        raise RuntimeError("rank 1 fails on purpose")
+    Path(marker).write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
 
 
 def ddp_resumable(
